@@ -1,0 +1,132 @@
+//! The error type of this crate.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Errors of a [`MappedFile`](crate::MappedFile), each naming the file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MappedFileError {
+    /// The file could not be created, preallocated (e.g. disk full) or mapped.
+    #[error("cannot create segment {}: {source}", path.display())]
+    Create {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The file could not be opened or mapped.
+    #[error("cannot open segment {}: {source}", path.display())]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The file name is not 20 digits.
+    #[error("segment file name {} is not 20 decimal digits", path.display())]
+    BadName {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file does not have the segment size.
+    #[error("segment {} has {actual} bytes, expected {expected}", path.display())]
+    WrongSize {
+        /// The file.
+        path: PathBuf,
+        /// The configured segment size.
+        expected: u64,
+        /// The file's size.
+        actual: u64,
+    },
+    /// A sync failed; the file is latched from now on.
+    #[error("sync of {} bytes [{from}, {to}) failed: {source}", path.display())]
+    SyncFailed {
+        /// The file.
+        path: PathBuf,
+        /// Absolute start of the range that was being synced.
+        from: u64,
+        /// Absolute end of that range.
+        to: u64,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// An earlier sync failed; the file refuses appends, commits and flushes.
+    #[error("segment {} is latched after a failed sync ({kind:?}: {message})", path.display())]
+    Latched {
+        /// The file.
+        path: PathBuf,
+        /// Kind of the first error.
+        kind: io::ErrorKind,
+        /// Text of the first error.
+        message: String,
+    },
+    /// The file was destroyed.
+    #[error("segment {} was destroyed", path.display())]
+    Destroyed {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A read past the read position.
+    #[error("read of [{pos}, {pos}+{len}) in {} is beyond the read position {read_position}", path.display())]
+    OutOfRange {
+        /// The file.
+        path: PathBuf,
+        /// File-relative start.
+        pos: usize,
+        /// Length asked for.
+        len: usize,
+        /// The read position at the time.
+        read_position: usize,
+    },
+    /// Positions cannot move below bytes that zero-copy views still show.
+    #[error("cannot move positions of {}: {views} views are still held", path.display())]
+    ViewsOutstanding {
+        /// The file.
+        path: PathBuf,
+        /// Number of live views.
+        views: usize,
+    },
+    /// A position beyond the file.
+    #[error("position {pos} is invalid for {} of {file_size} bytes", path.display())]
+    BadPosition {
+        /// The file.
+        path: PathBuf,
+        /// The position asked for.
+        pos: usize,
+        /// The file's size.
+        file_size: usize,
+    },
+    /// A write buffer could not be attached.
+    #[error("cannot attach a {buffer_size}-byte write buffer to {} ({file_size} bytes): sizes differ, one is attached, or uncommitted/full", path.display())]
+    WriteBufferRejected {
+        /// The file.
+        path: PathBuf,
+        /// The buffer's size.
+        buffer_size: usize,
+        /// The file's size.
+        file_size: usize,
+    },
+    /// An append closure claimed to write more bytes than it was given.
+    #[error("append closure claimed {claimed} bytes but only {remaining} remain in {}", path.display())]
+    AppendOverrun {
+        /// The file.
+        path: PathBuf,
+        /// Bytes claimed.
+        claimed: usize,
+        /// Bytes available.
+        remaining: usize,
+    },
+    /// The file could not be deleted.
+    #[error("cannot delete segment {}: {source}", path.display())]
+    Remove {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}

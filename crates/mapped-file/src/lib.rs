@@ -1,0 +1,570 @@
+//! One fixed-size, memory-mapped segment of a commit log: RocketMQ's `MappedFile`.
+//!
+//! A segment is named by the absolute offset of its first byte (20 zero-padded
+//! digits, [`file_name`]). It keeps three positions:
+//!
+//! - **wrote**: bytes appended so far;
+//! - **committed**: bytes visible in the mapping, which is also the *read position*
+//!   (equal to wrote without a write buffer; behind it while a
+//!   `WriteBuffer` from `transient-pool` absorbs appends);
+//! - **flushed**: bytes known durable.
+//!
+//! One appender at a time (enforced by an internal lock), while commit, flush and
+//! readers run on other threads. A failed sync *latches* the file: flushed never
+//! moves again and every later append, commit and flush fails (fsyncgate).
+//!
+//! The file I/O sits behind [`Storage`] / [`SegmentIo`]: [`MmapStorage`] is the real
+//! thing, [`SimStorage`] runs the same logic in memory with injected sync failures
+//! and power cuts. This crate knows nothing of other segments, threads or records.
+//!
+//! ```
+//! use mapped_file::{AppendStatus, MappedFile, SimStorage};
+//! use std::path::Path;
+//!
+//! let storage = SimStorage::new();
+//! let file = MappedFile::create(&storage, Path::new("/log"), 0, 4096)?;
+//! let appended = file.append_with(0, |_pos, tail| {
+//!     tail[..5].copy_from_slice(b"hello");
+//!     AppendStatus::Written { bytes: 5, value: () }
+//! })?;
+//! assert_eq!(appended.wrote_offset(), Some(0));
+//! let progress = file.flush(0)?;
+//! assert_eq!((progress.from, progress.to), (0, 5));
+//! assert_eq!(&file.read(0, 5)?[..], b"hello");
+//! # Ok::<(), mapped_file::MappedFileError>(())
+//! ```
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+pub use bytes::Bytes;
+use parking_lot::Mutex;
+use transient_pool::WriteBuffer;
+
+mod error;
+mod io_seam;
+mod raw;
+pub mod sim;
+
+pub use error::MappedFileError;
+pub use io_seam::{epoch_ms, sync_dir, DirEntry, MmapStorage, OpenedSegment, SegmentIo, Storage};
+pub use raw::SegmentMemory;
+pub use sim::SimStorage;
+
+use raw::{Filled, Region, ResetRefused};
+
+/// The page size that least-pages thresholds count in (RocketMQ's `OS_PAGE_SIZE`).
+pub const OS_PAGE_SIZE: usize = 4096;
+
+/// Width of a segment file name.
+pub const FILE_NAME_LEN: usize = 20;
+
+/// The file name of the segment starting at `offset`: 20 zero-padded digits.
+pub fn file_name(offset: u64) -> String {
+    format!("{offset:020}")
+}
+
+/// Parses a segment file name back into its start offset; `None` unless the name
+/// is exactly 20 ASCII digits.
+pub fn parse_file_name(name: &str) -> Option<u64> {
+    if name.len() != FILE_NAME_LEN || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    name.parse().ok()
+}
+
+/// What an append closure did with the free tail it was given.
+#[derive(Debug)]
+pub enum AppendStatus<T> {
+    /// It wrote `bytes` bytes at the start of the tail; `value` is handed back.
+    Written {
+        /// How many bytes were written (at most the tail's length).
+        bytes: usize,
+        /// Anything the caller wants back.
+        value: T,
+    },
+    /// The record does not fit; nothing was written.
+    DoesNotFit,
+}
+
+/// The result of [`MappedFile::append_with`].
+#[derive(Debug)]
+pub enum Appended<T> {
+    /// Bytes were appended.
+    Written {
+        /// Absolute offset of the first byte written.
+        wrote_offset: u64,
+        /// Number of bytes written.
+        bytes: usize,
+        /// The closure's value.
+        value: T,
+    },
+    /// The closure reported that its record does not fit in `remaining` bytes.
+    DoesNotFit {
+        /// Free bytes at the tail.
+        remaining: usize,
+    },
+}
+
+impl<T> Appended<T> {
+    /// The absolute offset written at, if anything was written.
+    pub fn wrote_offset(&self) -> Option<u64> {
+        match self {
+            Appended::Written { wrote_offset, .. } => Some(*wrote_offset),
+            Appended::DoesNotFit { .. } => None,
+        }
+    }
+}
+
+/// How far a position moved in a commit or flush: from `from` to `to` (file-relative).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Position before the call.
+    pub from: usize,
+    /// Position after the call.
+    pub to: usize,
+}
+
+impl Progress {
+    /// Bytes the position moved.
+    pub fn moved(&self) -> usize {
+        self.to - self.from
+    }
+}
+
+/// RocketMQ's `isAbleToFlush` / `isAbleToCommit`: whether moving a position from
+/// `done` to `target` is due. A full file always qualifies; `least_pages == 0`
+/// means any byte; otherwise at least `least_pages` 4 KiB pages must be crossed.
+pub fn is_due(done: usize, target: usize, file_size: usize, least_pages: usize) -> bool {
+    if target <= done {
+        return false;
+    }
+    if target == file_size || least_pages == 0 {
+        return true;
+    }
+    target / OS_PAGE_SIZE - done / OS_PAGE_SIZE >= least_pages
+}
+
+/// The first sync failure of a file, kept forever.
+#[derive(Debug)]
+struct Latch {
+    kind: io::ErrorKind,
+    message: String,
+}
+
+/// One segment. `Send + Sync`: share it behind an `Arc`.
+#[derive(Debug)]
+pub struct MappedFile {
+    path: PathBuf,
+    file_from_offset: u64,
+    region: Arc<Region>,
+    io: Box<dyn SegmentIo>,
+    flushed: AtomicUsize,
+    flush_lock: Mutex<()>,
+    latch: OnceLock<Latch>,
+    destroyed: AtomicBool,
+    store_timestamp: AtomicU64,
+}
+
+impl MappedFile {
+    /// Creates `dir/<file_name(file_from_offset)>` with `file_size` bytes allocated
+    /// on disk, and maps it. A full disk is an error here, never a SIGBUS later.
+    pub fn create(
+        storage: &dyn Storage,
+        dir: &Path,
+        file_from_offset: u64,
+        file_size: usize,
+    ) -> Result<Self, MappedFileError> {
+        let path = dir.join(file_name(file_from_offset));
+        if file_size == 0 {
+            return Err(MappedFileError::BadPosition {
+                path,
+                pos: 0,
+                file_size,
+            });
+        }
+        let opened =
+            storage
+                .create(&path, file_size)
+                .map_err(|source| MappedFileError::Create {
+                    path: path.clone(),
+                    source,
+                })?;
+        Ok(Self::from_opened(path, file_from_offset, opened))
+    }
+
+    /// Maps an existing segment file of `file_size` bytes. Positions start at 0;
+    /// the caller sets them (see [`set_positions`](Self::set_positions)).
+    pub fn open(
+        storage: &dyn Storage,
+        path: &Path,
+        file_size: usize,
+    ) -> Result<Self, MappedFileError> {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        let file_from_offset = parse_file_name(name).ok_or_else(|| MappedFileError::BadName {
+            path: path.to_path_buf(),
+        })?;
+        let opened = storage
+            .open(path, file_size)
+            .map_err(|source| MappedFileError::Open {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        if opened.memory.len() != file_size {
+            return Err(MappedFileError::WrongSize {
+                path: path.to_path_buf(),
+                expected: file_size as u64,
+                actual: opened.memory.len() as u64,
+            });
+        }
+        Ok(Self::from_opened(
+            path.to_path_buf(),
+            file_from_offset,
+            opened,
+        ))
+    }
+
+    fn from_opened(path: PathBuf, file_from_offset: u64, opened: OpenedSegment) -> Self {
+        MappedFile {
+            path,
+            file_from_offset,
+            region: Arc::new(Region::new(opened.memory)),
+            io: opened.io,
+            flushed: AtomicUsize::new(0),
+            flush_lock: Mutex::new(()),
+            latch: OnceLock::new(),
+            destroyed: AtomicBool::new(false),
+            store_timestamp: AtomicU64::new(0),
+        }
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Absolute offset of the file's first byte (`fileFromOffset`).
+    pub fn file_from_offset(&self) -> u64 {
+        self.file_from_offset
+    }
+
+    /// Size in bytes.
+    pub fn file_size(&self) -> usize {
+        self.region.len()
+    }
+
+    /// Bytes appended (`wrotePosition`).
+    pub fn wrote_position(&self) -> usize {
+        self.region.wrote()
+    }
+
+    /// Bytes in the mapping (`committedPosition`).
+    pub fn committed_position(&self) -> usize {
+        self.region.committed()
+    }
+
+    /// Bytes known durable (`flushedPosition`).
+    pub fn flushed_position(&self) -> usize {
+        // Acquire pairs with the Release in `flush`: the sync happened before.
+        self.flushed.load(Ordering::Acquire)
+    }
+
+    /// Bytes readers may see: committed with a write buffer, else wrote.
+    pub fn read_position(&self) -> usize {
+        self.region.committed()
+    }
+
+    /// Free bytes at the tail.
+    pub fn remaining(&self) -> usize {
+        self.file_size() - self.wrote_position()
+    }
+
+    /// True when nothing more can be appended (`isFull`).
+    pub fn is_full(&self) -> bool {
+        self.wrote_position() == self.file_size()
+    }
+
+    /// True while a write buffer is attached.
+    pub fn has_write_buffer(&self) -> bool {
+        self.region.has_write_buffer()
+    }
+
+    /// Store timestamp of the last append (ms, as given to `append_with`).
+    pub fn store_timestamp(&self) -> u64 {
+        self.store_timestamp.load(Ordering::Acquire)
+    }
+
+    /// Sets the store timestamp, e.g. from the file's modification time on load.
+    pub fn set_store_timestamp(&self, store_timestamp_ms: u64) {
+        self.store_timestamp
+            .store(store_timestamp_ms, Ordering::Release);
+    }
+
+    /// True once a sync has failed; the file refuses everything after that.
+    pub fn is_latched(&self) -> bool {
+        self.latch.get().is_some()
+    }
+
+    /// True once [`destroy`](Self::destroy) ran.
+    pub fn is_destroyed(&self) -> bool {
+        self.destroyed.load(Ordering::Acquire)
+    }
+
+    /// Number of zero-copy views handed out by [`read`](Self::read) still alive.
+    pub fn outstanding_views(&self) -> usize {
+        self.region.views()
+    }
+
+    fn check_usable(&self) -> Result<(), MappedFileError> {
+        if let Some(latch) = self.latch.get() {
+            return Err(MappedFileError::Latched {
+                path: self.path.clone(),
+                kind: latch.kind,
+                message: latch.message.clone(),
+            });
+        }
+        if self.is_destroyed() {
+            return Err(MappedFileError::Destroyed {
+                path: self.path.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Attaches a write buffer from the transient store pool; appends then go to it
+    /// until [`commit`](Self::commit) copies them into the file. Refused unless the
+    /// buffer is the file's size, no buffer is attached, everything appended is
+    /// committed, and the file is not full. A refused buffer goes back to its pool.
+    pub fn attach_write_buffer(&self, buffer: WriteBuffer) -> Result<(), MappedFileError> {
+        self.check_usable()?;
+        self.region
+            .attach(buffer)
+            .map_err(|buffer| MappedFileError::WriteBufferRejected {
+                path: self.path.clone(),
+                buffer_size: buffer.len(),
+                file_size: self.file_size(),
+            })
+    }
+
+    /// Appends through `fill`, which gets the absolute offset of the free tail and
+    /// the tail itself (`&mut [u8]` of the remaining bytes, in the write buffer if
+    /// one is attached, else in the mapping), and reports what it wrote.
+    /// `store_timestamp_ms` becomes the file's store timestamp on success.
+    pub fn append_with<T>(
+        &self,
+        store_timestamp_ms: u64,
+        fill: impl FnOnce(u64, &mut [u8]) -> AppendStatus<T>,
+    ) -> Result<Appended<T>, MappedFileError> {
+        self.check_usable()?;
+        let base = self.file_from_offset;
+        let result = self.region.append(
+            |pos, tail| match fill(base + pos as u64, tail) {
+                AppendStatus::Written { bytes, value } => Filled::Wrote { bytes, value },
+                AppendStatus::DoesNotFit => Filled::DoesNotFit,
+            },
+            |offset, bytes| self.io.note_written(offset, bytes),
+        );
+        match result {
+            Ok((pos, Filled::Wrote { bytes, value })) => {
+                self.store_timestamp
+                    .store(store_timestamp_ms, Ordering::Release);
+                Ok(Appended::Written {
+                    wrote_offset: base + pos as u64,
+                    bytes,
+                    value,
+                })
+            }
+            Ok((pos, Filled::DoesNotFit)) => Ok(Appended::DoesNotFit {
+                remaining: self.file_size() - pos,
+            }),
+            Err(claimed) => Err(MappedFileError::AppendOverrun {
+                path: self.path.clone(),
+                claimed,
+                remaining: self.remaining(),
+            }),
+        }
+    }
+
+    /// Appends `data` as is, if it fits.
+    pub fn append_bytes(
+        &self,
+        store_timestamp_ms: u64,
+        data: &[u8],
+    ) -> Result<Appended<()>, MappedFileError> {
+        self.append_with(store_timestamp_ms, |_, tail| {
+            if data.len() > tail.len() {
+                return AppendStatus::DoesNotFit;
+            }
+            tail[..data.len()].copy_from_slice(data);
+            AppendStatus::Written {
+                bytes: data.len(),
+                value: (),
+            }
+        })
+    }
+
+    /// Copies write-buffer bytes `[committed, wrote)` into the file when at least
+    /// `least_pages` pages are pending (0: any byte; a full file always qualifies),
+    /// and gives the buffer back to its pool once the file is full and committed.
+    /// Without a write buffer there is nothing to do: appends are already visible.
+    pub fn commit(&self, least_pages: usize) -> Result<Progress, MappedFileError> {
+        self.check_usable()?;
+        let (committed, wrote) = (self.region.committed(), self.region.wrote());
+        if !self.region.has_write_buffer()
+            || !is_due(committed, wrote, self.file_size(), least_pages)
+        {
+            return Ok(Progress {
+                from: committed,
+                to: committed,
+            });
+        }
+        let (from, to) = self
+            .region
+            .commit(|offset, bytes| self.io.note_written(offset, bytes));
+        Ok(Progress { from, to })
+    }
+
+    /// Makes `[flushed, read position)` durable when at least `least_pages` pages
+    /// are pending (0: any byte; a full file always qualifies). A failed sync
+    /// latches the file: flushed stays where it was, and this and every later call
+    /// fails.
+    pub fn flush(&self, least_pages: usize) -> Result<Progress, MappedFileError> {
+        self.check_usable()?;
+        let _flush = self.flush_lock.lock();
+        // Re-check under the lock: a concurrent flush may have latched meanwhile.
+        self.check_usable()?;
+        let from = self.flushed.load(Ordering::Relaxed); // only moved under flush_lock
+        let target = self.read_position();
+        if !is_due(from, target, self.file_size(), least_pages) {
+            return Ok(Progress { from, to: from });
+        }
+        self.sync_or_latch(from, target)?;
+        // Release: whoever sees the new flushed position also sees the sync done.
+        self.flushed.store(target, Ordering::Release);
+        Ok(Progress { from, to: target })
+    }
+
+    /// Syncs `[0, read position)` whatever `flushed` says, then sets `flushed` to
+    /// the read position. For recovery: bytes found after a restart may still be
+    /// only in the page cache, and a later flush starting above them would leave
+    /// them exposed to a power cut. Latches on failure like [`flush`](Self::flush).
+    pub fn force(&self) -> Result<Progress, MappedFileError> {
+        self.check_usable()?;
+        let _flush = self.flush_lock.lock();
+        let target = self.read_position();
+        if target > 0 {
+            self.sync_or_latch(0, target)?;
+        }
+        self.flushed.store(target, Ordering::Release);
+        Ok(Progress {
+            from: 0,
+            to: target,
+        })
+    }
+
+    fn sync_or_latch(&self, from: usize, to: usize) -> Result<(), MappedFileError> {
+        self.io.sync_range(self.region.memory(), from, to - from).map_err(|source| {
+            tracing::error!(path = %self.path.display(), from, to, error = %source, "sync failed; segment latched");
+            let _ = self.latch.set(Latch { kind: source.kind(), message: source.to_string() });
+            MappedFileError::SyncFailed {
+                path: self.path.clone(),
+                from: self.file_from_offset + from as u64,
+                to: self.file_from_offset + to as u64,
+                source,
+            }
+        })
+    }
+
+    /// A zero-copy view of `[pos, pos + len)` (file-relative), which must lie below
+    /// the read position. The view keeps the mapping alive while held, and while
+    /// any view is held positions cannot be reset below it.
+    pub fn read(&self, pos: usize, len: usize) -> Result<Bytes, MappedFileError> {
+        match self.region.view(pos, len) {
+            Some(view) => Ok(Bytes::from_owner(view)),
+            None => Err(MappedFileError::OutOfRange {
+                path: self.path.clone(),
+                pos,
+                len,
+                read_position: self.read_position(),
+            }),
+        }
+    }
+
+    /// Everything from `pos` to the read position (RocketMQ's `selectMappedBuffer(pos)`).
+    pub fn read_from(&self, pos: usize) -> Result<Bytes, MappedFileError> {
+        let end = self.read_position();
+        let len = end
+            .checked_sub(pos)
+            .ok_or_else(|| MappedFileError::OutOfRange {
+                path: self.path.clone(),
+                pos,
+                len: 0,
+                read_position: end,
+            })?;
+        self.read(pos, len)
+    }
+
+    /// Sets wrote and committed to `pos` (recovery, truncation, or marking a loaded
+    /// file full), and lowers flushed to `pos` if it was above. Flushed is never
+    /// raised here: bytes do not become durable because a position says so (use
+    /// [`force`](Self::force)). Refused while views of bytes at or above `pos` exist.
+    pub fn set_positions(&self, pos: usize) -> Result<(), MappedFileError> {
+        let _flush = self.flush_lock.lock();
+        self.region
+            .reset(pos, |offset, bytes| self.io.note_written(offset, bytes))
+            .map_err(|refused| match refused {
+                ResetRefused::ViewsOutstanding(views) => MappedFileError::ViewsOutstanding {
+                    path: self.path.clone(),
+                    views,
+                },
+                ResetRefused::OutOfBounds => MappedFileError::BadPosition {
+                    path: self.path.clone(),
+                    pos,
+                    file_size: self.file_size(),
+                },
+            })?;
+        self.flushed.fetch_min(pos, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Warms the file up before use: writes zeros over every page (so appends take
+    /// no page faults and the filesystem converts its preallocated extents now, not
+    /// during a latency-critical sync), syncs them, advises the kernel, and pins the
+    /// pages if `lock`. Only on a file nothing was appended to; returns false
+    /// otherwise.
+    pub fn warm_up(&self, lock: bool) -> Result<bool, MappedFileError> {
+        self.check_usable()?;
+        if !self
+            .region
+            .zero_fill(|offset, bytes| self.io.note_written(offset, bytes))
+        {
+            return Ok(false);
+        }
+        let _flush = self.flush_lock.lock();
+        self.sync_or_latch(0, self.file_size())?;
+        if let Err(err) = self.io.advise_and_lock(self.region.memory(), lock) {
+            tracing::warn!(path = %self.path.display(), %err, "madvise/mlock failed during warm-up");
+        }
+        Ok(true)
+    }
+
+    /// Marks the file unusable and deletes it. Views already handed out stay valid
+    /// (the mapping lives until the last one drops).
+    pub fn destroy(&self) -> Result<(), MappedFileError> {
+        if self.destroyed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.io.remove().map_err(|source| MappedFileError::Remove {
+            path: self.path.clone(),
+            source,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,494 @@
+//! The only module of this crate with `unsafe` code: the memory a segment lives in.
+//!
+//! Invariants:
+//! - `SegmentMemory::ptr` points to `len > 0` bytes that stay valid until the
+//!   `SegmentMemory` is dropped: either a shared file mapping owned by `Backing::Mmap`
+//!   (never remapped, never shrunk) or a heap allocation made by `Box<[u8]>` and
+//!   released only in `Drop`.
+//! - Concurrent access is partitioned by positions, which `MappedFile` maintains:
+//!   the appender alone writes at and above the wrote position (or the committer
+//!   alone above the committed position when a write buffer is attached), and
+//!   readers only read below the read position. The `unsafe fn` accessors below
+//!   state that contract; no raw pointer leaves this module.
+//! - The mapped file is never truncated while mapped (mmap hazard: SIGBUS), and the
+//!   store directory belongs to one process (the commit log's lock file).
+
+use std::fs::File;
+use std::io;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use transient_pool::WriteBuffer;
+
+enum Backing {
+    Mmap(memmap2::MmapRaw),
+    Heap,
+}
+
+/// The bytes of one segment: a shared file mapping, or heap memory for the
+/// simulated storage. Built only through the safe constructors here; `MappedFile`
+/// alone reads and writes it, partitioned by its positions.
+pub struct SegmentMemory {
+    ptr: NonNull<u8>,
+    len: usize,
+    backing: Backing,
+}
+
+impl std::fmt::Debug for SegmentMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.backing {
+            Backing::Mmap(_) => "mmap",
+            Backing::Heap => "heap",
+        };
+        f.debug_struct("SegmentMemory")
+            .field("kind", &kind)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+// SAFETY: the memory is owned by this value (or by the kernel mapping it owns);
+// cross-thread access is governed by the position protocol in the module header.
+unsafe impl Send for SegmentMemory {}
+// SAFETY: as above; `&SegmentMemory` only gives out slices through `unsafe fn`s whose
+// contracts forbid overlapping writes.
+unsafe impl Sync for SegmentMemory {}
+
+impl SegmentMemory {
+    /// Maps the first `len` bytes of `file` shared and read-write.
+    ///
+    /// The caller must have sized the file to at least `len` bytes (preallocated);
+    /// a zero `len` is an `InvalidInput` error.
+    pub fn map_file(file: &File, len: usize) -> io::Result<Self> {
+        if len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cannot map a zero-length segment",
+            ));
+        }
+        let map = memmap2::MmapOptions::new().len(len).map_raw(file)?;
+        let ptr =
+            NonNull::new(map.as_mut_ptr()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        Ok(SegmentMemory {
+            ptr,
+            len,
+            backing: Backing::Mmap(map),
+        })
+    }
+
+    /// Heap memory holding `bytes` (the simulated storage's page cache view).
+    /// Empty input is an `InvalidInput` error.
+    pub fn heap(bytes: Vec<u8>) -> io::Result<Self> {
+        if bytes.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cannot hold a zero-length segment",
+            ));
+        }
+        let len = bytes.len();
+        let raw = Box::into_raw(bytes.into_boxed_slice());
+        let ptr = NonNull::new(raw.cast::<u8>()).expect("Box::into_raw is never null");
+        Ok(SegmentMemory {
+            ptr,
+            len,
+            backing: Backing::Heap,
+        })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true: zero-length memory cannot be built.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// True when the memory is a file mapping.
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.backing, Backing::Mmap(_))
+    }
+
+    /// `msync(MS_SYNC)` of `[offset, offset + len)`; a no-op on heap memory.
+    pub fn sync_range(&self, offset: usize, len: usize) -> io::Result<()> {
+        match &self.backing {
+            Backing::Mmap(map) => map.flush_range(offset, len),
+            Backing::Heap => Ok(()),
+        }
+    }
+
+    /// `madvise(MADV_WILLNEED)` and, if asked, `mlock` over the whole mapping.
+    pub fn advise_and_lock(&self, lock: bool) -> io::Result<()> {
+        match &self.backing {
+            Backing::Mmap(map) => {
+                map.advise(memmap2::Advice::WillNeed)?;
+                if lock {
+                    map.lock()?;
+                }
+                Ok(())
+            }
+            Backing::Heap => Ok(()),
+        }
+    }
+
+    /// A shared view of `[start, start + len)`.
+    ///
+    /// # Safety
+    /// The range is in bounds, and no mutable reference to any of its bytes exists
+    /// while the returned slice lives (it lies below a published position).
+    pub(crate) unsafe fn range(&self, start: usize, len: usize) -> &[u8] {
+        assert!(start.checked_add(len).is_some_and(|end| end <= self.len));
+        // SAFETY: in bounds (asserted) and valid (module invariant); unaliased by
+        // writers per this function's contract.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(start), len) }
+    }
+
+    /// A mutable view of `[start, start + len)` through a shared reference.
+    ///
+    /// # Safety
+    /// The range is in bounds, and no other reference to any of its bytes exists or
+    /// is created while the returned slice lives (the caller is the single appender
+    /// or committer for bytes above the published position).
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn range_mut(&self, start: usize, len: usize) -> &mut [u8] {
+        assert!(start.checked_add(len).is_some_and(|end| end <= self.len));
+        // SAFETY: in bounds (asserted) and valid (module invariant); exclusive per
+        // this function's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(start), len) }
+    }
+}
+
+impl Drop for SegmentMemory {
+    fn drop(&mut self) {
+        if let Backing::Heap = self.backing {
+            let slice = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len);
+            // SAFETY: `ptr`/`len` came from `Box::into_raw` of a `Box<[u8]>` of this
+            // length in `heap`, and this is the only place that frees it.
+            drop(unsafe { Box::from_raw(slice) });
+        }
+        // A mapping is unmapped by `MmapRaw`'s own Drop.
+    }
+}
+
+/// `posix_fallocate(fd, 0, len)`; returns 0 or an errno value.
+pub(crate) fn fallocate(fd: std::os::unix::io::RawFd, len: libc::off_t) -> i32 {
+    // SAFETY: posix_fallocate takes no pointers; an invalid fd is reported as EBADF.
+    unsafe { libc::posix_fallocate(fd, 0, len) }
+}
+
+/// How an append closure reports what it did with the free tail.
+pub(crate) enum Filled<T> {
+    /// It wrote `bytes` bytes at the start of the tail.
+    Wrote { bytes: usize, value: T },
+    /// Nothing written: the record does not fit.
+    DoesNotFit,
+}
+
+/// Why [`Region`] refused to move positions down.
+pub(crate) enum ResetRefused {
+    /// Zero-copy views are still held; lowering positions would let the appender
+    /// overwrite bytes they show.
+    ViewsOutstanding(usize),
+    /// Position beyond the segment.
+    OutOfBounds,
+}
+
+/// The segment's memory together with the positions that partition it, the
+/// optional write buffer, and the count of outstanding zero-copy views.
+///
+/// Protocol (this is what makes the `unsafe` accessors sound):
+/// - `wrote` moves only under `append_lock`; the appender alone touches bytes at and
+///   above `wrote`, in the write buffer when one is attached, else in the memory.
+/// - `committed` is the read position. Without a buffer the appender publishes it
+///   together with `wrote`. With a buffer only the committer (under `commit_lock`)
+///   moves it, after copying buffer `[committed, wrote)` into the memory; the
+///   appender never touches memory, and no-one but the committer touches memory at or
+///   above `committed`.
+/// - Readers (views) read memory strictly below the `committed` they loaded with
+///   Acquire, which pairs with the Release store that published those bytes.
+/// - Positions only move down in `reset`, under both locks and the `gate` write lock,
+///   and only when no view exists; views are created under the `gate` read lock.
+pub(crate) struct Region {
+    memory: SegmentMemory,
+    wrote: AtomicUsize,
+    committed: AtomicUsize,
+    write_buffer: RwLock<Option<WriteBuffer>>,
+    append_lock: Mutex<()>,
+    commit_lock: Mutex<()>,
+    gate: RwLock<()>,
+    views: AtomicUsize,
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region")
+            .field("len", &self.len())
+            .field("wrote", &self.wrote())
+            .field("committed", &self.committed())
+            .field("views", &self.views())
+            .finish()
+    }
+}
+
+impl Region {
+    pub(crate) fn new(memory: SegmentMemory) -> Self {
+        Region {
+            memory,
+            wrote: AtomicUsize::new(0),
+            committed: AtomicUsize::new(0),
+            write_buffer: RwLock::new(None),
+            append_lock: Mutex::new(()),
+            commit_lock: Mutex::new(()),
+            gate: RwLock::new(()),
+            views: AtomicUsize::new(0),
+        }
+    }
+
+    pub(crate) fn memory(&self) -> &SegmentMemory {
+        &self.memory
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.memory.len
+    }
+
+    pub(crate) fn wrote(&self) -> usize {
+        // Acquire pairs with the appender's Release: callers may act on bytes below.
+        self.wrote.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn committed(&self) -> usize {
+        // Acquire pairs with the Release that published bytes below it.
+        self.committed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn has_write_buffer(&self) -> bool {
+        self.write_buffer.read().is_some()
+    }
+
+    pub(crate) fn views(&self) -> usize {
+        self.views.load(Ordering::Acquire)
+    }
+
+    /// Attaches a write buffer; refused (buffer handed back) unless the buffer has
+    /// the segment's size, none is attached, and everything written is committed.
+    pub(crate) fn attach(&self, buffer: WriteBuffer) -> Result<(), WriteBuffer> {
+        let _append = self.append_lock.lock();
+        let _commit = self.commit_lock.lock();
+        let mut slot = self.write_buffer.write();
+        if slot.is_some()
+            || buffer.len() != self.len()
+            || self.wrote() != self.committed()
+            || self.wrote() == self.len()
+        {
+            return Err(buffer);
+        }
+        *slot = Some(buffer);
+        Ok(())
+    }
+
+    /// Runs `fill` on the free tail and publishes what it wrote. `on_memory_write`
+    /// sees bytes that went straight into the memory (no write buffer).
+    pub(crate) fn append<T>(
+        &self,
+        fill: impl FnOnce(usize, &mut [u8]) -> Filled<T>,
+        on_memory_write: impl FnOnce(usize, &[u8]),
+    ) -> Result<(usize, Filled<T>), usize> {
+        let _append = self.append_lock.lock();
+        let wrote = self.wrote.load(Ordering::Relaxed); // only moved under this lock
+        let remaining = self.len() - wrote;
+        let buffer = self.write_buffer.read();
+        let tail: &mut [u8] = match buffer.as_ref() {
+            // SAFETY: we hold `append_lock`, so we are the only appender; the tail
+            // `[wrote, len)` of the buffer is touched by nobody else (the committer
+            // reads only below `wrote`).
+            Some(buf) => unsafe { buf.range_mut(wrote, remaining) },
+            // SAFETY: no buffer, so the appender alone writes memory at and above
+            // `wrote == committed`; readers stay below `committed`.
+            None => unsafe { self.memory.range_mut(wrote, remaining) },
+        };
+        let filled = fill(wrote, tail);
+        if let Filled::Wrote { bytes, .. } = &filled {
+            let bytes = *bytes;
+            if bytes > remaining {
+                return Err(bytes);
+            }
+            let end = wrote + bytes;
+            if buffer.is_none() {
+                // SAFETY: the range was just written by us under `append_lock` and is
+                // not yet published, so no-one else references it.
+                on_memory_write(wrote, unsafe { self.memory.range(wrote, bytes) });
+                // Release: bytes below `end` are visible to whoever acquires these.
+                self.wrote.store(end, Ordering::Release);
+                self.committed.store(end, Ordering::Release);
+            } else {
+                self.wrote.store(end, Ordering::Release);
+            }
+        }
+        Ok((wrote, filled))
+    }
+
+    /// Copies the write buffer's `[committed, wrote)` into the memory and publishes
+    /// it; gives the buffer back once the segment is full and fully committed.
+    /// Returns `(from, to)` of the committed position.
+    pub(crate) fn commit(&self, on_memory_write: impl FnOnce(usize, &[u8])) -> (usize, usize) {
+        let _commit = self.commit_lock.lock();
+        let from = self.committed.load(Ordering::Relaxed); // only moved under this lock
+        let to = {
+            let buffer = self.write_buffer.read();
+            let Some(buf) = buffer.as_ref() else {
+                return (from, from);
+            };
+            let to = self.wrote(); // Acquire: the buffer bytes below `to` are complete
+            if to > from {
+                // SAFETY: `[from, to)` of the buffer lies below `wrote`, so the appender
+                // no longer writes it.
+                let src = unsafe { buf.range(from, to - from) };
+                // SAFETY: memory at and above `committed` is touched only by the
+                // committer, and we hold `commit_lock`.
+                let dst = unsafe { self.memory.range_mut(from, to - from) };
+                dst.copy_from_slice(src);
+                on_memory_write(from, src);
+                self.committed.store(to, Ordering::Release);
+            }
+            to
+        };
+        if to == self.len() {
+            // Full and fully committed: the appender is done with this buffer.
+            self.write_buffer.write().take();
+        }
+        (from, to)
+    }
+
+    /// A zero-copy view of `[start, start + len)`, if it lies below the read position.
+    pub(crate) fn view(self: &Arc<Self>, start: usize, len: usize) -> Option<View> {
+        let _gate = self.gate.read();
+        let end = start.checked_add(len)?;
+        if end > self.committed() {
+            return None;
+        }
+        self.views.fetch_add(1, Ordering::AcqRel);
+        Some(View {
+            region: Arc::clone(self),
+            start,
+            len,
+        })
+    }
+
+    /// Moves both positions to `pos`, e.g. for recovery or truncation. With a write
+    /// buffer, bytes appended below `pos` but not yet committed are committed first,
+    /// so they survive the reset.
+    pub(crate) fn reset(
+        &self,
+        pos: usize,
+        on_memory_write: impl FnOnce(usize, &[u8]),
+    ) -> Result<(), ResetRefused> {
+        if pos > self.len() {
+            return Err(ResetRefused::OutOfBounds);
+        }
+        let _append = self.append_lock.lock();
+        let _commit = self.commit_lock.lock();
+        let _gate = self.gate.write();
+        let views = self.views();
+        let committed = self.committed();
+        if views > 0 && pos < committed {
+            return Err(ResetRefused::ViewsOutstanding(views));
+        }
+        if let Some(buf) = self.write_buffer.read().as_ref() {
+            let end = pos.min(self.wrote());
+            if end > committed {
+                // SAFETY: we hold `append_lock`, so no appender writes the buffer.
+                let src = unsafe { buf.range(committed, end - committed) };
+                // SAFETY: memory at and above `committed` is the committer's, and we
+                // hold `commit_lock`; readers stay below `committed`.
+                let dst = unsafe { self.memory.range_mut(committed, end - committed) };
+                dst.copy_from_slice(src);
+                on_memory_write(committed, src);
+            }
+            // Buffer bytes above `pos` are stale now; the appender overwrites them
+            // before any commit copies them.
+        }
+        self.wrote.store(pos, Ordering::Release);
+        self.committed.store(pos, Ordering::Release);
+        if pos == self.len() {
+            self.write_buffer.write().take();
+        }
+        Ok(())
+    }
+
+    /// Writes zeros over the whole memory to fault every page in; only while nothing
+    /// has been appended. Returns false (and does nothing) otherwise.
+    pub(crate) fn zero_fill(&self, on_memory_write: impl FnOnce(usize, &[u8])) -> bool {
+        let _append = self.append_lock.lock();
+        let _commit = self.commit_lock.lock();
+        if self.wrote() != 0 || self.committed() != 0 {
+            return false;
+        }
+        // SAFETY: nothing is published (both positions are 0), so no view exists, and
+        // we hold both locks, so no appender or committer runs.
+        let all = unsafe { self.memory.range_mut(0, self.len()) };
+        all.fill(0);
+        on_memory_write(0, all);
+        true
+    }
+}
+
+/// A zero-copy view of published segment bytes; keeps the memory alive and blocks
+/// position resets while held.
+pub(crate) struct View {
+    region: Arc<Region>,
+    start: usize,
+    len: usize,
+}
+
+impl AsRef<[u8]> for View {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: the range lay below `committed` when the view was made, and
+        // positions cannot be reset below it while `views > 0`; bytes below
+        // `committed` are never written.
+        unsafe { self.region.memory.range(self.start, self.len) }
+    }
+}
+
+impl Drop for View {
+    fn drop(&mut self) {
+        self.region.views.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heap_memory_round_trips() {
+        let mem = SegmentMemory::heap(vec![7u8; 4096]).unwrap();
+        // SAFETY: single-threaded test, no overlapping references.
+        unsafe { mem.range_mut(10, 2).copy_from_slice(&[1, 2]) };
+        // SAFETY: the mutable borrow above has ended.
+        assert_eq!(unsafe { mem.range(9, 4) }, &[7, 1, 2, 7]);
+        assert!(SegmentMemory::heap(Vec::new()).is_err());
+    }
+
+    #[test]
+    fn file_mapping_sees_file_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, vec![3u8; 8192]).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let mem = SegmentMemory::map_file(&file, 8192).unwrap();
+        assert!(mem.is_mapped());
+        // SAFETY: single-threaded test.
+        unsafe { mem.range_mut(0, 1)[0] = 9 };
+        mem.sync_range(0, 1).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap()[0], 9);
+        assert!(SegmentMemory::map_file(&file, 0).is_err());
+    }
+}

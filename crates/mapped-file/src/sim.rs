@@ -1,0 +1,310 @@
+//! Simulated storage for tests: the real `MappedFile` logic over heap memory, with a
+//! model of what a power cut keeps.
+//!
+//! Each file has a *cache* image (what the page cache holds: every byte written) and
+//! a *durable* image (what survived the last successful sync of each range). A crash
+//! keeps an arbitrary subset of the dirty 512-byte sectors (the model of arbitrary
+//! writeback order and torn pages), then the cache becomes the durable image. Syncs
+//! are counted, and the Nth one can be made to fail, in which case nothing of its
+//! range becomes durable (the data is lost, as after fsyncgate).
+//!
+//! File creation and removal are durable as soon as they return, as `MmapStorage`
+//! makes them with a directory fsync.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::io_seam::{epoch_ms, DirEntry, OpenedSegment, SegmentIo, Storage};
+use crate::SegmentMemory;
+
+/// Sector size of the torn-write model.
+pub const SECTOR_SIZE: usize = 512;
+
+struct SimFile {
+    cache: Vec<u8>,
+    durable: Vec<u8>,
+    modified_ms: u64,
+}
+
+impl SimFile {
+    fn new(bytes: Vec<u8>) -> Self {
+        SimFile {
+            durable: bytes.clone(),
+            cache: bytes,
+            modified_ms: epoch_ms(std::time::SystemTime::now()),
+        }
+    }
+}
+
+#[derive(Default)]
+struct SimState {
+    files: BTreeMap<PathBuf, SimFile>,
+    syncs: u64,
+    fail_sync_at: Option<u64>,
+    fail_all_syncs: bool,
+}
+
+/// In-memory [`Storage`] with fault injection. Clones share the same state.
+#[derive(Clone, Default)]
+pub struct SimStorage {
+    state: Arc<Mutex<SimState>>,
+}
+
+impl fmt::Debug for SimStorage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.state.lock();
+        f.debug_struct("SimStorage")
+            .field("files", &state.files.len())
+            .field("syncs", &state.syncs)
+            .finish()
+    }
+}
+
+impl SimStorage {
+    /// An empty storage.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of `sync_range` calls so far.
+    pub fn sync_count(&self) -> u64 {
+        self.state.lock().syncs
+    }
+
+    /// Makes the `n`th sync from now (1-based) fail with `EIO`.
+    pub fn fail_nth_sync(&self, n: u64) {
+        let mut state = self.state.lock();
+        state.fail_sync_at = Some(state.syncs + n);
+    }
+
+    /// Makes every sync fail (`true`) or succeed again (`false`).
+    pub fn fail_all_syncs(&self, fail: bool) {
+        self.state.lock().fail_all_syncs = fail;
+    }
+
+    /// Number of 512-byte sectors written but not yet durable, over all files.
+    pub fn dirty_sectors(&self) -> usize {
+        let state = self.state.lock();
+        state.files.values().map(|f| dirty_sectors(f).count()).sum()
+    }
+
+    /// Simulates a power cut: each dirty sector is kept if `keep(path, sector)` says
+    /// so, else it reverts to its durable content. Segments opened before the crash
+    /// must not be used afterwards; reopen them.
+    pub fn crash(&self, mut keep: impl FnMut(&Path, usize) -> bool) {
+        let mut state = self.state.lock();
+        for (path, file) in state.files.iter_mut() {
+            let dirty: Vec<usize> = dirty_sectors(file).collect();
+            for sector in dirty {
+                let range = sector_range(sector, file.cache.len());
+                if keep(path, sector) {
+                    let bytes = file.cache[range.clone()].to_vec();
+                    file.durable[range].copy_from_slice(&bytes);
+                }
+            }
+            file.cache = file.durable.clone();
+        }
+    }
+
+    /// A power cut that loses every unsynced byte.
+    pub fn crash_losing_unsynced(&self) {
+        self.crash(|_, _| false);
+    }
+
+    /// A power cut deciding each dirty sector with a deterministic generator.
+    pub fn crash_with_seed(&self, seed: u64) {
+        let mut rng = SplitMix64(seed);
+        self.crash(|_, _| rng.next() & 1 == 1);
+    }
+
+    /// The cache image of a file (what a reader of the file sees now).
+    pub fn file_bytes(&self, path: &Path) -> Option<Vec<u8>> {
+        self.state.lock().files.get(path).map(|f| f.cache.clone())
+    }
+
+    /// Replaces a file's content, cache and durable alike (creates it if missing):
+    /// for planting damage or foreign files in tests.
+    pub fn write_file(&self, path: &Path, bytes: &[u8]) {
+        let mut state = self.state.lock();
+        state
+            .files
+            .insert(path.to_path_buf(), SimFile::new(bytes.to_vec()));
+    }
+
+    /// Sets a file's modification time (ms since the epoch) as `list` reports it.
+    pub fn set_modified_ms(&self, path: &Path, modified_ms: u64) {
+        if let Some(file) = self.state.lock().files.get_mut(path) {
+            file.modified_ms = modified_ms;
+        }
+    }
+
+    /// Overwrites `bytes` at `offset` of an existing file, cache and durable alike.
+    /// Returns false if the file does not exist or is too short.
+    pub fn patch_file(&self, path: &Path, offset: usize, bytes: &[u8]) -> bool {
+        let mut state = self.state.lock();
+        let Some(file) = state.files.get_mut(path) else {
+            return false;
+        };
+        let Some(end) = offset
+            .checked_add(bytes.len())
+            .filter(|&e| e <= file.cache.len())
+        else {
+            return false;
+        };
+        file.cache[offset..end].copy_from_slice(bytes);
+        file.durable[offset..end].copy_from_slice(bytes);
+        true
+    }
+}
+
+fn sector_range(sector: usize, len: usize) -> std::ops::Range<usize> {
+    let start = sector * SECTOR_SIZE;
+    start..(start + SECTOR_SIZE).min(len)
+}
+
+fn dirty_sectors(file: &SimFile) -> impl Iterator<Item = usize> + '_ {
+    file.cache
+        .chunks(SECTOR_SIZE)
+        .zip(file.durable.chunks(SECTOR_SIZE))
+        .enumerate()
+        .filter(|(_, (c, d))| c != d)
+        .map(|(i, _)| i)
+}
+
+/// A small deterministic generator (SplitMix64) so the crate needs no `rand`.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+impl Storage for SimStorage {
+    fn create_dir_all(&self, _dir: &Path) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
+        let state = self.state.lock();
+        Ok(state
+            .files
+            .iter()
+            .filter(|(p, _)| p.parent() == Some(dir))
+            .map(|(p, f)| DirEntry {
+                name: p
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                len: f.cache.len() as u64,
+                modified_ms: f.modified_ms,
+            })
+            .collect())
+    }
+
+    fn create(&self, path: &Path, len: usize) -> io::Result<OpenedSegment> {
+        let mut state = self.state.lock();
+        if state.files.contains_key(path) {
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, "file exists"));
+        }
+        let memory = SegmentMemory::heap(vec![0; len])?;
+        state
+            .files
+            .insert(path.to_path_buf(), SimFile::new(vec![0; len]));
+        Ok(OpenedSegment {
+            memory,
+            io: Box::new(SimSegment {
+                path: path.to_path_buf(),
+                state: Arc::clone(&self.state),
+            }),
+        })
+    }
+
+    fn open(&self, path: &Path, len: usize) -> io::Result<OpenedSegment> {
+        let state = self.state.lock();
+        let file = state
+            .files
+            .get(path)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        if file.cache.len() < len {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "file shorter than the segment size",
+            ));
+        }
+        let memory = SegmentMemory::heap(file.cache[..len].to_vec())?;
+        Ok(OpenedSegment {
+            memory,
+            io: Box::new(SimSegment {
+                path: path.to_path_buf(),
+                state: Arc::clone(&self.state),
+            }),
+        })
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        self.state
+            .lock()
+            .files
+            .remove(path)
+            .map(|_| ())
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+    }
+}
+
+struct SimSegment {
+    path: PathBuf,
+    state: Arc<Mutex<SimState>>,
+}
+
+impl fmt::Debug for SimSegment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SimSegment")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl SegmentIo for SimSegment {
+    fn note_written(&self, offset: usize, bytes: &[u8]) {
+        if let Some(file) = self.state.lock().files.get_mut(&self.path) {
+            file.cache[offset..offset + bytes.len()].copy_from_slice(bytes);
+            file.modified_ms = epoch_ms(std::time::SystemTime::now());
+        }
+    }
+
+    fn sync_range(&self, _memory: &SegmentMemory, offset: usize, len: usize) -> io::Result<()> {
+        let mut state = self.state.lock();
+        state.syncs += 1;
+        if state.fail_all_syncs || state.fail_sync_at == Some(state.syncs) {
+            // The range is lost: nothing of it becomes durable.
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        let file = state
+            .files
+            .get_mut(&self.path)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        let end = offset + len;
+        let bytes = file.cache[offset..end].to_vec();
+        file.durable[offset..end].copy_from_slice(&bytes);
+        Ok(())
+    }
+
+    fn advise_and_lock(&self, _memory: &SegmentMemory, _lock: bool) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn remove(&self) -> io::Result<()> {
+        self.state.lock().files.remove(&self.path);
+        Ok(())
+    }
+}

@@ -1,0 +1,85 @@
+//! The error type of this crate.
+
+use std::io;
+use std::path::PathBuf;
+
+use mapped_file::MappedFileError;
+
+/// Errors of a [`SegmentQueue`](crate::SegmentQueue), each naming the file or
+/// directory concerned.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum QueueError {
+    /// The configuration cannot work.
+    #[error("invalid segment queue config: {reason}")]
+    InvalidConfig {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The directory could not be created or listed.
+    #[error("cannot read segment directory {}: {source}", path.display())]
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// A file in the directory is not named by 20 digits.
+    #[error("{} is not a segment file: its name must be 20 decimal digits (the start offset); move foreign files out of the directory", path.display())]
+    MalformedName {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A segment file has the wrong size.
+    #[error("segment {} has {actual} bytes but the segment size is {expected}", path.display())]
+    WrongSize {
+        /// The file.
+        path: PathBuf,
+        /// The configured segment size.
+        expected: u64,
+        /// The file's size.
+        actual: u64,
+    },
+    /// A segment's start offset is not a multiple of the segment size.
+    #[error("segment {} starts at {offset}, which is not a multiple of the segment size {file_size}", path.display())]
+    Misaligned {
+        /// The file.
+        path: PathBuf,
+        /// Its start offset.
+        offset: u64,
+        /// The configured segment size.
+        file_size: u64,
+    },
+    /// Segments are not consecutive: a file is missing before this one.
+    #[error("segment {} starts at {found}, but the previous segment ends at {expected}: a segment is missing", path.display())]
+    Gap {
+        /// The file after the gap.
+        path: PathBuf,
+        /// Where it should have started.
+        expected: u64,
+        /// Where it starts.
+        found: u64,
+    },
+    /// The write-buffer pool is empty and the config says not to fall back.
+    #[error("transient store pool exhausted ({pool_size} buffers borrowed) while creating segment at {offset}")]
+    PoolExhausted {
+        /// The pool's size.
+        pool_size: usize,
+        /// The segment being created.
+        offset: u64,
+    },
+    /// An offset outside the stored range.
+    #[error("offset {offset} is outside the stored range [{min}, {max})")]
+    OffsetOutOfRange {
+        /// The offset asked for.
+        offset: u64,
+        /// First stored offset.
+        min: u64,
+        /// End of stored data.
+        max: u64,
+    },
+    /// An operation on one segment failed.
+    #[error(transparent)]
+    File(#[from] MappedFileError),
+}
