@@ -1,7 +1,7 @@
 //! `cargo xtask`: the one entry point for CI chores.
 //!
 //! ```text
-//! cargo xtask ci                         fmt --check, clippy -D warnings, tests, rustdoc -D warnings
+//! cargo xtask ci                         fmt --check, clippy -D warnings, tests, loom, rustdoc -D warnings
 //! cargo xtask test                       the test suite (what CI runs)
 //! cargo xtask proptest --cases N [--seed S]
 //!                                        the property tests (`prop_*`) with N cases, optimised build

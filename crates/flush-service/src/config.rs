@@ -1,0 +1,61 @@
+//! The flush knobs, under RocketMQ's names in snake_case, with RocketMQ's defaults.
+
+use std::time::Duration;
+
+/// Flush-service configuration. Every field is a RocketMQ `MessageStoreConfig` knob
+/// (`flushIntervalCommitLog` → `flush_interval_commit_log_ms`, ...).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlushConfig {
+    /// Async flush interval (`flushIntervalCommitLog`, 500 ms).
+    pub flush_interval_commit_log_ms: u64,
+    /// Async flush threshold in 4 KiB pages (`flushCommitLogLeastPages`, 4).
+    pub flush_commit_log_least_pages: usize,
+    /// A thorough (least pages 0) async flush at least this often
+    /// (`flushCommitLogThoroughInterval`, 10 s).
+    pub flush_commit_log_thorough_interval_ms: u64,
+    /// Async flush sleeps its interval regardless of puts (`flushCommitLogTimed`,
+    /// true); false: a put (with `wake_flush_when_put_message`) wakes it early.
+    pub flush_commit_log_timed: bool,
+    /// Write-buffer commit interval (`commitIntervalCommitLog`, 200 ms).
+    pub commit_interval_commit_log_ms: u64,
+    /// Commit threshold in 4 KiB pages (`commitCommitLogLeastPages`, 4).
+    pub commit_commit_log_least_pages: usize,
+    /// A thorough commit at least this often (`commitCommitLogThoroughInterval`, 200 ms).
+    pub commit_commit_log_thorough_interval_ms: u64,
+    /// Deadline of a sync-flush request (`syncFlushTimeout`, 5000 ms).
+    pub sync_flush_timeout_ms: u64,
+    /// A put wakes the commit service (`wakeCommitWhenPutMessage`, true).
+    pub wake_commit_when_put_message: bool,
+    /// A put wakes the async flush service (`wakeFlushWhenPutMessage`, false).
+    pub wake_flush_when_put_message: bool,
+    /// Group commit's wait between rounds when not woken (RocketMQ's
+    /// `waitForRunning(10)`, 10 ms).
+    pub group_commit_interval_ms: u64,
+    /// Bound on joining a service thread at shutdown (RocketMQ: 5 min for flushers).
+    pub service_join_time_ms: u64,
+}
+
+impl Default for FlushConfig {
+    fn default() -> Self {
+        FlushConfig {
+            flush_interval_commit_log_ms: 500,
+            flush_commit_log_least_pages: 4,
+            flush_commit_log_thorough_interval_ms: 10_000,
+            flush_commit_log_timed: true,
+            commit_interval_commit_log_ms: 200,
+            commit_commit_log_least_pages: 4,
+            commit_commit_log_thorough_interval_ms: 200,
+            sync_flush_timeout_ms: 5000,
+            wake_commit_when_put_message: true,
+            wake_flush_when_put_message: false,
+            group_commit_interval_ms: 10,
+            service_join_time_ms: 5 * 60 * 1000,
+        }
+    }
+}
+
+impl FlushConfig {
+    pub(crate) fn ms(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+}

@@ -1,0 +1,360 @@
+//! Sync flush with group commit: RocketMQ's `GroupCommitService` and
+//! `FlushDiskWatcher`.
+//!
+//! Producers put requests ("offset X must be durable") into the *write* list under
+//! a short lock and wake the service. The service swaps the write list into its
+//! *in-flight* list (the seed's double-list swap: producers never wait for a
+//! flush), commits write buffers if configured (so the flush covers them: #7523),
+//! flushes once, and completes every in-flight request the flush covered. A request
+//! whose bytes span two segments is covered because the target's flush crosses
+//! segment boundaries (#3408). A flush error completes every waiting request with
+//! that error and latches: later requests fail at once (#2706/#9713).
+//!
+//! Deadlines: requests are queued in arrival order with one timeout, so their
+//! deadlines are ordered too; the watcher thread completes expired requests from
+//! the front of both lists with [`FlushError::Timeout`] even while the flusher is
+//! stuck in a slow sync. The first completion wins.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::error::TargetError;
+use crate::handle::{Completion, DurabilityHandle};
+use crate::sync::{lock, Arc, AtomicU64, Mutex, Ordering};
+use crate::{FlushError, FlushTarget, FlushedCallback, FlushedReport};
+
+/// RocketMQ's `RETRY_TIMES_OVER`: final flush attempts on shutdown.
+pub const RETRY_TIMES_OVER: usize = 10;
+
+/// Configuration of group commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupCommitConfig {
+    /// Deadline of a request (`syncFlushTimeout`, default 5000 ms).
+    pub sync_flush_timeout: Duration,
+    /// Commit write buffers before each flush (set when a write-buffer pool is used).
+    pub commit_before_flush: bool,
+    /// How long the service waits for a wake-up before flushing anyway
+    /// (RocketMQ's `waitForRunning(10)`).
+    pub wait_interval: Duration,
+}
+
+impl Default for GroupCommitConfig {
+    fn default() -> Self {
+        GroupCommitConfig {
+            sync_flush_timeout: Duration::from_millis(5000),
+            commit_before_flush: false,
+            wait_interval: Duration::from_millis(10),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Request {
+    next_offset: u64,
+    deadline: Duration,
+    completion: Arc<Completion>,
+}
+
+#[derive(Debug, Default)]
+struct WriteList {
+    requests: VecDeque<Request>,
+    closed: bool,
+}
+
+/// Counters of a group-commit service.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupCommitStats {
+    /// Flushes issued.
+    pub flushes: u64,
+    /// Requests completed durable.
+    pub acknowledged: u64,
+    /// Requests completed with a timeout.
+    pub timeouts: u64,
+    /// Requests completed with a storage error.
+    pub failed: u64,
+    /// Requests rejected or completed because the service stopped.
+    pub stopped: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    flushes: AtomicU64,
+    acknowledged: AtomicU64,
+    timeouts: AtomicU64,
+    failed: AtomicU64,
+    stopped: AtomicU64,
+}
+
+/// The group-commit core, without threads: producers call
+/// [`put_request`](Self::put_request); a service thread (or a test) calls
+/// [`swap`](Self::swap), [`do_commit`](Self::do_commit) and
+/// [`expire`](Self::expire).
+pub struct GroupCommit {
+    target: Arc<dyn FlushTarget>,
+    clock: Arc<dyn Clock>,
+    config: GroupCommitConfig,
+    write: Mutex<WriteList>,
+    inflight: Mutex<VecDeque<Request>>,
+    failure: Mutex<Option<TargetError>>,
+    counters: Counters,
+    on_flushed: Option<FlushedCallback>,
+}
+
+impl std::fmt::Debug for GroupCommit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupCommit")
+            .field("config", &self.config)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl GroupCommit {
+    /// A group-commit core over `target`.
+    pub fn new(
+        target: Arc<dyn FlushTarget>,
+        clock: Arc<dyn Clock>,
+        config: GroupCommitConfig,
+        on_flushed: Option<FlushedCallback>,
+    ) -> Self {
+        GroupCommit {
+            target,
+            clock,
+            config,
+            write: Mutex::new(WriteList::default()),
+            inflight: Mutex::new(VecDeque::new()),
+            failure: Mutex::new(None),
+            counters: Counters::default(),
+            on_flushed,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GroupCommitConfig {
+        &self.config
+    }
+
+    /// Queues a request that bytes below `next_offset` (`wroteOffset + wroteBytes`)
+    /// become durable. Does not wake the service; the caller does. Rejected at once
+    /// after a flush error or once the service is closed.
+    pub fn put_request(&self, next_offset: u64) -> DurabilityHandle {
+        if let Some(source) = lock(&self.failure).clone() {
+            self.counters.failed.fetch_add(1, Ordering::Relaxed);
+            return DurabilityHandle::resolved(Err(FlushError::Failed {
+                offset: next_offset,
+                source,
+            }));
+        }
+        let completion = Completion::new();
+        let deadline = self.clock.now() + self.config.sync_flush_timeout;
+        {
+            let mut write = lock(&self.write);
+            if write.closed {
+                drop(write);
+                self.counters.stopped.fetch_add(1, Ordering::Relaxed);
+                return DurabilityHandle::resolved(Err(FlushError::Stopped {
+                    offset: next_offset,
+                }));
+            }
+            write.requests.push_back(Request {
+                next_offset,
+                deadline,
+                completion: Arc::clone(&completion),
+            });
+        }
+        DurabilityHandle::pending(completion)
+    }
+
+    /// Moves queued requests to the in-flight list (RocketMQ's `swapRequests`, run
+    /// in `onWaitEnd`). Producers hold the write lock only for a push.
+    pub fn swap(&self) {
+        let taken = std::mem::take(&mut lock(&self.write).requests);
+        if !taken.is_empty() {
+            lock(&self.inflight).extend(taken);
+        }
+    }
+
+    /// Requests waiting in either list.
+    pub fn pending(&self) -> usize {
+        lock(&self.write).requests.len() + lock(&self.inflight).len()
+    }
+
+    /// One round: commit (if configured) and flush once, then complete every
+    /// in-flight request the flush covered. Requests not covered stay in flight
+    /// (or time out). Flushes even with no request, so bytes of producers that do
+    /// not wait (`wait_store_msg_ok = false`) become durable too. Returns the
+    /// number of requests acknowledged.
+    pub fn do_commit(&self) -> usize {
+        if lock(&self.failure).is_some() {
+            self.fail_all();
+            return 0;
+        }
+        let result = if self.config.commit_before_flush {
+            self.target.commit(0).and_then(|_| self.target.flush(0))
+        } else {
+            self.target.flush(0)
+        };
+        self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        match result {
+            Ok(flushed) => {
+                let acknowledged = self.complete_covered(flushed);
+                if let Some(callback) = &self.on_flushed {
+                    callback(FlushedReport {
+                        flushed_where: flushed,
+                        store_timestamp: self.target.store_timestamp(),
+                    });
+                }
+                acknowledged
+            }
+            Err(source) => {
+                tracing::error!(error = %source, "group commit flush failed; failing every waiting request");
+                *lock(&self.failure) = Some(source);
+                self.fail_all();
+                0
+            }
+        }
+    }
+
+    fn complete_covered(&self, flushed: u64) -> usize {
+        let now = self.clock.now();
+        let mut acknowledged = 0;
+        let mut inflight = lock(&self.inflight);
+        inflight.retain(|request| {
+            if request.next_offset <= flushed {
+                // Durability invariant: acknowledged only when the flush covered it.
+                assert!(
+                    request.next_offset <= self.target.flushed_where(),
+                    "acknowledging an offset above flushed_where"
+                );
+                if request.completion.complete(Ok(())) {
+                    acknowledged += 1;
+                }
+                false
+            } else if now >= request.deadline {
+                self.time_out(request);
+                false
+            } else {
+                !request.completion.is_complete()
+            }
+        });
+        self.counters
+            .acknowledged
+            .fetch_add(acknowledged as u64, Ordering::Relaxed);
+        acknowledged
+    }
+
+    fn time_out(&self, request: &Request) {
+        let timeout_ms = self.config.sync_flush_timeout.as_millis() as u64;
+        if request.completion.complete(Err(FlushError::Timeout {
+            offset: request.next_offset,
+            timeout_ms,
+        })) {
+            self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn fail_all(&self) {
+        let Some(source) = lock(&self.failure).clone() else {
+            return;
+        };
+        self.swap();
+        let failed: Vec<Request> = lock(&self.inflight).drain(..).collect();
+        for request in failed {
+            if request.completion.complete(Err(FlushError::Failed {
+                offset: request.next_offset,
+                source: Arc::clone(&source),
+            })) {
+                self.counters.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Completes requests past their deadline with [`FlushError::Timeout`]
+    /// (RocketMQ's `FlushDiskWatcher`). Returns how many timed out.
+    pub fn expire(&self) -> usize {
+        let now = self.clock.now();
+        let before = self.counters.timeouts.load(Ordering::Relaxed);
+        {
+            // Completed requests at the front are dropped on the way.
+            let mut inflight = lock(&self.inflight);
+            while inflight
+                .front()
+                .is_some_and(|r| now >= r.deadline || r.completion.is_complete())
+            {
+                let request = inflight.pop_front().expect("front exists");
+                self.time_out(&request);
+            }
+        }
+        {
+            let mut write = lock(&self.write);
+            while write.requests.front().is_some_and(|r| now >= r.deadline) {
+                let request = write.requests.pop_front().expect("front exists");
+                self.time_out(&request);
+            }
+        }
+        (self.counters.timeouts.load(Ordering::Relaxed) - before) as usize
+    }
+
+    /// Closes the service: new requests are rejected, pending ones get up to
+    /// [`RETRY_TIMES_OVER`] final flushes, and any still pending then complete with
+    /// [`FlushError::Stopped`].
+    pub fn drain(&self) {
+        lock(&self.write).closed = true;
+        for _ in 0..RETRY_TIMES_OVER {
+            self.swap();
+            if lock(&self.inflight).is_empty() && lock(&self.failure).is_some() {
+                break;
+            }
+            self.do_commit();
+            if lock(&self.inflight).is_empty() {
+                break;
+            }
+        }
+        self.swap();
+        for request in lock(&self.inflight).drain(..) {
+            if request.completion.complete(Err(FlushError::Stopped {
+                offset: request.next_offset,
+            })) {
+                self.counters.stopped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Answers every request still pending with [`FlushError::Stopped`] and closes
+    /// the service. The last resort of shutdown, e.g. after the flusher thread died:
+    /// no request is ever left without an answer.
+    pub fn abandon(&self) {
+        lock(&self.write).closed = true;
+        self.swap();
+        let left: Vec<Request> = lock(&self.inflight).drain(..).collect();
+        for request in left {
+            if request.completion.complete(Err(FlushError::Stopped {
+                offset: request.next_offset,
+            })) {
+                self.counters.stopped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// True once [`drain`](Self::drain) ran.
+    pub fn is_closed(&self) -> bool {
+        lock(&self.write).closed
+    }
+
+    /// The first flush error, if any.
+    pub fn failure(&self) -> Option<TargetError> {
+        lock(&self.failure).clone()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> GroupCommitStats {
+        GroupCommitStats {
+            flushes: self.counters.flushes.load(Ordering::Relaxed),
+            acknowledged: self.counters.acknowledged.load(Ordering::Relaxed),
+            timeouts: self.counters.timeouts.load(Ordering::Relaxed),
+            failed: self.counters.failed.load(Ordering::Relaxed),
+            stopped: self.counters.stopped.load(Ordering::Relaxed),
+        }
+    }
+}

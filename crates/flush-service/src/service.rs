@@ -1,0 +1,272 @@
+//! RocketMQ's `ServiceThread`: a named background thread with a wake-up that is
+//! never lost, an interruptible wait, and a bounded join.
+//!
+//! Protocol (checked by the loom model `loom_wakeup_is_never_lost`): `wakeup` sets
+//! `notified` and then notifies *under the mutex*; `wait_for_running` clears
+//! `notified` or, finding it clear, re-checks it under the mutex before sleeping.
+//! A wake-up that lands between the check and the sleep therefore blocks on the
+//! mutex until the waiter sleeps, and its notification reaches it. An idle service
+//! sleeps on the condition variable, never spins (ROCKETMQ-33).
+
+use std::time::Duration;
+
+use crate::sync::{lock, wait_timeout, Arc, AtomicBool, Condvar, Mutex, Ordering};
+
+/// State shared between a service thread and its handle.
+#[derive(Debug, Default)]
+pub struct ServiceState {
+    notified: AtomicBool,
+    stopped: AtomicBool,
+    finished: Mutex<bool>,
+    mutex: Mutex<()>,
+    cond: Condvar,
+}
+
+impl ServiceState {
+    /// A fresh, running, un-notified state.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Wakes the service if it waits; if it is busy, its next wait returns at once.
+    pub fn wakeup(&self) {
+        // AcqRel: the waiter that clears the flag sees everything done before this.
+        if !self.notified.swap(true, Ordering::AcqRel) {
+            let _guard = lock(&self.mutex);
+            self.cond.notify_all();
+        }
+    }
+
+    /// Asks the service to stop and wakes it.
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        let _guard = lock(&self.mutex);
+        self.notified.store(true, Ordering::Release);
+        self.cond.notify_all();
+    }
+
+    /// True once [`stop`](Self::stop) was called.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+
+    /// RocketMQ's `waitForRunning`: returns at once if woken since the last wait,
+    /// else sleeps until woken, stopped, or `interval` passes; then runs
+    /// `on_wait_end` (where group commit swaps its request lists).
+    pub fn wait_for_running(&self, interval: Duration, on_wait_end: impl FnOnce()) {
+        if !self.notified.swap(false, Ordering::AcqRel) {
+            let guard = lock(&self.mutex);
+            // Re-check under the mutex: a `wakeup` after our swap cannot notify until
+            // we sleep (it needs the mutex), so it is not lost.
+            if !self.notified.load(Ordering::Acquire) && !self.is_stopped() {
+                drop(wait_timeout(&self.cond, guard, interval));
+            }
+            self.notified.store(false, Ordering::Release);
+        }
+        on_wait_end();
+    }
+
+    /// Sleeps `interval` regardless of wake-ups, returning early only on stop
+    /// (the timed mode of the async flush, RocketMQ's `Thread.sleep`).
+    pub fn sleep(&self, interval: Duration) {
+        let deadline = std::time::Instant::now() + interval;
+        let mut guard = lock(&self.mutex);
+        while !self.is_stopped() {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                break;
+            }
+            guard = wait_timeout(&self.cond, guard, deadline - now);
+        }
+    }
+
+    fn mark_finished(&self) {
+        *lock(&self.finished) = true;
+        let _guard = lock(&self.mutex);
+        self.cond.notify_all();
+    }
+
+    fn wait_finished(&self, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if *lock(&self.finished) {
+                return true;
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            let guard = lock(&self.mutex);
+            if *lock(&self.finished) {
+                return true;
+            }
+            drop(wait_timeout(
+                &self.cond,
+                guard,
+                (deadline - now).min(Duration::from_millis(50)),
+            ));
+        }
+    }
+}
+
+/// A running service thread.
+#[derive(Debug)]
+pub struct ServiceThread {
+    name: String,
+    state: Arc<ServiceState>,
+    handle: Option<crate::sync::thread::JoinHandle<()>>,
+}
+
+impl ServiceThread {
+    /// Spawns `name` running `body`, which should loop until
+    /// [`ServiceState::is_stopped`] and then drain.
+    pub fn spawn(
+        name: &str,
+        state: Arc<ServiceState>,
+        body: impl FnOnce(&ServiceState) + Send + 'static,
+    ) -> std::io::Result<Self> {
+        let thread_state = Arc::clone(&state);
+        let run = move || {
+            // Marks the thread finished even if `body` panics, so shutdown never
+            // waits out its whole join bound for a thread that is already gone.
+            struct Finished(Arc<ServiceState>);
+            impl Drop for Finished {
+                fn drop(&mut self) {
+                    self.0.mark_finished();
+                }
+            }
+            let finished = Finished(thread_state);
+            body(&finished.0);
+        };
+        #[cfg(not(loom))]
+        let handle = std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn(run)?;
+        #[cfg(loom)]
+        let handle = loom::thread::spawn(run);
+        Ok(ServiceThread {
+            name: name.to_string(),
+            state,
+            handle: Some(handle),
+        })
+    }
+
+    /// The thread's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The shared state (for `wakeup`).
+    pub fn state(&self) -> &Arc<ServiceState> {
+        &self.state
+    }
+
+    /// Stops the thread and joins it, waiting at most `join_timeout` (RocketMQ's
+    /// `getJoinTime`). Returns false if the thread did not finish in time; it is
+    /// then left detached and logged.
+    pub fn shutdown(&mut self, join_timeout: Duration) -> bool {
+        self.state.stop();
+        let Some(handle) = self.handle.take() else {
+            return true;
+        };
+        if cfg!(loom) || self.state.wait_finished(join_timeout) {
+            let _ = handle.join();
+            true
+        } else {
+            tracing::error!(service = %self.name, ?join_timeout, "service thread did not stop in time; detaching");
+            false
+        }
+    }
+}
+
+impl Drop for ServiceThread {
+    fn drop(&mut self) {
+        if self.handle.is_some() {
+            self.shutdown(Duration::from_secs(90));
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn a_wakeup_before_the_wait_is_not_lost() {
+        let state = ServiceState::new();
+        state.wakeup();
+        let started = std::time::Instant::now();
+        let mut ran = false;
+        state.wait_for_running(Duration::from_secs(3600), || ran = true);
+        assert!(ran, "on_wait_end runs");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "returned without waiting the interval"
+        );
+    }
+
+    #[test]
+    fn a_wakeup_during_the_wait_ends_it_and_stop_ends_the_thread() {
+        let state = ServiceState::new();
+        let rounds = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&rounds);
+        let mut thread = ServiceThread::spawn("test-service", Arc::clone(&state), move |s| {
+            while !s.is_stopped() {
+                s.wait_for_running(Duration::from_secs(3600), || {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+        })
+        .unwrap();
+        assert_eq!(thread.name(), "test-service");
+        // Each wake-up must end a one-hour wait; the test would hang otherwise.
+        for i in 1..=3 {
+            while rounds.load(Ordering::SeqCst) < i {
+                state.wakeup();
+                std::thread::yield_now();
+            }
+        }
+        assert!(thread.shutdown(Duration::from_secs(60)));
+        assert!(state.is_stopped());
+    }
+
+    #[test]
+    fn sleep_ignores_wakeups_but_not_stop() {
+        let state = ServiceState::new();
+        let stopper = Arc::clone(&state);
+        let t = std::thread::spawn(move || stopper.stop());
+        state.sleep(Duration::from_secs(3600));
+        t.join().unwrap();
+        assert!(state.is_stopped());
+    }
+
+    #[test]
+    fn a_panicking_service_is_joined_at_once() {
+        let state = ServiceState::new();
+        let mut thread =
+            ServiceThread::spawn("panics", Arc::clone(&state), |_| panic!("planted")).unwrap();
+        let started = std::time::Instant::now();
+        assert!(thread.shutdown(Duration::from_secs(600)));
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "did not wait out the join bound"
+        );
+    }
+
+    #[test]
+    fn join_is_bounded() {
+        let state = ServiceState::new();
+        let release = Arc::new(std::sync::Barrier::new(2));
+        let inner = Arc::clone(&release);
+        let mut thread = ServiceThread::spawn("stuck", Arc::clone(&state), move |_| {
+            inner.wait();
+        })
+        .unwrap();
+        assert!(
+            !thread.shutdown(Duration::from_millis(20)),
+            "a stuck thread is reported, not waited on forever"
+        );
+        release.wait();
+    }
+}

@@ -1,0 +1,140 @@
+//! An in-memory [`FlushTarget`] for tests and benchmarks: counts flushes, can fail
+//! them, can simulate sync latency, and checks that its flushed offset never moves
+//! backwards.
+
+use std::time::Duration;
+
+use crate::sync::{lock, Arc, AtomicBool, AtomicU64, Mutex, Ordering};
+use crate::{FlushTarget, TargetError};
+
+const PAGE: u64 = 4096;
+
+/// The error [`MemoryTarget`] returns once failing.
+#[derive(Debug, thiserror::Error)]
+#[error("injected flush failure")]
+pub struct InjectedFailure;
+
+/// A byte counter standing in for a segment queue.
+#[derive(Debug, Default)]
+pub struct MemoryTarget {
+    wrote: AtomicU64,
+    committed: AtomicU64,
+    flushed: AtomicU64,
+    write_buffer: bool,
+    flushes: AtomicU64,
+    commits: AtomicU64,
+    fail_flushes: AtomicBool,
+    latched: AtomicBool,
+    flush_latency: Mutex<Option<Duration>>,
+}
+
+impl MemoryTarget {
+    /// Appends become flushable at once (no write buffer).
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Appends must be committed before a flush covers them (a write buffer).
+    pub fn with_write_buffer() -> Arc<Self> {
+        Arc::new(MemoryTarget {
+            write_buffer: true,
+            ..Self::default()
+        })
+    }
+
+    /// Each flush sleeps this long (simulated sync latency), for benchmarks.
+    pub fn set_flush_latency(&self, latency: Duration) {
+        *lock(&self.flush_latency) = Some(latency);
+    }
+
+    /// Appends `bytes`; returns the end offset (`wroteOffset + wroteBytes`).
+    pub fn append(&self, bytes: u64) -> u64 {
+        let end = self.wrote.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        if !self.write_buffer {
+            self.committed.fetch_max(end, Ordering::AcqRel);
+        }
+        end
+    }
+
+    /// From now on every flush fails, and stays failed (a latched sync error).
+    pub fn fail_flushes(&self) {
+        self.fail_flushes.store(true, Ordering::Release);
+    }
+
+    /// Flushes attempted.
+    pub fn flushes(&self) -> u64 {
+        self.flushes.load(Ordering::Acquire)
+    }
+
+    /// Commits attempted.
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Acquire)
+    }
+
+    /// Bytes appended.
+    pub fn wrote(&self) -> u64 {
+        self.wrote.load(Ordering::Acquire)
+    }
+
+    fn readable(&self) -> u64 {
+        self.committed.load(Ordering::Acquire)
+    }
+}
+
+fn due(done: u64, target: u64, least_pages: usize) -> bool {
+    target > done && (least_pages == 0 || target / PAGE - done / PAGE >= least_pages as u64)
+}
+
+impl FlushTarget for MemoryTarget {
+    fn flush(&self, least_pages: usize) -> Result<u64, TargetError> {
+        self.flushes.fetch_add(1, Ordering::AcqRel);
+        if self.fail_flushes.load(Ordering::Acquire) || self.latched.load(Ordering::Acquire) {
+            self.latched.store(true, Ordering::Release);
+            return Err(Arc::new(InjectedFailure));
+        }
+        let latency = *lock(&self.flush_latency);
+        let target = self.readable();
+        let done = self.flushed.load(Ordering::Acquire);
+        if due(done, target, least_pages) {
+            if let Some(latency) = latency {
+                std::thread::sleep(latency);
+            }
+            let previous = self.flushed.fetch_max(target, Ordering::AcqRel);
+            assert!(
+                previous <= target.max(previous),
+                "flushed offset moved backwards"
+            );
+        }
+        Ok(self.flushed.load(Ordering::Acquire))
+    }
+
+    fn commit(&self, least_pages: usize) -> Result<u64, TargetError> {
+        self.commits.fetch_add(1, Ordering::AcqRel);
+        let wrote = self.wrote.load(Ordering::Acquire);
+        let done = self.committed.load(Ordering::Acquire);
+        if due(done, wrote, least_pages) {
+            self.committed.fetch_max(wrote, Ordering::AcqRel);
+        }
+        Ok(self.committed.load(Ordering::Acquire))
+    }
+
+    fn flushed_where(&self) -> u64 {
+        self.flushed.load(Ordering::Acquire)
+    }
+
+    fn committed_where(&self) -> u64 {
+        self.committed.load(Ordering::Acquire)
+    }
+
+    fn unflushed_bytes(&self) -> u64 {
+        self.readable().saturating_sub(self.flushed_where())
+    }
+
+    fn uncommitted_bytes(&self) -> u64 {
+        self.wrote().saturating_sub(self.committed_where())
+    }
+
+    fn store_timestamp(&self) -> u64 {
+        self.flushed_where()
+    }
+}
