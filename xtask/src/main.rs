@@ -55,22 +55,10 @@ fn cargo(args: &[&str], envs: &[(&str, &str)]) -> Result<(), String> {
 
 fn ci() -> Result<(), String> {
     cargo(&["fmt", "--all", "--check"], &[])?;
-    cargo(
-        &[
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ],
-        &[],
-    )?;
+    cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"], &[])?;
     test()?;
-    cargo(
-        &["doc", "--workspace", "--no-deps"],
-        &[("RUSTDOCFLAGS", "-D warnings")],
-    )
+    loom()?;
+    cargo(&["doc", "--workspace", "--no-deps"], &[("RUSTDOCFLAGS", "-D warnings")])
 }
 
 fn test() -> Result<(), String> {
@@ -89,13 +77,10 @@ fn proptest(args: &[String]) -> Result<(), String> {
         }
     }
     let cases = cases.ok_or("proptest needs --cases N")?;
-    cases
-        .parse::<u32>()
-        .map_err(|_| format!("--cases takes a number, not {cases}"))?;
+    cases.parse::<u32>().map_err(|_| format!("--cases takes a number, not {cases}"))?;
     let mut envs = vec![("PROPTEST_CASES", cases.as_str())];
     if let Some(seed) = &seed {
-        seed.parse::<u64>()
-            .map_err(|_| format!("--seed takes a number, not {seed}"))?;
+        seed.parse::<u64>().map_err(|_| format!("--seed takes a number, not {seed}"))?;
         envs.push(("PROPTEST_RNG_SEED", seed.as_str()));
     }
     cargo(&["test", "--workspace", "--release", "--", "prop_"], &envs)
@@ -103,18 +88,7 @@ fn proptest(args: &[String]) -> Result<(), String> {
 
 fn loom() -> Result<(), String> {
     cargo(
-        &[
-            "test",
-            "--release",
-            "-p",
-            "flush-service",
-            "--lib",
-            "--",
-            "loom_",
-        ],
-        &[
-            ("RUSTFLAGS", "--cfg loom"),
-            ("CARGO_TARGET_DIR", "target/loom"),
-        ],
+        &["test", "--release", "-p", "flush-service", "--lib", "--", "loom_"],
+        &[("RUSTFLAGS", "--cfg loom"), ("CARGO_TARGET_DIR", "target/loom")],
     )
 }

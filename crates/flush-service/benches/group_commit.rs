@@ -20,14 +20,7 @@ fn run(producers: usize) -> (Duration, u64, Vec<Duration>) {
     let target = MemoryTarget::new();
     target.set_flush_latency(SYNC_LATENCY);
     let flush = Arc::new(
-        SyncFlush::start(
-            target.clone(),
-            Arc::new(SystemClock::new()),
-            &FlushConfig::default(),
-            false,
-            None,
-        )
-        .unwrap(),
+        SyncFlush::start(target.clone(), Arc::new(SystemClock::new()), &FlushConfig::default(), false, None).unwrap(),
     );
     let started = Instant::now();
     let threads: Vec<_> = (0..producers)
@@ -44,10 +37,7 @@ fn run(producers: usize) -> (Duration, u64, Vec<Duration>) {
             })
         })
         .collect();
-    let mut latencies: Vec<Duration> = threads
-        .into_iter()
-        .flat_map(|t| t.join().unwrap())
-        .collect();
+    let mut latencies: Vec<Duration> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
     let elapsed = started.elapsed();
     flush.shutdown();
     latencies.sort();
@@ -58,9 +48,7 @@ fn group_commit(c: &mut Criterion) {
     let mut group = c.benchmark_group("group_commit");
     group.sample_size(10);
     for producers in [1, 4, 16] {
-        group.throughput(Throughput::Elements(
-            (producers * REQUESTS_PER_PRODUCER) as u64,
-        ));
+        group.throughput(Throughput::Elements((producers * REQUESTS_PER_PRODUCER) as u64));
         let mut flushes = 0u64;
         let mut requests = 0u64;
         let mut all = Vec::new();
@@ -82,9 +70,7 @@ fn group_commit(c: &mut Criterion) {
         }
         all.sort();
         let pct = |p: f64| {
-            all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
-                .copied()
-                .unwrap_or_default()
+            all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1))).copied().unwrap_or_default()
         };
         println!(
             "group_commit/{producers}_producers: {:.1} requests per flush, ack latency p50 {:?} p99 {:?}",

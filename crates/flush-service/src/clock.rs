@@ -19,9 +19,7 @@ pub struct SystemClock {
 impl SystemClock {
     /// A clock whose origin is now.
     pub fn new() -> Self {
-        SystemClock {
-            origin: Instant::now(),
-        }
+        SystemClock { origin: Instant::now() }
     }
 }
 

@@ -103,10 +103,7 @@ pub struct GroupCommit {
 
 impl std::fmt::Debug for GroupCommit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GroupCommit")
-            .field("config", &self.config)
-            .field("stats", &self.stats())
-            .finish()
+        f.debug_struct("GroupCommit").field("config", &self.config).field("stats", &self.stats()).finish()
     }
 }
 
@@ -141,10 +138,7 @@ impl GroupCommit {
     pub fn put_request(&self, next_offset: u64) -> DurabilityHandle {
         if let Some(source) = lock(&self.failure).clone() {
             self.counters.failed.fetch_add(1, Ordering::Relaxed);
-            return DurabilityHandle::resolved(Err(FlushError::Failed {
-                offset: next_offset,
-                source,
-            }));
+            return DurabilityHandle::resolved(Err(FlushError::Failed { offset: next_offset, source }));
         }
         let completion = Completion::new();
         let deadline = self.clock.now() + self.config.sync_flush_timeout;
@@ -153,15 +147,9 @@ impl GroupCommit {
             if write.closed {
                 drop(write);
                 self.counters.stopped.fetch_add(1, Ordering::Relaxed);
-                return DurabilityHandle::resolved(Err(FlushError::Stopped {
-                    offset: next_offset,
-                }));
+                return DurabilityHandle::resolved(Err(FlushError::Stopped { offset: next_offset }));
             }
-            write.requests.push_back(Request {
-                next_offset,
-                deadline,
-                completion: Arc::clone(&completion),
-            });
+            write.requests.push_back(Request { next_offset, deadline, completion: Arc::clone(&completion) });
         }
         DurabilityHandle::pending(completion)
     }
@@ -200,10 +188,7 @@ impl GroupCommit {
             Ok(flushed) => {
                 let acknowledged = self.complete_covered(flushed);
                 if let Some(callback) = &self.on_flushed {
-                    callback(FlushedReport {
-                        flushed_where: flushed,
-                        store_timestamp: self.target.store_timestamp(),
-                    });
+                    callback(FlushedReport { flushed_where: flushed, store_timestamp: self.target.store_timestamp() });
                 }
                 acknowledged
             }
@@ -238,18 +223,13 @@ impl GroupCommit {
                 !request.completion.is_complete()
             }
         });
-        self.counters
-            .acknowledged
-            .fetch_add(acknowledged as u64, Ordering::Relaxed);
+        self.counters.acknowledged.fetch_add(acknowledged as u64, Ordering::Relaxed);
         acknowledged
     }
 
     fn time_out(&self, request: &Request) {
         let timeout_ms = self.config.sync_flush_timeout.as_millis() as u64;
-        if request.completion.complete(Err(FlushError::Timeout {
-            offset: request.next_offset,
-            timeout_ms,
-        })) {
+        if request.completion.complete(Err(FlushError::Timeout { offset: request.next_offset, timeout_ms })) {
             self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -261,10 +241,10 @@ impl GroupCommit {
         self.swap();
         let failed: Vec<Request> = lock(&self.inflight).drain(..).collect();
         for request in failed {
-            if request.completion.complete(Err(FlushError::Failed {
-                offset: request.next_offset,
-                source: Arc::clone(&source),
-            })) {
+            if request
+                .completion
+                .complete(Err(FlushError::Failed { offset: request.next_offset, source: Arc::clone(&source) }))
+            {
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -278,10 +258,7 @@ impl GroupCommit {
         {
             // Completed requests at the front are dropped on the way.
             let mut inflight = lock(&self.inflight);
-            while inflight
-                .front()
-                .is_some_and(|r| now >= r.deadline || r.completion.is_complete())
-            {
+            while inflight.front().is_some_and(|r| now >= r.deadline || r.completion.is_complete()) {
                 let request = inflight.pop_front().expect("front exists");
                 self.time_out(&request);
             }
@@ -313,9 +290,7 @@ impl GroupCommit {
         }
         self.swap();
         for request in lock(&self.inflight).drain(..) {
-            if request.completion.complete(Err(FlushError::Stopped {
-                offset: request.next_offset,
-            })) {
+            if request.completion.complete(Err(FlushError::Stopped { offset: request.next_offset })) {
                 self.counters.stopped.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -329,9 +304,7 @@ impl GroupCommit {
         self.swap();
         let left: Vec<Request> = lock(&self.inflight).drain(..).collect();
         for request in left {
-            if request.completion.complete(Err(FlushError::Stopped {
-                offset: request.next_offset,
-            })) {
+            if request.completion.complete(Err(FlushError::Stopped { offset: request.next_offset })) {
                 self.counters.stopped.fetch_add(1, Ordering::Relaxed);
             }
         }

@@ -74,15 +74,11 @@ enum Inner {
 impl DurabilityHandle {
     /// A handle that is already resolved (async flush, or an immediate rejection).
     pub fn resolved(result: FlushResult) -> Self {
-        DurabilityHandle {
-            inner: Inner::Ready(Some(result)),
-        }
+        DurabilityHandle { inner: Inner::Ready(Some(result)) }
     }
 
     pub(crate) fn pending(completion: Arc<Completion>) -> Self {
-        DurabilityHandle {
-            inner: Inner::Pending(completion),
-        }
+        DurabilityHandle { inner: Inner::Pending(completion) }
     }
 
     /// True once the result is known.
@@ -145,9 +141,7 @@ impl Future for DurabilityHandle {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<FlushResult> {
         match &mut self.get_mut().inner {
-            Inner::Ready(r) => {
-                Poll::Ready(r.take().expect("DurabilityHandle polled after completion"))
-            }
+            Inner::Ready(r) => Poll::Ready(r.take().expect("DurabilityHandle polled after completion")),
             Inner::Pending(c) => {
                 let mut state = lock(&c.state);
                 match state.result.clone() {
@@ -180,18 +174,9 @@ mod tests {
         let c = Completion::new();
         let handle = DurabilityHandle::pending(Arc::clone(&c));
         assert!(!handle.is_done());
-        assert!(c.complete(Err(FlushError::Timeout {
-            offset: 1,
-            timeout_ms: 5
-        })));
-        assert!(
-            !c.complete(Ok(())),
-            "a late success does not overwrite the timeout"
-        );
-        assert!(matches!(
-            handle.wait(),
-            Err(FlushError::Timeout { offset: 1, .. })
-        ));
+        assert!(c.complete(Err(FlushError::Timeout { offset: 1, timeout_ms: 5 })));
+        assert!(!c.complete(Ok(())), "a late success does not overwrite the timeout");
+        assert!(matches!(handle.wait(), Err(FlushError::Timeout { offset: 1, .. })));
     }
 
     #[test]
@@ -200,10 +185,7 @@ mod tests {
         let handle = DurabilityHandle::pending(Arc::clone(&c));
         assert!(handle.wait_timeout(Duration::from_millis(1)).is_none());
         c.complete(Ok(()));
-        assert!(matches!(
-            handle.wait_timeout(Duration::from_millis(1)),
-            Some(Ok(()))
-        ));
+        assert!(matches!(handle.wait_timeout(Duration::from_millis(1)), Some(Ok(()))));
     }
 
     #[test]
@@ -216,15 +198,9 @@ mod tests {
         assert!(Pin::new(&mut handle).poll(&mut cx).is_pending());
         c.complete(Ok(()));
         assert!(flag.0.load(Ordering::SeqCst), "waker called");
-        assert!(matches!(
-            Pin::new(&mut handle).poll(&mut cx),
-            Poll::Ready(Ok(()))
-        ));
+        assert!(matches!(Pin::new(&mut handle).poll(&mut cx), Poll::Ready(Ok(()))));
         let mut ready = DurabilityHandle::resolved(Ok(()));
-        assert!(matches!(
-            Pin::new(&mut ready).poll(&mut cx),
-            Poll::Ready(Ok(()))
-        ));
+        assert!(matches!(Pin::new(&mut ready).poll(&mut cx), Poll::Ready(Ok(()))));
     }
 
     #[test]

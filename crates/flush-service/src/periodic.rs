@@ -68,10 +68,7 @@ pub struct Periodic {
 
 impl std::fmt::Debug for Periodic {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Periodic")
-            .field("action", &self.action)
-            .field("config", &self.config)
-            .finish()
+        f.debug_struct("Periodic").field("action", &self.action).field("config", &self.config).finish()
     }
 }
 
@@ -84,15 +81,7 @@ impl Periodic {
         policy: Box<dyn FlushPolicy>,
         on_flushed: Option<FlushedCallback>,
     ) -> Self {
-        Self::new(
-            PeriodicAction::Flush,
-            target,
-            clock,
-            config,
-            policy,
-            on_flushed,
-            None,
-        )
+        Self::new(PeriodicAction::Flush, target, clock, config, policy, on_flushed, None)
     }
 
     /// A periodic commit service core; `on_committed` runs when data moved.
@@ -103,15 +92,7 @@ impl Periodic {
         policy: Box<dyn FlushPolicy>,
         on_committed: Option<CommittedCallback>,
     ) -> Self {
-        Self::new(
-            PeriodicAction::Commit,
-            target,
-            clock,
-            config,
-            policy,
-            None,
-            on_committed,
-        )
+        Self::new(PeriodicAction::Commit, target, clock, config, policy, None, on_committed)
     }
 
     fn new(
@@ -184,19 +165,11 @@ impl Periodic {
             }
             since.map(|s| now.saturating_sub(s))
         };
-        let decision = lock(&self.policy).decide(&PolicyInput {
-            now,
-            pending_bytes,
-            pending_age,
-        });
+        let decision = lock(&self.policy).decide(&PolicyInput { now, pending_bytes, pending_age });
         let Decision::Run { least_pages } = decision else {
             return Ok(RunOutcome::Skipped);
         };
-        self.act(least_pages).map(|(from, to)| RunOutcome::Ran {
-            least_pages,
-            from,
-            to,
-        })
+        self.act(least_pages).map(|(from, to)| RunOutcome::Ran { least_pages, from, to })
     }
 
     fn act(&self, least_pages: usize) -> Result<(u64, u64), TargetError> {
@@ -224,10 +197,7 @@ impl Periodic {
             match self.action {
                 PeriodicAction::Flush => {
                     if let Some(callback) = &self.on_flushed {
-                        callback(FlushedReport {
-                            flushed_where: to,
-                            store_timestamp: self.target.store_timestamp(),
-                        });
+                        callback(FlushedReport { flushed_where: to, store_timestamp: self.target.store_timestamp() });
                     }
                 }
                 PeriodicAction::Commit => {

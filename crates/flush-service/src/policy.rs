@@ -48,11 +48,7 @@ pub struct RocketMqPolicy {
 impl RocketMqPolicy {
     /// `least_pages` normally, 0 once every `thorough_interval`.
     pub fn new(least_pages: usize, thorough_interval: Duration) -> Self {
-        RocketMqPolicy {
-            least_pages,
-            thorough_interval,
-            last_thorough: None,
-        }
+        RocketMqPolicy { least_pages, thorough_interval, last_thorough: None }
     }
 }
 
@@ -66,9 +62,7 @@ impl FlushPolicy for RocketMqPolicy {
             self.last_thorough = Some(input.now);
             Decision::Run { least_pages: 0 }
         } else {
-            Decision::Run {
-                least_pages: self.least_pages,
-            }
+            Decision::Run { least_pages: self.least_pages }
         }
     }
 }
@@ -101,54 +95,25 @@ mod tests {
     use super::*;
 
     fn at(ms: u64, pending_bytes: u64, age_ms: Option<u64>) -> PolicyInput {
-        PolicyInput {
-            now: Duration::from_millis(ms),
-            pending_bytes,
-            pending_age: age_ms.map(Duration::from_millis),
-        }
+        PolicyInput { now: Duration::from_millis(ms), pending_bytes, pending_age: age_ms.map(Duration::from_millis) }
     }
 
     #[test]
     fn rocketmq_policy_is_thorough_once_per_interval() {
         let mut p = RocketMqPolicy::new(4, Duration::from_secs(10));
-        assert_eq!(
-            p.decide(&at(0, 0, None)),
-            Decision::Run { least_pages: 0 },
-            "first run is thorough"
-        );
-        assert_eq!(
-            p.decide(&at(500, 0, None)),
-            Decision::Run { least_pages: 4 }
-        );
-        assert_eq!(
-            p.decide(&at(9_999, 0, None)),
-            Decision::Run { least_pages: 4 }
-        );
-        assert_eq!(
-            p.decide(&at(10_000, 0, None)),
-            Decision::Run { least_pages: 0 }
-        );
-        assert_eq!(
-            p.decide(&at(10_500, 0, None)),
-            Decision::Run { least_pages: 4 }
-        );
+        assert_eq!(p.decide(&at(0, 0, None)), Decision::Run { least_pages: 0 }, "first run is thorough");
+        assert_eq!(p.decide(&at(500, 0, None)), Decision::Run { least_pages: 4 });
+        assert_eq!(p.decide(&at(9_999, 0, None)), Decision::Run { least_pages: 4 });
+        assert_eq!(p.decide(&at(10_000, 0, None)), Decision::Run { least_pages: 0 });
+        assert_eq!(p.decide(&at(10_500, 0, None)), Decision::Run { least_pages: 4 });
     }
 
     #[test]
     fn dirty_bytes_or_age_policy_flushes_on_either_bound() {
-        let mut p = DirtyBytesOrAgePolicy {
-            max_dirty_bytes: 1 << 20,
-            max_age: Duration::from_millis(200),
-        };
+        let mut p = DirtyBytesOrAgePolicy { max_dirty_bytes: 1 << 20, max_age: Duration::from_millis(200) };
         assert_eq!(p.decide(&at(0, 0, None)), Decision::Skip);
         assert_eq!(p.decide(&at(0, 1000, Some(100))), Decision::Skip);
-        assert_eq!(
-            p.decide(&at(0, 1 << 20, Some(1))),
-            Decision::Run { least_pages: 0 }
-        );
-        assert_eq!(
-            p.decide(&at(0, 10, Some(200))),
-            Decision::Run { least_pages: 0 }
-        );
+        assert_eq!(p.decide(&at(0, 1 << 20, Some(1))), Decision::Run { least_pages: 0 });
+        assert_eq!(p.decide(&at(0, 10, Some(200))), Decision::Run { least_pages: 0 });
     }
 }

@@ -100,11 +100,7 @@ impl ServiceState {
             if *lock(&self.finished) {
                 return true;
             }
-            drop(wait_timeout(
-                &self.cond,
-                guard,
-                (deadline - now).min(Duration::from_millis(50)),
-            ));
+            drop(wait_timeout(&self.cond, guard, (deadline - now).min(Duration::from_millis(50))));
         }
     }
 }
@@ -139,16 +135,10 @@ impl ServiceThread {
             body(&finished.0);
         };
         #[cfg(not(loom))]
-        let handle = std::thread::Builder::new()
-            .name(name.to_string())
-            .spawn(run)?;
+        let handle = std::thread::Builder::new().name(name.to_string()).spawn(run)?;
         #[cfg(loom)]
         let handle = loom::thread::spawn(run);
-        Ok(ServiceThread {
-            name: name.to_string(),
-            state,
-            handle: Some(handle),
-        })
+        Ok(ServiceThread { name: name.to_string(), state, handle: Some(handle) })
     }
 
     /// The thread's name.
@@ -200,10 +190,7 @@ mod tests {
         let mut ran = false;
         state.wait_for_running(Duration::from_secs(3600), || ran = true);
         assert!(ran, "on_wait_end runs");
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "returned without waiting the interval"
-        );
+        assert!(started.elapsed() < Duration::from_secs(60), "returned without waiting the interval");
     }
 
     #[test]
@@ -244,14 +231,10 @@ mod tests {
     #[test]
     fn a_panicking_service_is_joined_at_once() {
         let state = ServiceState::new();
-        let mut thread =
-            ServiceThread::spawn("panics", Arc::clone(&state), |_| panic!("planted")).unwrap();
+        let mut thread = ServiceThread::spawn("panics", Arc::clone(&state), |_| panic!("planted")).unwrap();
         let started = std::time::Instant::now();
         assert!(thread.shutdown(Duration::from_secs(600)));
-        assert!(
-            started.elapsed() < Duration::from_secs(300),
-            "did not wait out the join bound"
-        );
+        assert!(started.elapsed() < Duration::from_secs(300), "did not wait out the join bound");
     }
 
     #[test]
@@ -263,10 +246,7 @@ mod tests {
             inner.wait();
         })
         .unwrap();
-        assert!(
-            !thread.shutdown(Duration::from_millis(20)),
-            "a stuck thread is reported, not waited on forever"
-        );
+        assert!(!thread.shutdown(Duration::from_millis(20)), "a stuck thread is reported, not waited on forever");
         release.wait();
     }
 }

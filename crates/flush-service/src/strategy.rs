@@ -71,9 +71,7 @@ pub struct SyncFlush {
 
 impl fmt::Debug for SyncFlush {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SyncFlush")
-            .field("core", &self.core)
-            .finish()
+        f.debug_struct("SyncFlush").field("core", &self.core).finish()
     }
 }
 
@@ -155,10 +153,7 @@ impl FlushStrategy for SyncFlush {
     }
 
     fn stats(&self) -> FlushStats {
-        FlushStats {
-            group_commit: self.core.stats(),
-            ..FlushStats::default()
-        }
+        FlushStats { group_commit: self.core.stats(), ..FlushStats::default() }
     }
 
     fn failure(&self) -> Option<TargetError> {
@@ -187,10 +182,7 @@ pub struct AsyncFlush {
 
 impl fmt::Debug for AsyncFlush {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AsyncFlush")
-            .field("flusher", &self.flusher)
-            .field("committer", &self.committer)
-            .finish()
+        f.debug_struct("AsyncFlush").field("flusher", &self.flusher).field("committer", &self.committer).finish()
     }
 }
 
@@ -214,14 +206,7 @@ impl AsyncFlush {
                 FlushConfig::ms(config.commit_commit_log_thorough_interval_ms),
             )) as Box<dyn FlushPolicy>
         });
-        Self::start_with_policies(
-            target,
-            clock,
-            config,
-            flush_policy,
-            commit_policy,
-            on_flushed,
-        )
+        Self::start_with_policies(target, clock, config, flush_policy, commit_policy, on_flushed)
     }
 
     /// Starts the async services with custom policies; `commit_policy` present
@@ -251,10 +236,7 @@ impl AsyncFlush {
             Arc::new(Periodic::committer(
                 Arc::clone(&target),
                 Arc::clone(&clock),
-                PeriodicConfig {
-                    interval: FlushConfig::ms(config.commit_interval_commit_log_ms),
-                    timed: false,
-                },
+                PeriodicConfig { interval: FlushConfig::ms(config.commit_interval_commit_log_ms), timed: false },
                 policy,
                 Some(Box::new(move || wake.wakeup())),
             ))
@@ -262,18 +244,11 @@ impl AsyncFlush {
         let mut threads = Vec::new();
         if let Some(committer) = &committer {
             let committer = Arc::clone(committer);
-            threads.push(spawn(
-                "CommitRealTimeService",
-                Arc::clone(&committer_state),
-                move |s| committer.run_service(s),
-            )?);
+            threads
+                .push(spawn("CommitRealTimeService", Arc::clone(&committer_state), move |s| committer.run_service(s))?);
         }
         let body = Arc::clone(&flusher);
-        threads.push(spawn(
-            "FlushRealTimeService",
-            Arc::clone(&flusher_state),
-            move |s| body.run_service(s),
-        )?);
+        threads.push(spawn("FlushRealTimeService", Arc::clone(&flusher_state), move |s| body.run_service(s))?);
         Ok(AsyncFlush {
             flusher,
             committer,
@@ -322,10 +297,7 @@ impl FlushStrategy for AsyncFlush {
     }
 
     fn failure(&self) -> Option<TargetError> {
-        self.committer
-            .as_ref()
-            .and_then(|c| c.failure())
-            .or_else(|| self.flusher.failure())
+        self.committer.as_ref().and_then(|c| c.failure()).or_else(|| self.flusher.failure())
     }
 }
 

@@ -22,9 +22,7 @@ pub(crate) use std::thread;
 /// Locks, ignoring poisoning: every critical section here leaves its data
 /// consistent before anything that could panic.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Waits on `cond` for at most `timeout`; returns the guard.

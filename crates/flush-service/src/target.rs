@@ -60,14 +60,10 @@ impl<T: FlushTarget + ?Sized> FlushTarget for Arc<T> {
 
 impl FlushTarget for SegmentQueue {
     fn flush(&self, least_pages: usize) -> Result<u64, TargetError> {
-        SegmentQueue::flush(self, least_pages)
-            .map(|p| p.to)
-            .map_err(|e| Arc::new(e) as TargetError)
+        SegmentQueue::flush(self, least_pages).map(|p| p.to).map_err(|e| Arc::new(e) as TargetError)
     }
     fn commit(&self, least_pages: usize) -> Result<u64, TargetError> {
-        SegmentQueue::commit(self, least_pages)
-            .map(|p| p.to)
-            .map_err(|e| Arc::new(e) as TargetError)
+        SegmentQueue::commit(self, least_pages).map(|p| p.to).map_err(|e| Arc::new(e) as TargetError)
     }
     fn flushed_where(&self) -> u64 {
         SegmentQueue::flushed_where(self)

@@ -36,10 +36,7 @@ impl MemoryTarget {
 
     /// Appends must be committed before a flush covers them (a write buffer).
     pub fn with_write_buffer() -> Arc<Self> {
-        Arc::new(MemoryTarget {
-            write_buffer: true,
-            ..Self::default()
-        })
+        Arc::new(MemoryTarget { write_buffer: true, ..Self::default() })
     }
 
     /// Each flush sleeps this long (simulated sync latency), for benchmarks.
@@ -100,10 +97,7 @@ impl FlushTarget for MemoryTarget {
                 std::thread::sleep(latency);
             }
             let previous = self.flushed.fetch_max(target, Ordering::AcqRel);
-            assert!(
-                previous <= target.max(previous),
-                "flushed offset moved backwards"
-            );
+            assert!(previous <= target.max(previous), "flushed offset moved backwards");
         }
         Ok(self.flushed.load(Ordering::Acquire))
     }

@@ -13,24 +13,15 @@ use crate::*;
 
 /// Bounded wait: a bug must fail a test, not hang it.
 fn settle(handle: DurabilityHandle) -> FlushResult {
-    handle
-        .wait_timeout(Duration::from_secs(30))
-        .expect("request never answered")
+    handle.wait_timeout(Duration::from_secs(30)).expect("request never answered")
 }
 
 fn clock() -> Arc<ManualClock> {
     Arc::new(ManualClock::new())
 }
 
-fn group_commit(
-    target: Arc<dyn FlushTarget>,
-    clock: Arc<ManualClock>,
-    commit_before_flush: bool,
-) -> GroupCommit {
-    let config = GroupCommitConfig {
-        commit_before_flush,
-        ..GroupCommitConfig::default()
-    };
+fn group_commit(target: Arc<dyn FlushTarget>, clock: Arc<ManualClock>, commit_before_flush: bool) -> GroupCommit {
+    let config = GroupCommitConfig { commit_before_flush, ..GroupCommitConfig::default() };
     GroupCommit::new(target, clock, config, None)
 }
 
@@ -42,19 +33,12 @@ fn concurrent_requests_are_batched_into_one_flush() {
     let handles: Vec<_> = (0..16)
         .map(|_| {
             let (gc, target) = (Arc::clone(&gc), target.clone());
-            std::thread::spawn(move || {
-                (0..64)
-                    .map(|_| gc.put_request(target.append(100)))
-                    .collect::<Vec<_>>()
-            })
+            std::thread::spawn(move || (0..64).map(|_| gc.put_request(target.append(100))).collect::<Vec<_>>())
         })
         .flat_map(|t| t.join().unwrap())
         .collect();
     assert_eq!(handles.len(), 1024);
-    assert!(
-        handles.iter().all(|h| !h.is_done()),
-        "nothing acknowledged before a flush"
-    );
+    assert!(handles.iter().all(|h| !h.is_done()), "nothing acknowledged before a flush");
     gc.swap();
     assert_eq!(gc.do_commit(), 1024);
     assert_eq!(target.flushes(), 1, "one flush for 1024 requests");
@@ -73,10 +57,7 @@ fn requests_not_yet_swapped_wait_for_the_next_round() {
     let second = gc.put_request(target.append(10)); // arrives after the swap
     gc.do_commit();
     assert!(first.is_done());
-    assert!(
-        !second.is_done(),
-        "not in flight yet, even though the flush happened to cover it"
-    );
+    assert!(!second.is_done(), "not in flight yet, even though the flush happened to cover it");
     gc.swap();
     gc.do_commit();
     assert!(settle(second).is_ok());
@@ -95,13 +76,7 @@ fn a_request_past_its_deadline_times_out_never_silently() {
     assert_eq!(gc.expire(), 0);
     clock.advance(Duration::from_millis(1));
     assert_eq!(gc.expire(), 1, "the watcher answers at the deadline");
-    assert!(matches!(
-        settle(handle),
-        Err(FlushError::Timeout {
-            offset: 4096,
-            timeout_ms: 5000
-        })
-    ));
+    assert!(matches!(settle(handle), Err(FlushError::Timeout { offset: 4096, timeout_ms: 5000 })));
     assert_eq!(gc.pending(), 0);
     assert_eq!(gc.stats().timeouts, 1);
 }
@@ -151,18 +126,9 @@ fn a_flush_error_fails_every_waiter_and_every_later_request() {
     gc.swap();
     assert_eq!(gc.do_commit(), 0);
     for h in waiting {
-        assert!(
-            matches!(settle(h), Err(FlushError::Failed { .. })),
-            "never Ok after a failed flush"
-        );
+        assert!(matches!(settle(h), Err(FlushError::Failed { .. })), "never Ok after a failed flush");
     }
-    assert!(
-        matches!(
-            settle(gc.put_request(target.append(10))),
-            Err(FlushError::Failed { .. })
-        ),
-        "latched"
-    );
+    assert!(matches!(settle(gc.put_request(target.append(10))), Err(FlushError::Failed { .. })), "latched");
     assert!(gc.failure().is_some());
     assert_eq!(gc.stats().acknowledged, 1);
 }
@@ -173,10 +139,7 @@ fn a_request_spanning_two_segments_is_acknowledged_by_one_round() {
     // the segment holding flushedWhere left the request unsatisfied.
     let sim = SimStorage::new();
     let storage: Arc<dyn Storage> = Arc::new(sim.clone());
-    let config = QueueConfig {
-        preallocate_next_segment: false,
-        ..QueueConfig::new(8192)
-    };
+    let config = QueueConfig { preallocate_next_segment: false, ..QueueConfig::new(8192) };
     let queue = Arc::new(SegmentQueue::load(storage, Path::new("/gc"), config, None).unwrap());
     let gc = group_commit(queue.clone(), clock(), false);
     let first = queue.get_last_mapped_file(0).unwrap();
@@ -193,11 +156,7 @@ fn a_request_spanning_two_segments_is_acknowledged_by_one_round() {
     assert_eq!(gc.do_commit(), 1);
     assert!(settle(handle).is_ok());
     assert_eq!(queue.flushed_where(), 8292);
-    assert_eq!(
-        sim.dirty_sectors(),
-        0,
-        "acknowledged bytes really are durable"
-    );
+    assert_eq!(sim.dirty_sectors(), 0, "acknowledged bytes really are durable");
 }
 
 #[test]
@@ -206,10 +165,7 @@ fn in_sync_mode_nothing_is_acknowledged_before_its_bytes_are_durable() {
     // every unsynced byte, every acknowledged byte is still there.
     let sim = SimStorage::new();
     let storage: Arc<dyn Storage> = Arc::new(sim.clone());
-    let config = QueueConfig {
-        preallocate_next_segment: false,
-        ..QueueConfig::new(8192)
-    };
+    let config = QueueConfig { preallocate_next_segment: false, ..QueueConfig::new(8192) };
     let queue = Arc::new(SegmentQueue::load(storage, Path::new("/ack"), config, None).unwrap());
     let gc = group_commit(queue.clone(), clock(), false);
     let mut model = Vec::new();
@@ -217,18 +173,11 @@ fn in_sync_mode_nothing_is_acknowledged_before_its_bytes_are_durable() {
     for i in 1..=30u8 {
         let file = queue.get_last_mapped_file(0).unwrap();
         let end = match file.append_bytes(0, &[i; 1000]).unwrap() {
-            mapped_file::Appended::Written {
-                wrote_offset,
-                bytes,
-                ..
-            } => wrote_offset + bytes as u64,
+            mapped_file::Appended::Written { wrote_offset, bytes, .. } => wrote_offset + bytes as u64,
             mapped_file::Appended::DoesNotFit { remaining } => {
                 file.append_with(0, |_, t| {
                     t.fill(0xEE);
-                    mapped_file::AppendStatus::Written {
-                        bytes: t.len(),
-                        value: (),
-                    }
+                    mapped_file::AppendStatus::Written { bytes: t.len(), value: () }
                 })
                 .unwrap();
                 model.extend(std::iter::repeat_n(0xEE, remaining));
@@ -250,39 +199,22 @@ fn in_sync_mode_nothing_is_acknowledged_before_its_bytes_are_durable() {
         let from = file.file_from_offset() as usize;
         let durable = sim.file_bytes(file.path()).unwrap();
         let upto = (acked as usize).saturating_sub(from).min(durable.len());
-        assert_eq!(
-            &durable[..upto],
-            &model[from..from + upto],
-            "acknowledged bytes lost in {}",
-            file.path().display()
-        );
+        assert_eq!(&durable[..upto], &model[from..from + upto], "acknowledged bytes lost in {}", file.path().display());
     }
 }
 
 #[test]
 fn shutdown_drains_pending_requests_and_then_rejects() {
     let target = MemoryTarget::new();
-    let flush = SyncFlush::start(
-        target.clone(),
-        Arc::new(SystemClock::new()),
-        &FlushConfig::default(),
-        false,
-        None,
-    )
-    .unwrap();
+    let flush =
+        SyncFlush::start(target.clone(), Arc::new(SystemClock::new()), &FlushConfig::default(), false, None).unwrap();
     let handles: Vec<_> = (0..100).map(|_| flush.submit(target.append(64))).collect();
     flush.shutdown();
     for h in handles {
-        assert!(
-            settle(h).is_ok(),
-            "pending requests are flushed, not dropped"
-        );
+        assert!(settle(h).is_ok(), "pending requests are flushed, not dropped");
     }
     assert_eq!(target.flushed_where(), 6400);
-    assert!(matches!(
-        settle(flush.submit(target.append(1))),
-        Err(FlushError::Stopped { .. })
-    ));
+    assert!(matches!(settle(flush.submit(target.append(1))), Err(FlushError::Stopped { .. })));
     flush.shutdown(); // idempotent
 }
 
@@ -290,14 +222,7 @@ fn shutdown_drains_pending_requests_and_then_rejects() {
 fn sync_flush_threads_acknowledge_many_producers() {
     let target = MemoryTarget::new();
     let flush = Arc::new(
-        SyncFlush::start(
-            target.clone(),
-            Arc::new(SystemClock::new()),
-            &FlushConfig::default(),
-            false,
-            None,
-        )
-        .unwrap(),
+        SyncFlush::start(target.clone(), Arc::new(SystemClock::new()), &FlushConfig::default(), false, None).unwrap(),
     );
     let producers: Vec<_> = (0..8)
         .map(|_| {
@@ -324,10 +249,7 @@ fn periodic_flusher(target: Arc<MemoryTarget>, clock: Arc<ManualClock>) -> Perio
     Periodic::flusher(
         target,
         clock,
-        PeriodicConfig {
-            interval: Duration::from_millis(500),
-            timed: true,
-        },
+        PeriodicConfig { interval: Duration::from_millis(500), timed: true },
         Box::new(policy),
         None,
     )
@@ -341,38 +263,22 @@ fn async_flush_honours_least_pages_and_the_thorough_interval() {
     target.append(100);
     assert_eq!(
         flusher.run_once().unwrap(),
-        RunOutcome::Ran {
-            least_pages: 0,
-            from: 0,
-            to: 100
-        },
+        RunOutcome::Ran { least_pages: 0, from: 0, to: 100 },
         "first run is thorough"
     );
     target.append(3 * 4096);
     clock.advance(Duration::from_millis(500));
     assert_eq!(
         flusher.run_once().unwrap(),
-        RunOutcome::Ran {
-            least_pages: 4,
-            from: 100,
-            to: 100
-        },
+        RunOutcome::Ran { least_pages: 4, from: 100, to: 100 },
         "3 pages < 4: nothing moves"
     );
     target.append(4096);
     clock.advance(Duration::from_millis(500));
-    assert!(
-        matches!(flusher.run_once().unwrap(), RunOutcome::Ran { least_pages: 4, to, .. } if to == 100 + 4 * 4096)
-    );
+    assert!(matches!(flusher.run_once().unwrap(), RunOutcome::Ran { least_pages: 4, to, .. } if to == 100 + 4 * 4096));
     target.append(10);
     clock.advance(Duration::from_secs(9));
-    assert!(
-        matches!(
-            flusher.run_once().unwrap(),
-            RunOutcome::Ran { least_pages: 0, .. }
-        ),
-        "thorough after 10 s"
-    );
+    assert!(matches!(flusher.run_once().unwrap(), RunOutcome::Ran { least_pages: 0, .. }), "thorough after 10 s");
     assert_eq!(target.unflushed_bytes(), 0);
 }
 
@@ -386,23 +292,14 @@ fn async_flush_reports_the_checkpoint_data() {
     let flusher = Periodic::flusher(
         target.clone(),
         clock(),
-        PeriodicConfig {
-            interval: Duration::from_millis(500),
-            timed: true,
-        },
+        PeriodicConfig { interval: Duration::from_millis(500), timed: true },
         policy,
         Some(callback),
     );
     target.append(77);
     flusher.run_once().unwrap();
     flusher.run_once().unwrap(); // nothing moved: no report
-    assert_eq!(
-        *reports.lock().unwrap(),
-        vec![FlushedReport {
-            flushed_where: 77,
-            store_timestamp: 77
-        }]
-    );
+    assert_eq!(*reports.lock().unwrap(), vec![FlushedReport { flushed_where: 77, store_timestamp: 77 }]);
 }
 
 #[test]
@@ -413,10 +310,7 @@ fn commit_service_wakes_the_flusher_only_when_data_moved() {
     let committer = Periodic::committer(
         target.clone(),
         clock(),
-        PeriodicConfig {
-            interval: Duration::from_millis(200),
-            timed: false,
-        },
+        PeriodicConfig { interval: Duration::from_millis(200), timed: false },
         Box::new(RocketMqPolicy::new(4, Duration::from_millis(200))),
         Some(Box::new(move || {
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -433,92 +327,43 @@ fn commit_service_wakes_the_flusher_only_when_data_moved() {
 fn a_custom_policy_decides_when_to_flush() {
     let target = MemoryTarget::new();
     let clock = clock();
-    let policy = DirtyBytesOrAgePolicy {
-        max_dirty_bytes: 10_000,
-        max_age: Duration::from_millis(300),
-    };
+    let policy = DirtyBytesOrAgePolicy { max_dirty_bytes: 10_000, max_age: Duration::from_millis(300) };
     let flusher = Periodic::flusher(
         target.clone(),
         clock.clone(),
-        PeriodicConfig {
-            interval: Duration::from_millis(100),
-            timed: true,
-        },
+        PeriodicConfig { interval: Duration::from_millis(100), timed: true },
         Box::new(policy),
         None,
     );
     target.append(100);
-    assert_eq!(
-        flusher.run_once().unwrap(),
-        RunOutcome::Skipped,
-        "little and fresh"
-    );
+    assert_eq!(flusher.run_once().unwrap(), RunOutcome::Skipped, "little and fresh");
     clock.advance(Duration::from_millis(200));
-    assert_eq!(
-        flusher.run_once().unwrap(),
-        RunOutcome::Skipped,
-        "200 ms old < 300 ms"
-    );
+    assert_eq!(flusher.run_once().unwrap(), RunOutcome::Skipped, "200 ms old < 300 ms");
     clock.advance(Duration::from_millis(100));
-    assert_eq!(
-        flusher.run_once().unwrap(),
-        RunOutcome::Ran {
-            least_pages: 0,
-            from: 0,
-            to: 100
-        },
-        "too old"
-    );
+    assert_eq!(flusher.run_once().unwrap(), RunOutcome::Ran { least_pages: 0, from: 0, to: 100 }, "too old");
     target.append(10_000);
-    assert_eq!(
-        flusher.run_once().unwrap(),
-        RunOutcome::Ran {
-            least_pages: 0,
-            from: 100,
-            to: 10_100
-        },
-        "too much"
-    );
+    assert_eq!(flusher.run_once().unwrap(), RunOutcome::Ran { least_pages: 0, from: 100, to: 10_100 }, "too much");
 }
 
 #[test]
 fn async_flush_shutdown_commits_and_flushes_everything() {
     let target = MemoryTarget::with_write_buffer();
-    let flush = AsyncFlush::start(
-        target.clone(),
-        Arc::new(SystemClock::new()),
-        &FlushConfig::default(),
-        true,
-        None,
-    )
-    .unwrap();
+    let flush =
+        AsyncFlush::start(target.clone(), Arc::new(SystemClock::new()), &FlushConfig::default(), true, None).unwrap();
     for _ in 0..10 {
-        assert!(
-            settle(flush.submit(target.append(1000))).is_ok(),
-            "async handles are resolved at once"
-        );
+        assert!(settle(flush.submit(target.append(1000))).is_ok(), "async handles are resolved at once");
     }
     flush.shutdown();
     assert_eq!(target.committed_where(), 10_000);
-    assert_eq!(
-        target.flushed_where(),
-        10_000,
-        "final retries drained everything"
-    );
+    assert_eq!(target.flushed_where(), 10_000, "final retries drained everything");
     assert!(!flush.is_sync());
 }
 
 #[test]
 fn async_flush_failure_is_reported() {
     let target = MemoryTarget::new();
-    let flush = AsyncFlush::start(
-        target.clone(),
-        Arc::new(SystemClock::new()),
-        &FlushConfig::default(),
-        false,
-        None,
-    )
-    .unwrap();
+    let flush =
+        AsyncFlush::start(target.clone(), Arc::new(SystemClock::new()), &FlushConfig::default(), false, None).unwrap();
     target.append(10);
     target.fail_flushes();
     flush.shutdown();

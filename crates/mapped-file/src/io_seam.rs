@@ -26,9 +26,7 @@ pub struct DirEntry {
 
 /// Milliseconds since the Unix epoch of a `SystemTime` (0 if before the epoch).
 pub fn epoch_ms(time: std::time::SystemTime) -> u64 {
-    time.duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    time.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 /// A freshly created or opened segment: its memory and its I/O handle.
@@ -96,16 +94,14 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
 }
 
 fn parent_of(path: &Path) -> &Path {
-    path.parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."))
+    path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))
 }
 
 /// Allocates `[0, len)` of `file` on disk, so that writes through a mapping can
 /// never hit ENOSPC (which would arrive as SIGBUS).
 fn preallocate(file: &File, len: usize) -> io::Result<()> {
-    let off_len = libc::off_t::try_from(len)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "segment too large"))?;
+    let off_len =
+        libc::off_t::try_from(len).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "segment too large"))?;
     let rc = crate::raw::fallocate(file.as_raw_fd(), off_len);
     match rc {
         0 => Ok(()),
@@ -147,11 +143,7 @@ impl Storage for MmapStorage {
     }
 
     fn create(&self, path: &Path, len: usize) -> io::Result<OpenedSegment> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(path)?;
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
         let setup = preallocate(&file, len)
             .and_then(|()| file.sync_all())
             // The new directory entry must survive a power cut, or recovery would
@@ -159,13 +151,9 @@ impl Storage for MmapStorage {
             .and_then(|()| sync_dir(parent_of(path)))
             .and_then(|()| SegmentMemory::map_file(&file, len));
         match setup {
-            Ok(memory) => Ok(OpenedSegment {
-                memory,
-                io: Box::new(MmapSegment {
-                    path: path.to_path_buf(),
-                    _file: file,
-                }),
-            }),
+            Ok(memory) => {
+                Ok(OpenedSegment { memory, io: Box::new(MmapSegment { path: path.to_path_buf(), _file: file }) })
+            }
             Err(err) => {
                 // Leave no half-made file behind: the next start would see a wrong size.
                 drop(file);
@@ -179,19 +167,10 @@ impl Storage for MmapStorage {
         let file = OpenOptions::new().read(true).write(true).open(path)?;
         let actual = file.metadata()?.len();
         if actual < len as u64 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("file has {actual} bytes, expected {len}"),
-            ));
+            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("file has {actual} bytes, expected {len}")));
         }
         let memory = SegmentMemory::map_file(&file, len)?;
-        Ok(OpenedSegment {
-            memory,
-            io: Box::new(MmapSegment {
-                path: path.to_path_buf(),
-                _file: file,
-            }),
-        })
+        Ok(OpenedSegment { memory, io: Box::new(MmapSegment { path: path.to_path_buf(), _file: file }) })
     }
 
     fn remove(&self, path: &Path) -> io::Result<()> {

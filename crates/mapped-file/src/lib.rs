@@ -179,42 +179,23 @@ impl MappedFile {
     ) -> Result<Self, MappedFileError> {
         let path = dir.join(file_name(file_from_offset));
         if file_size == 0 {
-            return Err(MappedFileError::BadPosition {
-                path,
-                pos: 0,
-                file_size,
-            });
+            return Err(MappedFileError::BadPosition { path, pos: 0, file_size });
         }
-        let opened =
-            storage
-                .create(&path, file_size)
-                .map_err(|source| MappedFileError::Create {
-                    path: path.clone(),
-                    source,
-                })?;
+        let opened = storage
+            .create(&path, file_size)
+            .map_err(|source| MappedFileError::Create { path: path.clone(), source })?;
         Ok(Self::from_opened(path, file_from_offset, opened))
     }
 
     /// Maps an existing segment file of `file_size` bytes. Positions start at 0;
     /// the caller sets them (see [`set_positions`](Self::set_positions)).
-    pub fn open(
-        storage: &dyn Storage,
-        path: &Path,
-        file_size: usize,
-    ) -> Result<Self, MappedFileError> {
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default();
-        let file_from_offset = parse_file_name(name).ok_or_else(|| MappedFileError::BadName {
-            path: path.to_path_buf(),
-        })?;
+    pub fn open(storage: &dyn Storage, path: &Path, file_size: usize) -> Result<Self, MappedFileError> {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let file_from_offset =
+            parse_file_name(name).ok_or_else(|| MappedFileError::BadName { path: path.to_path_buf() })?;
         let opened = storage
             .open(path, file_size)
-            .map_err(|source| MappedFileError::Open {
-                path: path.to_path_buf(),
-                source,
-            })?;
+            .map_err(|source| MappedFileError::Open { path: path.to_path_buf(), source })?;
         if opened.memory.len() != file_size {
             return Err(MappedFileError::WrongSize {
                 path: path.to_path_buf(),
@@ -222,11 +203,7 @@ impl MappedFile {
                 actual: opened.memory.len() as u64,
             });
         }
-        Ok(Self::from_opened(
-            path.to_path_buf(),
-            file_from_offset,
-            opened,
-        ))
+        Ok(Self::from_opened(path.to_path_buf(), file_from_offset, opened))
     }
 
     fn from_opened(path: PathBuf, file_from_offset: u64, opened: OpenedSegment) -> Self {
@@ -301,8 +278,7 @@ impl MappedFile {
 
     /// Sets the store timestamp, e.g. from the file's modification time on load.
     pub fn set_store_timestamp(&self, store_timestamp_ms: u64) {
-        self.store_timestamp
-            .store(store_timestamp_ms, Ordering::Release);
+        self.store_timestamp.store(store_timestamp_ms, Ordering::Release);
     }
 
     /// True once a sync has failed; the file refuses everything after that.
@@ -329,9 +305,7 @@ impl MappedFile {
             });
         }
         if self.is_destroyed() {
-            return Err(MappedFileError::Destroyed {
-                path: self.path.clone(),
-            });
+            return Err(MappedFileError::Destroyed { path: self.path.clone() });
         }
         Ok(())
     }
@@ -342,13 +316,11 @@ impl MappedFile {
     /// committed, and the file is not full. A refused buffer goes back to its pool.
     pub fn attach_write_buffer(&self, buffer: WriteBuffer) -> Result<(), MappedFileError> {
         self.check_usable()?;
-        self.region
-            .attach(buffer)
-            .map_err(|buffer| MappedFileError::WriteBufferRejected {
-                path: self.path.clone(),
-                buffer_size: buffer.len(),
-                file_size: self.file_size(),
-            })
+        self.region.attach(buffer).map_err(|buffer| MappedFileError::WriteBufferRejected {
+            path: self.path.clone(),
+            buffer_size: buffer.len(),
+            file_size: self.file_size(),
+        })
     }
 
     /// Appends through `fill`, which gets the absolute offset of the free tail and
@@ -371,40 +343,24 @@ impl MappedFile {
         );
         match result {
             Ok((pos, Filled::Wrote { bytes, value })) => {
-                self.store_timestamp
-                    .store(store_timestamp_ms, Ordering::Release);
-                Ok(Appended::Written {
-                    wrote_offset: base + pos as u64,
-                    bytes,
-                    value,
-                })
+                self.store_timestamp.store(store_timestamp_ms, Ordering::Release);
+                Ok(Appended::Written { wrote_offset: base + pos as u64, bytes, value })
             }
-            Ok((pos, Filled::DoesNotFit)) => Ok(Appended::DoesNotFit {
-                remaining: self.file_size() - pos,
-            }),
-            Err(claimed) => Err(MappedFileError::AppendOverrun {
-                path: self.path.clone(),
-                claimed,
-                remaining: self.remaining(),
-            }),
+            Ok((pos, Filled::DoesNotFit)) => Ok(Appended::DoesNotFit { remaining: self.file_size() - pos }),
+            Err(claimed) => {
+                Err(MappedFileError::AppendOverrun { path: self.path.clone(), claimed, remaining: self.remaining() })
+            }
         }
     }
 
     /// Appends `data` as is, if it fits.
-    pub fn append_bytes(
-        &self,
-        store_timestamp_ms: u64,
-        data: &[u8],
-    ) -> Result<Appended<()>, MappedFileError> {
+    pub fn append_bytes(&self, store_timestamp_ms: u64, data: &[u8]) -> Result<Appended<()>, MappedFileError> {
         self.append_with(store_timestamp_ms, |_, tail| {
             if data.len() > tail.len() {
                 return AppendStatus::DoesNotFit;
             }
             tail[..data.len()].copy_from_slice(data);
-            AppendStatus::Written {
-                bytes: data.len(),
-                value: (),
-            }
+            AppendStatus::Written { bytes: data.len(), value: () }
         })
     }
 
@@ -415,17 +371,10 @@ impl MappedFile {
     pub fn commit(&self, least_pages: usize) -> Result<Progress, MappedFileError> {
         self.check_usable()?;
         let (committed, wrote) = (self.region.committed(), self.region.wrote());
-        if !self.region.has_write_buffer()
-            || !is_due(committed, wrote, self.file_size(), least_pages)
-        {
-            return Ok(Progress {
-                from: committed,
-                to: committed,
-            });
+        if !self.region.has_write_buffer() || !is_due(committed, wrote, self.file_size(), least_pages) {
+            return Ok(Progress { from: committed, to: committed });
         }
-        let (from, to) = self
-            .region
-            .commit(|offset, bytes| self.io.note_written(offset, bytes));
+        let (from, to) = self.region.commit(|offset, bytes| self.io.note_written(offset, bytes));
         Ok(Progress { from, to })
     }
 
@@ -461,10 +410,7 @@ impl MappedFile {
             self.sync_or_latch(0, target)?;
         }
         self.flushed.store(target, Ordering::Release);
-        Ok(Progress {
-            from: 0,
-            to: target,
-        })
+        Ok(Progress { from: 0, to: target })
     }
 
     fn sync_or_latch(&self, from: usize, to: usize) -> Result<(), MappedFileError> {
@@ -498,14 +444,12 @@ impl MappedFile {
     /// Everything from `pos` to the read position (RocketMQ's `selectMappedBuffer(pos)`).
     pub fn read_from(&self, pos: usize) -> Result<Bytes, MappedFileError> {
         let end = self.read_position();
-        let len = end
-            .checked_sub(pos)
-            .ok_or_else(|| MappedFileError::OutOfRange {
-                path: self.path.clone(),
-                pos,
-                len: 0,
-                read_position: end,
-            })?;
+        let len = end.checked_sub(pos).ok_or_else(|| MappedFileError::OutOfRange {
+            path: self.path.clone(),
+            pos,
+            len: 0,
+            read_position: end,
+        })?;
         self.read(pos, len)
     }
 
@@ -515,19 +459,16 @@ impl MappedFile {
     /// [`force`](Self::force)). Refused while views of bytes at or above `pos` exist.
     pub fn set_positions(&self, pos: usize) -> Result<(), MappedFileError> {
         let _flush = self.flush_lock.lock();
-        self.region
-            .reset(pos, |offset, bytes| self.io.note_written(offset, bytes))
-            .map_err(|refused| match refused {
-                ResetRefused::ViewsOutstanding(views) => MappedFileError::ViewsOutstanding {
-                    path: self.path.clone(),
-                    views,
-                },
-                ResetRefused::OutOfBounds => MappedFileError::BadPosition {
-                    path: self.path.clone(),
-                    pos,
-                    file_size: self.file_size(),
-                },
-            })?;
+        self.region.reset(pos, |offset, bytes| self.io.note_written(offset, bytes)).map_err(
+            |refused| match refused {
+                ResetRefused::ViewsOutstanding(views) => {
+                    MappedFileError::ViewsOutstanding { path: self.path.clone(), views }
+                }
+                ResetRefused::OutOfBounds => {
+                    MappedFileError::BadPosition { path: self.path.clone(), pos, file_size: self.file_size() }
+                }
+            },
+        )?;
         self.flushed.fetch_min(pos, Ordering::AcqRel);
         Ok(())
     }
@@ -539,10 +480,7 @@ impl MappedFile {
     /// otherwise.
     pub fn warm_up(&self, lock: bool) -> Result<bool, MappedFileError> {
         self.check_usable()?;
-        if !self
-            .region
-            .zero_fill(|offset, bytes| self.io.note_written(offset, bytes))
-        {
+        if !self.region.zero_fill(|offset, bytes| self.io.note_written(offset, bytes)) {
             return Ok(false);
         }
         let _flush = self.flush_lock.lock();
@@ -559,10 +497,7 @@ impl MappedFile {
         if self.destroyed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        self.io.remove().map_err(|source| MappedFileError::Remove {
-            path: self.path.clone(),
-            source,
-        })
+        self.io.remove().map_err(|source| MappedFileError::Remove { path: self.path.clone(), source })
     }
 }
 

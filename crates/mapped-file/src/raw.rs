@@ -42,10 +42,7 @@ impl std::fmt::Debug for SegmentMemory {
             Backing::Mmap(_) => "mmap",
             Backing::Heap => "heap",
         };
-        f.debug_struct("SegmentMemory")
-            .field("kind", &kind)
-            .field("len", &self.len)
-            .finish()
+        f.debug_struct("SegmentMemory").field("kind", &kind).field("len", &self.len).finish()
     }
 }
 
@@ -63,38 +60,23 @@ impl SegmentMemory {
     /// a zero `len` is an `InvalidInput` error.
     pub fn map_file(file: &File, len: usize) -> io::Result<Self> {
         if len == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "cannot map a zero-length segment",
-            ));
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "cannot map a zero-length segment"));
         }
         let map = memmap2::MmapOptions::new().len(len).map_raw(file)?;
-        let ptr =
-            NonNull::new(map.as_mut_ptr()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        Ok(SegmentMemory {
-            ptr,
-            len,
-            backing: Backing::Mmap(map),
-        })
+        let ptr = NonNull::new(map.as_mut_ptr()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        Ok(SegmentMemory { ptr, len, backing: Backing::Mmap(map) })
     }
 
     /// Heap memory holding `bytes` (the simulated storage's page cache view).
     /// Empty input is an `InvalidInput` error.
     pub fn heap(bytes: Vec<u8>) -> io::Result<Self> {
         if bytes.is_empty() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "cannot hold a zero-length segment",
-            ));
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "cannot hold a zero-length segment"));
         }
         let len = bytes.len();
         let raw = Box::into_raw(bytes.into_boxed_slice());
         let ptr = NonNull::new(raw.cast::<u8>()).expect("Box::into_raw is never null");
-        Ok(SegmentMemory {
-            ptr,
-            len,
-            backing: Backing::Heap,
-        })
+        Ok(SegmentMemory { ptr, len, backing: Backing::Heap })
     }
 
     /// Length in bytes.
@@ -371,21 +353,13 @@ impl Region {
             return None;
         }
         self.views.fetch_add(1, Ordering::AcqRel);
-        Some(View {
-            region: Arc::clone(self),
-            start,
-            len,
-        })
+        Some(View { region: Arc::clone(self), start, len })
     }
 
     /// Moves both positions to `pos`, e.g. for recovery or truncation. With a write
     /// buffer, bytes appended below `pos` but not yet committed are committed first,
     /// so they survive the reset.
-    pub(crate) fn reset(
-        &self,
-        pos: usize,
-        on_memory_write: impl FnOnce(usize, &[u8]),
-    ) -> Result<(), ResetRefused> {
+    pub(crate) fn reset(&self, pos: usize, on_memory_write: impl FnOnce(usize, &[u8])) -> Result<(), ResetRefused> {
         if pos > self.len() {
             return Err(ResetRefused::OutOfBounds);
         }
@@ -478,11 +452,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         std::fs::write(&path, vec![3u8; 8192]).unwrap();
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
         let mem = SegmentMemory::map_file(&file, 8192).unwrap();
         assert!(mem.is_mapped());
         // SAFETY: single-threaded test.

@@ -33,11 +33,7 @@ struct SimFile {
 
 impl SimFile {
     fn new(bytes: Vec<u8>) -> Self {
-        SimFile {
-            durable: bytes.clone(),
-            cache: bytes,
-            modified_ms: epoch_ms(std::time::SystemTime::now()),
-        }
+        SimFile { durable: bytes.clone(), cache: bytes, modified_ms: epoch_ms(std::time::SystemTime::now()) }
     }
 }
 
@@ -58,10 +54,7 @@ pub struct SimStorage {
 impl fmt::Debug for SimStorage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = self.state.lock();
-        f.debug_struct("SimStorage")
-            .field("files", &state.files.len())
-            .field("syncs", &state.syncs)
-            .finish()
+        f.debug_struct("SimStorage").field("files", &state.files.len()).field("syncs", &state.syncs).finish()
     }
 }
 
@@ -131,9 +124,7 @@ impl SimStorage {
     /// for planting damage or foreign files in tests.
     pub fn write_file(&self, path: &Path, bytes: &[u8]) {
         let mut state = self.state.lock();
-        state
-            .files
-            .insert(path.to_path_buf(), SimFile::new(bytes.to_vec()));
+        state.files.insert(path.to_path_buf(), SimFile::new(bytes.to_vec()));
     }
 
     /// Sets a file's modification time (ms since the epoch) as `list` reports it.
@@ -150,10 +141,7 @@ impl SimStorage {
         let Some(file) = state.files.get_mut(path) else {
             return false;
         };
-        let Some(end) = offset
-            .checked_add(bytes.len())
-            .filter(|&e| e <= file.cache.len())
-        else {
+        let Some(end) = offset.checked_add(bytes.len()).filter(|&e| e <= file.cache.len()) else {
             return false;
         };
         file.cache[offset..end].copy_from_slice(bytes);
@@ -201,10 +189,7 @@ impl Storage for SimStorage {
             .iter()
             .filter(|(p, _)| p.parent() == Some(dir))
             .map(|(p, f)| DirEntry {
-                name: p
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
+                name: p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
                 len: f.cache.len() as u64,
                 modified_ms: f.modified_ms,
             })
@@ -217,47 +202,28 @@ impl Storage for SimStorage {
             return Err(io::Error::new(io::ErrorKind::AlreadyExists, "file exists"));
         }
         let memory = SegmentMemory::heap(vec![0; len])?;
-        state
-            .files
-            .insert(path.to_path_buf(), SimFile::new(vec![0; len]));
+        state.files.insert(path.to_path_buf(), SimFile::new(vec![0; len]));
         Ok(OpenedSegment {
             memory,
-            io: Box::new(SimSegment {
-                path: path.to_path_buf(),
-                state: Arc::clone(&self.state),
-            }),
+            io: Box::new(SimSegment { path: path.to_path_buf(), state: Arc::clone(&self.state) }),
         })
     }
 
     fn open(&self, path: &Path, len: usize) -> io::Result<OpenedSegment> {
         let state = self.state.lock();
-        let file = state
-            .files
-            .get(path)
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        let file = state.files.get(path).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         if file.cache.len() < len {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "file shorter than the segment size",
-            ));
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "file shorter than the segment size"));
         }
         let memory = SegmentMemory::heap(file.cache[..len].to_vec())?;
         Ok(OpenedSegment {
             memory,
-            io: Box::new(SimSegment {
-                path: path.to_path_buf(),
-                state: Arc::clone(&self.state),
-            }),
+            io: Box::new(SimSegment { path: path.to_path_buf(), state: Arc::clone(&self.state) }),
         })
     }
 
     fn remove(&self, path: &Path) -> io::Result<()> {
-        self.state
-            .lock()
-            .files
-            .remove(path)
-            .map(|_| ())
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+        self.state.lock().files.remove(path).map(|_| ()).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
     }
 }
 
@@ -268,9 +234,7 @@ struct SimSegment {
 
 impl fmt::Debug for SimSegment {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SimSegment")
-            .field("path", &self.path)
-            .finish()
+        f.debug_struct("SimSegment").field("path", &self.path).finish()
     }
 }
 
@@ -289,10 +253,7 @@ impl SegmentIo for SimSegment {
             // The range is lost: nothing of it becomes durable.
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
-        let file = state
-            .files
-            .get_mut(&self.path)
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        let file = state.files.get_mut(&self.path).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         let end = offset + len;
         let bytes = file.cache[offset..end].to_vec();
         file.durable[offset..end].copy_from_slice(&bytes);

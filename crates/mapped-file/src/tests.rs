@@ -17,10 +17,7 @@ fn pool(size: usize, n: usize) -> TransientStorePool {
 }
 
 fn put(file: &MappedFile, data: &[u8]) -> u64 {
-    file.append_bytes(1, data)
-        .unwrap()
-        .wrote_offset()
-        .expect("fits")
+    file.append_bytes(1, data).unwrap().wrote_offset().expect("fits")
 }
 
 #[test]
@@ -28,14 +25,9 @@ fn file_names_are_twenty_digits_and_round_trip() {
     assert_eq!(file_name(0), "00000000000000000000");
     assert_eq!(file_name(1 << 30), "00000000001073741824");
     assert_eq!(parse_file_name(&file_name(123_456)), Some(123_456));
-    for bad in [
-        "",
-        "0000000000000000000",
-        "000000000000000000000",
-        "0000000000000000000a",
-        "+0000000000000000001",
-        "abc",
-    ] {
+    for bad in
+        ["", "0000000000000000000", "000000000000000000000", "0000000000000000000a", "+0000000000000000001", "abc"]
+    {
         assert_eq!(parse_file_name(bad), None, "{bad}");
     }
 }
@@ -47,18 +39,9 @@ fn least_pages_decisions_follow_rocketmq() {
     assert!(is_due(0, 1, size, 0), "0 pages: any dirty byte");
     assert!(!is_due(0, 3 * OS_PAGE_SIZE, size, 4), "3 pages < 4");
     assert!(is_due(0, 4 * OS_PAGE_SIZE, size, 4), "4 pages");
-    assert!(
-        is_due(OS_PAGE_SIZE - 1, 4 * OS_PAGE_SIZE + 10, size, 4),
-        "pages counted by index, not bytes"
-    );
-    assert!(
-        !is_due(10, 4 * OS_PAGE_SIZE - 1, size, 4),
-        "3 page boundaries crossed"
-    );
-    assert!(
-        is_due(size - 1, size, size, 4),
-        "a full file always qualifies"
-    );
+    assert!(is_due(OS_PAGE_SIZE - 1, 4 * OS_PAGE_SIZE + 10, size, 4), "pages counted by index, not bytes");
+    assert!(!is_due(10, 4 * OS_PAGE_SIZE - 1, size, 4), "3 page boundaries crossed");
+    assert!(is_due(size - 1, size, size, 4), "a full file always qualifies");
     assert!(!is_due(size, size, size, 0), "full and done");
 }
 
@@ -67,21 +50,13 @@ fn append_read_and_flush_on_a_real_mapping() {
     let dir = tempfile::tempdir().unwrap();
     let file = MappedFile::create(&MmapStorage, dir.path(), 1 << 20, SIZE).unwrap();
     assert_eq!(file.path().file_name().unwrap(), "00000000000001048576");
-    assert_eq!(
-        std::fs::metadata(file.path()).unwrap().len(),
-        SIZE as u64,
-        "preallocated"
-    );
+    assert_eq!(std::fs::metadata(file.path()).unwrap().len(), SIZE as u64, "preallocated");
     assert_eq!(put(&file, b"abc"), 1 << 20);
     assert_eq!(put(&file, b"defg"), (1 << 20) + 3);
     assert_eq!(file.read_position(), 7);
     assert_eq!(&file.read(1, 4).unwrap()[..], b"bcde");
     assert_eq!(file.flush(0).unwrap(), Progress { from: 0, to: 7 });
-    assert_eq!(
-        file.flush(0).unwrap().moved(),
-        0,
-        "nothing moved is plain 0, not `true`"
-    );
+    assert_eq!(file.flush(0).unwrap().moved(), 0, "nothing moved is plain 0, not `true`");
     let on_disk = std::fs::read(file.path()).unwrap();
     assert_eq!(&on_disk[..7], b"abcdefg");
 
@@ -98,10 +73,7 @@ fn append_read_and_flush_on_a_real_mapping() {
 fn creating_over_an_existing_file_or_beyond_the_disk_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let _first = MappedFile::create(&MmapStorage, dir.path(), 0, SIZE).unwrap();
-    assert!(matches!(
-        MappedFile::create(&MmapStorage, dir.path(), 0, SIZE),
-        Err(MappedFileError::Create { .. })
-    ));
+    assert!(matches!(MappedFile::create(&MmapStorage, dir.path(), 0, SIZE), Err(MappedFileError::Create { .. })));
     // Far larger than any disk here: fallocate refuses up front, and no file is left.
     let huge = 1usize << 52;
     let err = MappedFile::create(&MmapStorage, dir.path(), huge as u64, huge).unwrap_err();
@@ -114,10 +86,7 @@ fn opening_checks_name_and_size() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("not-a-segment");
     std::fs::write(&bad, vec![0; SIZE]).unwrap();
-    assert!(matches!(
-        MappedFile::open(&MmapStorage, &bad, SIZE),
-        Err(MappedFileError::BadName { .. })
-    ));
+    assert!(matches!(MappedFile::open(&MmapStorage, &bad, SIZE), Err(MappedFileError::BadName { .. })));
     let short = dir.path().join(file_name(0));
     std::fs::write(&short, vec![0; 100]).unwrap();
     let err = MappedFile::open(&MmapStorage, &short, SIZE).unwrap_err();
@@ -134,29 +103,14 @@ fn a_record_that_does_not_fit_writes_nothing() {
     assert_eq!(file.store_timestamp(), 1, "unchanged by a failed append");
     put(&file, &[3; 96]);
     assert!(file.is_full());
-    assert!(matches!(
-        file.append_bytes(3, b"x").unwrap(),
-        Appended::DoesNotFit { remaining: 0 }
-    ));
+    assert!(matches!(file.append_bytes(3, b"x").unwrap(), Appended::DoesNotFit { remaining: 0 }));
 }
 
 #[test]
 fn a_closure_claiming_too_much_is_refused() {
     let (_s, file) = sim_file(OS_PAGE_SIZE);
-    let err = file
-        .append_with(0, |_, tail| AppendStatus::Written {
-            bytes: tail.len() + 1,
-            value: (),
-        })
-        .unwrap_err();
-    assert!(matches!(
-        err,
-        MappedFileError::AppendOverrun {
-            claimed: 4097,
-            remaining: 4096,
-            ..
-        }
-    ));
+    let err = file.append_with(0, |_, tail| AppendStatus::Written { bytes: tail.len() + 1, value: () }).unwrap_err();
+    assert!(matches!(err, MappedFileError::AppendOverrun { claimed: 4097, remaining: 4096, .. }));
     assert_eq!(file.wrote_position(), 0);
 }
 
@@ -167,33 +121,22 @@ fn closure_gets_absolute_offsets() {
     put(&file, b"12");
     let seen = file.append_with(0, |offset, _| {
         assert_eq!(offset, 8194);
-        AppendStatus::Written {
-            bytes: 0,
-            value: offset,
-        }
+        AppendStatus::Written { bytes: 0, value: offset }
     });
-    assert!(matches!(
-        seen.unwrap(),
-        Appended::Written { value: 8194, .. }
-    ));
+    assert!(matches!(seen.unwrap(), Appended::Written { value: 8194, .. }));
 }
 
 #[test]
 fn write_buffer_holds_bytes_until_commit_and_returns_when_full() {
     let pool = pool(OS_PAGE_SIZE * 4, 1);
     let (_s, file) = sim_file(OS_PAGE_SIZE * 4);
-    file.attach_write_buffer(pool.try_borrow().unwrap())
-        .unwrap();
+    file.attach_write_buffer(pool.try_borrow().unwrap()).unwrap();
     assert_eq!(pool.available_buffer_nums(), 0);
     put(&file, &[7; 5000]);
     assert_eq!(file.wrote_position(), 5000);
     assert_eq!(file.read_position(), 0, "readers see committed bytes only");
     assert!(file.read(0, 1).is_err());
-    assert_eq!(
-        file.flush(0).unwrap().moved(),
-        0,
-        "nothing committed, nothing to flush"
-    );
+    assert_eq!(file.flush(0).unwrap().moved(), 0, "nothing committed, nothing to flush");
 
     assert_eq!(file.commit(4).unwrap().moved(), 0, "one page pending < 4");
     assert_eq!(file.commit(0).unwrap(), Progress { from: 0, to: 5000 });
@@ -203,11 +146,7 @@ fn write_buffer_holds_bytes_until_commit_and_returns_when_full() {
     put(&file, &vec![8; OS_PAGE_SIZE * 4 - 5000]);
     assert!(file.is_full());
     assert!(file.has_write_buffer());
-    assert_eq!(
-        file.commit(4).unwrap().to,
-        OS_PAGE_SIZE * 4,
-        "a full file always qualifies"
-    );
+    assert_eq!(file.commit(4).unwrap().to, OS_PAGE_SIZE * 4, "a full file always qualifies");
     assert!(!file.has_write_buffer(), "buffer handed back");
     assert_eq!(pool.available_buffer_nums(), 1);
 }
@@ -216,9 +155,7 @@ fn write_buffer_holds_bytes_until_commit_and_returns_when_full() {
 fn write_buffer_of_the_wrong_size_is_rejected() {
     let pool = pool(OS_PAGE_SIZE, 1);
     let (_s, file) = sim_file(OS_PAGE_SIZE * 2);
-    let err = file
-        .attach_write_buffer(pool.try_borrow().unwrap())
-        .unwrap_err();
+    let err = file.attach_write_buffer(pool.try_borrow().unwrap()).unwrap_err();
     assert!(matches!(err, MappedFileError::WriteBufferRejected { .. }));
     assert_eq!(pool.available_buffer_nums(), 1, "rejected buffer went back");
 }
@@ -231,41 +168,17 @@ fn failed_sync_latches_the_file() {
     put(&file, b"lost");
     storage.fail_nth_sync(1);
     let err = file.flush(0).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            MappedFileError::SyncFailed {
-                from: 7,
-                to: 11,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err, MappedFileError::SyncFailed { from: 7, to: 11, .. }), "{err}");
     assert_eq!(file.flushed_position(), 7, "flushed did not advance");
     assert!(file.is_latched());
     // The next sync would succeed, but the file must not believe it (fsyncgate).
-    assert!(matches!(
-        file.flush(0),
-        Err(MappedFileError::Latched { .. })
-    ));
-    assert!(matches!(
-        file.append_bytes(0, b"more"),
-        Err(MappedFileError::Latched { .. })
-    ));
-    assert!(matches!(
-        file.commit(0),
-        Err(MappedFileError::Latched { .. })
-    ));
+    assert!(matches!(file.flush(0), Err(MappedFileError::Latched { .. })));
+    assert!(matches!(file.append_bytes(0, b"more"), Err(MappedFileError::Latched { .. })));
+    assert!(matches!(file.commit(0), Err(MappedFileError::Latched { .. })));
     assert_eq!(file.flushed_position(), 7);
     // And indeed the failed range never became durable.
     storage.crash_losing_unsynced();
-    assert_eq!(
-        &storage
-            .file_bytes(Path::new("/s/00000000000000000000"))
-            .unwrap()[..11],
-        b"durable\0\0\0\0"
-    );
+    assert_eq!(&storage.file_bytes(Path::new("/s/00000000000000000000")).unwrap()[..11], b"durable\0\0\0\0");
 }
 
 #[test]
@@ -281,10 +194,7 @@ fn only_flushed_bytes_survive_a_power_cut() {
     file.set_positions(2000).unwrap();
     let bytes = file.read(0, 2000).unwrap();
     assert!(bytes[..1000].iter().all(|&b| b == 1));
-    assert!(
-        bytes[1000..].iter().all(|&b| b == 0),
-        "unsynced bytes are gone"
-    );
+    assert!(bytes[1000..].iter().all(|&b| b == 0), "unsynced bytes are gone");
 }
 
 #[test]
@@ -293,33 +203,20 @@ fn views_keep_memory_alive_and_block_truncation_below_them() {
     put(&file, b"hello world");
     let view = file.read(6, 5).unwrap();
     assert_eq!(file.outstanding_views(), 1);
-    assert!(matches!(
-        file.set_positions(3),
-        Err(MappedFileError::ViewsOutstanding { views: 1, .. })
-    ));
+    assert!(matches!(file.set_positions(3), Err(MappedFileError::ViewsOutstanding { views: 1, .. })));
     file.set_positions(20).unwrap(); // raising is harmless
     file.flush(0).unwrap();
     assert_eq!(file.flushed_position(), 20);
     file.destroy().unwrap();
-    assert!(matches!(
-        file.append_bytes(0, b"x"),
-        Err(MappedFileError::Destroyed { .. })
-    ));
+    assert!(matches!(file.append_bytes(0, b"x"), Err(MappedFileError::Destroyed { .. })));
     assert_eq!(&view[..], b"world", "view outlives destroy");
     drop(view);
     assert_eq!(file.outstanding_views(), 0);
     file.set_positions(3).unwrap();
     assert_eq!(file.flushed_position(), 3, "lowered with the data");
     file.set_positions(10).unwrap();
-    assert_eq!(
-        file.flushed_position(),
-        3,
-        "never raised: those bytes were not synced"
-    );
-    assert!(matches!(
-        file.set_positions(SIZE + 1),
-        Err(MappedFileError::BadPosition { .. })
-    ));
+    assert_eq!(file.flushed_position(), 3, "never raised: those bytes were not synced");
+    assert!(matches!(file.set_positions(SIZE + 1), Err(MappedFileError::BadPosition { .. })));
 }
 
 #[test]
@@ -337,8 +234,7 @@ fn appender_flusher_and_readers_run_concurrently() {
     let storage = SimStorage::new();
     let file = Arc::new(MappedFile::create(&storage, Path::new("/c"), 0, 1 << 20).unwrap());
     let pool = pool(1 << 20, 1);
-    file.attach_write_buffer(pool.try_borrow().unwrap())
-        .unwrap();
+    file.attach_write_buffer(pool.try_borrow().unwrap()).unwrap();
     let done = Arc::new(AtomicBool::new(false));
     let record = |i: u32| -> [u8; 8] {
         let mut r = [0u8; 8];
@@ -397,8 +293,7 @@ fn truncating_with_a_write_buffer_keeps_uncommitted_bytes_below_the_cut() {
     // still only in the write buffer, exposing zeros in their place.
     let pool = pool(OS_PAGE_SIZE, 1);
     let (_s, file) = sim_file(OS_PAGE_SIZE);
-    file.attach_write_buffer(pool.try_borrow().unwrap())
-        .unwrap();
+    file.attach_write_buffer(pool.try_borrow().unwrap()).unwrap();
     put(&file, &[1, 2, 3]);
     file.set_positions(2).unwrap();
     assert_eq!(&file.read(0, 2).unwrap()[..], &[1, 2]);

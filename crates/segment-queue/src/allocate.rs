@@ -45,25 +45,18 @@ impl Allocator {
         file_size: usize,
         warm: Option<bool>,
     ) -> std::io::Result<Self> {
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
-            changed: Condvar::new(),
-        });
+        let shared = Arc::new(Shared { state: Mutex::new(State::default()), changed: Condvar::new() });
         let worker = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("AllocateMappedFileService".into())
             .spawn(move || run(&worker, &*storage, &dir, file_size, warm))?;
-        Ok(Allocator {
-            shared,
-            thread: Some(thread),
-        })
+        Ok(Allocator { shared, thread: Some(thread) })
     }
 
     /// Asks for the segment at `offset` to be prepared (replacing an older request).
     pub(crate) fn request(&self, offset: u64) {
         let mut state = self.shared.state.lock();
-        let already = state.in_progress == Some(offset)
-            || state.ready.as_ref().is_some_and(|(o, _)| *o == offset);
+        let already = state.in_progress == Some(offset) || state.ready.as_ref().is_some_and(|(o, _)| *o == offset);
         if !already {
             state.requested = Some(offset);
             self.shared.changed.notify_all();
@@ -81,12 +74,7 @@ impl Allocator {
         }
         let deadline = std::time::Instant::now() + WAIT_FOR_PREPARED;
         while state.in_progress == Some(offset) {
-            if self
-                .shared
-                .changed
-                .wait_until(&mut state, deadline)
-                .timed_out()
-            {
+            if self.shared.changed.wait_until(&mut state, deadline).timed_out() {
                 tracing::warn!(offset, "timed out waiting for a preallocated segment");
                 return None;
             }
@@ -122,13 +110,7 @@ fn discard(offset: u64, file: Result<MappedFile, MappedFileError>) {
     }
 }
 
-fn run(
-    shared: &Shared,
-    storage: &dyn Storage,
-    dir: &std::path::Path,
-    file_size: usize,
-    warm: Option<bool>,
-) {
+fn run(shared: &Shared, storage: &dyn Storage, dir: &std::path::Path, file_size: usize, warm: Option<bool>) {
     let mut state = shared.state.lock();
     loop {
         if state.stop {

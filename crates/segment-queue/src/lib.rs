@@ -172,23 +172,17 @@ impl SegmentQueue {
         if let Some(pool) = &pool {
             if pool.buffer_size_bytes() != size {
                 return Err(QueueError::InvalidConfig {
-                    reason: format!(
-                        "write buffers have {} bytes but segments have {size}",
-                        pool.buffer_size_bytes()
-                    ),
+                    reason: format!("write buffers have {} bytes but segments have {size}", pool.buffer_size_bytes()),
                 });
             }
         }
-        let dir_err = |source| QueueError::Dir {
-            path: dir.to_path_buf(),
-            source,
-        };
+        let dir_err = |source| QueueError::Dir { path: dir.to_path_buf(), source };
         storage.create_dir_all(dir).map_err(dir_err)?;
         let mut entries = Vec::new();
         for entry in storage.list(dir).map_err(dir_err)? {
             let path = dir.join(&entry.name);
-            let offset = parse_file_name(&entry.name)
-                .ok_or_else(|| QueueError::MalformedName { path: path.clone() })?;
+            let offset =
+                parse_file_name(&entry.name).ok_or_else(|| QueueError::MalformedName { path: path.clone() })?;
             entries.push((offset, path, entry));
         }
         entries.sort_by_key(|(offset, _, _)| *offset);
@@ -197,35 +191,20 @@ impl SegmentQueue {
         if entries.last().is_some_and(|(_, _, e)| e.len == 0) {
             let (_, path, _) = entries.pop().expect("checked non-empty");
             tracing::warn!(path = %path.display(), "deleting zero-length last segment");
-            storage.remove(&path).map_err(|source| QueueError::Dir {
-                path: path.clone(),
-                source,
-            })?;
+            storage.remove(&path).map_err(|source| QueueError::Dir { path: path.clone(), source })?;
             report.removed_empty_tail = Some(path);
         }
         let mut files = Vec::with_capacity(entries.len());
         let mut expected_next: Option<u64> = None;
         for (offset, path, entry) in entries {
             if entry.len != size as u64 {
-                return Err(QueueError::WrongSize {
-                    path,
-                    expected: size as u64,
-                    actual: entry.len,
-                });
+                return Err(QueueError::WrongSize { path, expected: size as u64, actual: entry.len });
             }
             if offset % size as u64 != 0 {
-                return Err(QueueError::Misaligned {
-                    path,
-                    offset,
-                    file_size: size as u64,
-                });
+                return Err(QueueError::Misaligned { path, offset, file_size: size as u64 });
             }
             if let Some(expected) = expected_next.filter(|&e| e != offset) {
-                return Err(QueueError::Gap {
-                    path,
-                    expected,
-                    found: offset,
-                });
+                return Err(QueueError::Gap { path, expected, found: offset });
             }
             expected_next = Some(offset + size as u64);
             let file = MappedFile::open(&*storage, &path, size)?;
@@ -234,19 +213,12 @@ impl SegmentQueue {
             files.push(Arc::new(file));
         }
         report.segments = files.len();
-        let end = files
-            .last()
-            .map_or(0, |f| f.file_from_offset() + size as u64);
+        let end = files.last().map_or(0, |f| f.file_from_offset() + size as u64);
         tracing::info!(dir = %dir.display(), segments = files.len(), end, "segment queue loaded");
 
         let allocator = if config.preallocate_next_segment {
-            let warm = config
-                .warm_mapped_file_enable
-                .then_some(config.lock_warmed_mapped_file);
-            Some(
-                Allocator::start(Arc::clone(&storage), dir.to_path_buf(), size, warm)
-                    .map_err(dir_err)?,
-            )
+            let warm = config.warm_mapped_file_enable.then_some(config.lock_warmed_mapped_file);
+            Some(Allocator::start(Arc::clone(&storage), dir.to_path_buf(), size, warm).map_err(dir_err)?)
         } else {
             None
         };
@@ -346,17 +318,19 @@ impl SegmentQueue {
         if let Some(pool) = &self.pool {
             match pool.try_borrow() {
                 Ok(buffer) => file.attach_write_buffer(buffer)?,
-                Err(PoolError::Exhausted { pool_size }) => {
-                    match self.config.pool_exhausted_policy {
-                        PoolExhaustedPolicy::UseMapping => {
-                            tracing::warn!(offset, pool_size, "transient store pool exhausted; segment appends straight into the mapping");
-                        }
-                        PoolExhaustedPolicy::Fail => {
-                            let _ = file.destroy();
-                            return Err(QueueError::PoolExhausted { pool_size, offset });
-                        }
+                Err(PoolError::Exhausted { pool_size }) => match self.config.pool_exhausted_policy {
+                    PoolExhaustedPolicy::UseMapping => {
+                        tracing::warn!(
+                            offset,
+                            pool_size,
+                            "transient store pool exhausted; segment appends straight into the mapping"
+                        );
                     }
-                }
+                    PoolExhaustedPolicy::Fail => {
+                        let _ = file.destroy();
+                        return Err(QueueError::PoolExhausted { pool_size, offset });
+                    }
+                },
                 Err(other) => {
                     tracing::warn!(offset, %other, "could not borrow a write buffer");
                 }
@@ -376,17 +350,12 @@ impl SegmentQueue {
     /// The segment holding `offset` (RocketMQ's `findMappedFileByOffset`): computed
     /// by arithmetic, verified, with a linear scan as fallback (ROCKETMQ-332). With
     /// `return_first_on_not_found`, an offset out of range yields the first segment.
-    pub fn find_mapped_file_by_offset(
-        &self,
-        offset: u64,
-        return_first_on_not_found: bool,
-    ) -> Option<Arc<MappedFile>> {
+    pub fn find_mapped_file_by_offset(&self, offset: u64, return_first_on_not_found: bool) -> Option<Arc<MappedFile>> {
         let files = self.files.read();
         let first = files.first()?;
         let last = files.last()?;
         let size = self.config.mapped_file_size as u64;
-        let covers =
-            |f: &MappedFile| f.file_from_offset() <= offset && offset < f.file_from_offset() + size;
+        let covers = |f: &MappedFile| f.file_from_offset() <= offset && offset < f.file_from_offset() + size;
         if offset < first.file_from_offset() || offset >= last.file_from_offset() + size {
             return return_first_on_not_found.then(|| Arc::clone(first));
         }
@@ -394,24 +363,13 @@ impl SegmentQueue {
         if let Some(file) = files.get(index).filter(|f| covers(f)) {
             return Some(Arc::clone(file));
         }
-        tracing::warn!(
-            offset,
-            index,
-            "segment lookup by arithmetic missed; scanning"
-        );
-        files
-            .iter()
-            .find(|f| covers(f))
-            .cloned()
-            .or_else(|| return_first_on_not_found.then(|| Arc::clone(first)))
+        tracing::warn!(offset, index, "segment lookup by arithmetic missed; scanning");
+        files.iter().find(|f| covers(f)).cloned().or_else(|| return_first_on_not_found.then(|| Arc::clone(first)))
     }
 
     /// First stored offset (0 with no segments).
     pub fn min_offset(&self) -> u64 {
-        self.files
-            .read()
-            .first()
-            .map_or(0, |f| f.file_from_offset())
+        self.files.read().first().map_or(0, |f| f.file_from_offset())
     }
 
     /// End of readable data. RocketMQ takes the last segment's start plus its read
@@ -434,10 +392,7 @@ impl SegmentQueue {
     /// End of appended data (may be ahead of [`max_offset`](Self::max_offset) while
     /// a write buffer holds uncommitted bytes).
     pub fn max_wrote_position(&self) -> u64 {
-        self.files
-            .read()
-            .last()
-            .map_or(0, |f| f.file_from_offset() + f.wrote_position() as u64)
+        self.files.read().last().map_or(0, |f| f.file_from_offset() + f.wrote_position() as u64)
     }
 
     /// Offset up to which everything is durable.
@@ -467,8 +422,7 @@ impl SegmentQueue {
 
     /// Bytes appended but not yet committed into the mapping.
     pub fn remain_how_many_data_to_commit(&self) -> u64 {
-        self.max_wrote_position()
-            .saturating_sub(self.committed_where())
+        self.max_wrote_position().saturating_sub(self.committed_where())
     }
 
     /// Bytes readable but not yet durable.
@@ -579,8 +533,7 @@ impl SegmentQueue {
                 keep.push(file);
             } else if from <= offset {
                 let pos = (offset - from) as usize;
-                report.bytes_dropped_in_place +=
-                    (file.wrote_position() as u64).saturating_sub(pos as u64);
+                report.bytes_dropped_in_place += (file.wrote_position() as u64).saturating_sub(pos as u64);
                 file.set_positions(pos)?;
                 keep.push(file);
             } else {
@@ -609,30 +562,19 @@ impl SegmentQueue {
         let flushed = self.flushed_where();
         let size = self.config.mapped_file_size as u64;
         self.delete_from_front(max_batch, |f| {
-            f.store_timestamp().saturating_add(expired_ms) <= now_ms
-                && f.file_from_offset() + size <= flushed
+            f.store_timestamp().saturating_add(expired_ms) <= now_ms && f.file_from_offset() + size <= flushed
         })
     }
 
     /// Deletes segments from the front that end at or below `offset`, at most
     /// `max_batch` of them; never the last segment. Returns how many were deleted.
-    pub fn delete_expired_file_by_offset(
-        &self,
-        offset: u64,
-        max_batch: usize,
-    ) -> Result<usize, QueueError> {
+    pub fn delete_expired_file_by_offset(&self, offset: u64, max_batch: usize) -> Result<usize, QueueError> {
         let size = self.config.mapped_file_size as u64;
         let flushed = self.flushed_where();
-        self.delete_from_front(max_batch, |f| {
-            f.file_from_offset() + size <= offset.min(flushed)
-        })
+        self.delete_from_front(max_batch, |f| f.file_from_offset() + size <= offset.min(flushed))
     }
 
-    fn delete_from_front(
-        &self,
-        max_batch: usize,
-        expired: impl Fn(&MappedFile) -> bool,
-    ) -> Result<usize, QueueError> {
+    fn delete_from_front(&self, max_batch: usize, expired: impl Fn(&MappedFile) -> bool) -> Result<usize, QueueError> {
         let mut files = self.files.write();
         let mut count = 0;
         while count < max_batch && files.len() > 1 && expired(&files[0]) {
@@ -650,13 +592,11 @@ impl SegmentQueue {
     /// Reads `[offset, offset + len)`, which must lie within one segment and below
     /// its read position.
     pub fn read(&self, offset: u64, len: usize) -> Result<Bytes, QueueError> {
-        let file =
-            self.find_mapped_file_by_offset(offset, false)
-                .ok_or(QueueError::OffsetOutOfRange {
-                    offset,
-                    min: self.min_offset(),
-                    max: self.max_offset(),
-                })?;
+        let file = self.find_mapped_file_by_offset(offset, false).ok_or(QueueError::OffsetOutOfRange {
+            offset,
+            min: self.min_offset(),
+            max: self.max_offset(),
+        })?;
         Ok(file.read((offset - file.file_from_offset()) as usize, len)?)
     }
 

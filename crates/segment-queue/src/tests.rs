@@ -11,10 +11,7 @@ fn sim() -> (SimStorage, Arc<dyn Storage>) {
 }
 
 fn config() -> QueueConfig {
-    QueueConfig {
-        preallocate_next_segment: false,
-        ..QueueConfig::new(SIZE)
-    }
+    QueueConfig { preallocate_next_segment: false, ..QueueConfig::new(SIZE) }
 }
 
 fn dir() -> &'static Path {
@@ -31,10 +28,7 @@ fn append(queue: &SegmentQueue, data: &[u8]) -> u64 {
             mapped_file::Appended::DoesNotFit { .. } => {
                 file.append_with(7, |_, tail| {
                     tail.fill(0xFF);
-                    AppendStatus::Written {
-                        bytes: tail.len(),
-                        value: (),
-                    }
+                    AppendStatus::Written { bytes: tail.len(), value: () }
                 })
                 .unwrap();
             }
@@ -67,23 +61,13 @@ fn lookup_by_offset_is_exact_at_boundaries() {
     for _ in 0..3 {
         append(&queue, &[1; 10_000]);
     }
-    let find = |o| {
-        queue
-            .find_mapped_file_by_offset(o, false)
-            .map(|f| f.file_from_offset())
-    };
+    let find = |o| queue.find_mapped_file_by_offset(o, false).map(|f| f.file_from_offset());
     assert_eq!(find(0), Some(0));
     assert_eq!(find(SIZE as u64 - 1), Some(0));
     assert_eq!(find(SIZE as u64), Some(SIZE as u64));
     assert_eq!(find(3 * SIZE as u64 - 1), Some(2 * SIZE as u64));
     assert_eq!(find(3 * SIZE as u64), None);
-    assert_eq!(
-        queue
-            .find_mapped_file_by_offset(3 * SIZE as u64, true)
-            .unwrap()
-            .file_from_offset(),
-        0
-    );
+    assert_eq!(queue.find_mapped_file_by_offset(3 * SIZE as u64, true).unwrap().file_from_offset(), 0);
 }
 
 #[test]
@@ -102,13 +86,8 @@ fn lookup_during_roll_over_never_misses_written_data() {
                 }
                 // Every offset below max_offset must be found, during roll-over too.
                 let probe = max - 1;
-                let file = queue
-                    .find_mapped_file_by_offset(probe, false)
-                    .expect("written offset not found");
-                assert!(
-                    file.file_from_offset() <= probe
-                        && probe < file.file_from_offset() + SIZE as u64
-                );
+                let file = queue.find_mapped_file_by_offset(probe, false).expect("written offset not found");
+                assert!(file.file_from_offset() <= probe && probe < file.file_from_offset() + SIZE as u64);
                 lookups += 1;
             }
             lookups
@@ -133,19 +112,9 @@ fn a_flush_spanning_two_segments_covers_both() {
     assert_eq!(end, SIZE as u64 + 7000);
     // One flush must make the tail of segment 0 *and* the head of segment 1 durable.
     let progress = queue.flush(0).unwrap();
-    assert_eq!(
-        progress,
-        QueueProgress {
-            from: 10_000,
-            to: end
-        }
-    );
+    assert_eq!(progress, QueueProgress { from: 10_000, to: end });
     assert_eq!(queue.flushed_where(), end);
-    assert_eq!(
-        sim.dirty_sectors(),
-        0,
-        "everything up to the request is durable"
-    );
+    assert_eq!(sim.dirty_sectors(), 0, "everything up to the request is durable");
     assert_eq!(queue.flush(0).unwrap().moved(), 0);
 }
 
@@ -156,11 +125,7 @@ fn least_pages_holds_back_small_flushes_but_not_full_segments() {
     append(&queue, &[1; 100]);
     assert_eq!(queue.flush(1).unwrap().moved(), 0, "less than a page");
     append(&queue, &[1; SIZE - 100]); // fills segment 0 exactly
-    assert_eq!(
-        queue.flush(4).unwrap().to,
-        SIZE as u64,
-        "a full segment always qualifies"
-    );
+    assert_eq!(queue.flush(4).unwrap().to, SIZE as u64, "a full segment always qualifies");
 }
 
 #[test]
@@ -176,18 +141,8 @@ fn write_buffers_are_committed_across_segments_and_returned() {
     assert_eq!(queue.remain_how_many_data_to_commit(), 10_000);
     append(&queue, &[2; 10_000]);
     assert_eq!(pool.available_buffer_nums(), 0);
-    assert_eq!(
-        queue.commit(0).unwrap(),
-        QueueProgress {
-            from: 0,
-            to: SIZE as u64 + 10_000
-        }
-    );
-    assert_eq!(
-        pool.available_buffer_nums(),
-        1,
-        "full segment gave its buffer back"
-    );
+    assert_eq!(queue.commit(0).unwrap(), QueueProgress { from: 0, to: SIZE as u64 + 10_000 });
+    assert_eq!(pool.available_buffer_nums(), 1, "full segment gave its buffer back");
     assert_eq!(queue.flush(0).unwrap().to, SIZE as u64 + 10_000);
     assert_eq!(&queue.read(SIZE as u64, 4).unwrap()[..], &[2; 4]);
 }
@@ -199,19 +154,9 @@ fn an_empty_pool_is_a_choice() {
     pool_config.lock_memory = LockMemory::Never;
     let pool = TransientStorePool::new(pool_config).unwrap();
     let _held = pool.try_borrow().unwrap();
-    let strict = QueueConfig {
-        pool_exhausted_policy: PoolExhaustedPolicy::Fail,
-        ..config()
-    };
-    let queue =
-        SegmentQueue::load(Arc::clone(&storage), dir(), strict, Some(pool.clone())).unwrap();
-    assert!(matches!(
-        queue.get_last_mapped_file(0),
-        Err(QueueError::PoolExhausted {
-            pool_size: 1,
-            offset: 0
-        })
-    ));
+    let strict = QueueConfig { pool_exhausted_policy: PoolExhaustedPolicy::Fail, ..config() };
+    let queue = SegmentQueue::load(Arc::clone(&storage), dir(), strict, Some(pool.clone())).unwrap();
+    assert!(matches!(queue.get_last_mapped_file(0), Err(QueueError::PoolExhausted { pool_size: 1, offset: 0 })));
     assert_eq!(queue.segment_count(), 0, "nothing half-made");
     let lenient = SegmentQueue::load(storage, Path::new("/q2"), config(), Some(pool)).unwrap();
     let file = lenient.get_last_mapped_file(0).unwrap();
@@ -222,31 +167,11 @@ fn an_empty_pool_is_a_choice() {
 fn load_rejects_wrong_sizes_bad_names_and_gaps_naming_the_file() {
     type Case = (&'static str, Vec<(String, usize)>, &'static str);
     let cases: Vec<Case> = vec![
-        (
-            "wrong size",
-            vec![(file_name(0), SIZE), (file_name(SIZE as u64), SIZE - 1)],
-            "00000000000000016384",
-        ),
-        (
-            "zero-length middle",
-            vec![(file_name(0), 0), (file_name(SIZE as u64), SIZE)],
-            "00000000000000000000",
-        ),
-        (
-            "bad name",
-            vec![(file_name(0), SIZE), ("notes.txt".into(), 10)],
-            "notes.txt",
-        ),
-        (
-            "gap",
-            vec![(file_name(0), SIZE), (file_name(2 * SIZE as u64), SIZE)],
-            "00000000000000032768",
-        ),
-        (
-            "misaligned",
-            vec![(file_name(100), SIZE)],
-            "00000000000000000100",
-        ),
+        ("wrong size", vec![(file_name(0), SIZE), (file_name(SIZE as u64), SIZE - 1)], "00000000000000016384"),
+        ("zero-length middle", vec![(file_name(0), 0), (file_name(SIZE as u64), SIZE)], "00000000000000000000"),
+        ("bad name", vec![(file_name(0), SIZE), ("notes.txt".into(), 10)], "notes.txt"),
+        ("gap", vec![(file_name(0), SIZE), (file_name(2 * SIZE as u64), SIZE)], "00000000000000032768"),
+        ("misaligned", vec![(file_name(100), SIZE)], "00000000000000000100"),
     ];
     for (what, files, named) in cases {
         let (sim, storage) = sim();
@@ -265,18 +190,9 @@ fn a_zero_length_last_file_is_deleted_on_load() {
     sim.write_file(&dir().join(file_name(SIZE as u64)), &[]);
     let queue = SegmentQueue::load(storage, dir(), config(), None).unwrap();
     assert_eq!(queue.segment_count(), 1);
-    assert_eq!(
-        queue.load_report().removed_empty_tail,
-        Some(dir().join(file_name(SIZE as u64)))
-    );
-    assert!(sim
-        .file_bytes(&dir().join(file_name(SIZE as u64)))
-        .is_none());
-    assert_eq!(
-        queue.max_offset(),
-        SIZE as u64,
-        "loaded files are marked full"
-    );
+    assert_eq!(queue.load_report().removed_empty_tail, Some(dir().join(file_name(SIZE as u64))));
+    assert!(sim.file_bytes(&dir().join(file_name(SIZE as u64))).is_none());
+    assert_eq!(queue.max_offset(), SIZE as u64, "loaded files are marked full");
 }
 
 #[test]
@@ -289,11 +205,7 @@ fn truncate_drops_the_dirty_tail_and_later_files() {
     queue.flush(0).unwrap();
     let report = queue.truncate_dirty_files(SIZE as u64 + 500).unwrap();
     assert_eq!(report.segments_deleted, 1);
-    assert_eq!(
-        report.bytes_dropped_in_place,
-        SIZE as u64 - 500,
-        "segment 1 was padded full"
-    );
+    assert_eq!(report.bytes_dropped_in_place, SIZE as u64 - 500, "segment 1 was padded full");
     assert_eq!(queue.max_offset(), SIZE as u64 + 500);
     assert_eq!(queue.flushed_where(), SIZE as u64 + 500);
     assert_eq!(append(&queue, &[9; 10]), SIZE as u64 + 500);
@@ -312,21 +224,12 @@ fn expired_files_go_from_the_front_only_never_the_last_nor_past_a_live_one() {
     files[1].set_store_timestamp(5000); // not expired: blocks files[2]
     files[2].set_store_timestamp(100);
     files[3].set_store_timestamp(100);
-    assert_eq!(
-        queue.delete_expired_file_by_time(1000, 2000, 10).unwrap(),
-        1
-    );
+    assert_eq!(queue.delete_expired_file_by_time(1000, 2000, 10).unwrap(), 1);
     assert_eq!(queue.min_offset(), SIZE as u64, "no hole");
     files[1].set_store_timestamp(100);
-    assert_eq!(
-        queue.delete_expired_file_by_time(1000, 2000, 10).unwrap(),
-        2
-    );
+    assert_eq!(queue.delete_expired_file_by_time(1000, 2000, 10).unwrap(), 2);
     assert_eq!(queue.segment_count(), 1, "the last file stays");
-    assert_eq!(
-        queue.delete_expired_file_by_offset(u64::MAX, 10).unwrap(),
-        0
-    );
+    assert_eq!(queue.delete_expired_file_by_offset(u64::MAX, 10).unwrap(), 0);
 }
 
 #[test]
@@ -336,39 +239,22 @@ fn unflushed_files_are_not_deleted() {
     for _ in 0..3 {
         append(&queue, &[1; 10_000]);
     }
-    assert_eq!(
-        queue
-            .delete_expired_file_by_offset(2 * SIZE as u64, 10)
-            .unwrap(),
-        0,
-        "nothing flushed yet"
-    );
+    assert_eq!(queue.delete_expired_file_by_offset(2 * SIZE as u64, 10).unwrap(), 0, "nothing flushed yet");
     queue.flush(0).unwrap();
-    assert_eq!(
-        queue
-            .delete_expired_file_by_offset(2 * SIZE as u64, 10)
-            .unwrap(),
-        2
-    );
+    assert_eq!(queue.delete_expired_file_by_offset(2 * SIZE as u64, 10).unwrap(), 2);
 }
 
 #[test]
 fn preallocation_prepares_the_next_segment() {
     let dir = tempfile::tempdir().unwrap();
-    let config = QueueConfig {
-        warm_mapped_file_enable: true,
-        ..QueueConfig::new(SIZE)
-    };
+    let config = QueueConfig { warm_mapped_file_enable: true, ..QueueConfig::new(SIZE) };
     let mut queue = SegmentQueue::load(Arc::new(MmapStorage), dir.path(), config, None).unwrap();
     append(&queue, &[1; 10]);
     // The next segment appears on disk without any append asking for it.
     let next = dir.path().join(file_name(SIZE as u64));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !next.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "preallocation never happened"
-        );
+        assert!(std::time::Instant::now() < deadline, "preallocation never happened");
         std::thread::yield_now();
     }
     append(&queue, &[2; SIZE - 5]);
@@ -377,10 +263,7 @@ fn preallocation_prepares_the_next_segment() {
     // Shutdown removes a prepared segment nobody used.
     let third = dir.path().join(file_name(2 * SIZE as u64));
     while !third.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "preallocation never happened"
-        );
+        assert!(std::time::Instant::now() < deadline, "preallocation never happened");
         std::thread::yield_now();
     }
     queue.shutdown();
@@ -390,13 +273,7 @@ fn preallocation_prepares_the_next_segment() {
 #[test]
 fn reload_after_clean_stop_reads_everything_back() {
     let dir = tempfile::tempdir().unwrap();
-    let mut queue = SegmentQueue::load(
-        Arc::new(MmapStorage),
-        dir.path(),
-        QueueConfig::new(SIZE),
-        None,
-    )
-    .unwrap();
+    let mut queue = SegmentQueue::load(Arc::new(MmapStorage), dir.path(), QueueConfig::new(SIZE), None).unwrap();
     let mut offsets = Vec::new();
     for i in 0..5u8 {
         offsets.push(append(&queue, &[i; 9000]));
@@ -405,24 +282,12 @@ fn reload_after_clean_stop_reads_everything_back() {
     let end = queue.max_offset();
     queue.shutdown();
     drop(queue);
-    let queue = SegmentQueue::load(
-        Arc::new(MmapStorage),
-        dir.path(),
-        QueueConfig::new(SIZE),
-        None,
-    )
-    .unwrap();
+    let queue = SegmentQueue::load(Arc::new(MmapStorage), dir.path(), QueueConfig::new(SIZE), None).unwrap();
     queue.truncate_dirty_files(end).unwrap();
     for (i, offset) in offsets.iter().enumerate() {
-        assert_eq!(
-            &queue.read(*offset, 9000).unwrap()[..],
-            &[i as u8; 9000][..]
-        );
+        assert_eq!(&queue.read(*offset, 9000).unwrap()[..], &[i as u8; 9000][..]);
     }
-    assert!(matches!(
-        queue.read(end + 1, 1),
-        Err(QueueError::OffsetOutOfRange { .. }) | Err(QueueError::File(_))
-    ));
+    assert!(matches!(queue.read(end + 1, 1), Err(QueueError::OffsetOutOfRange { .. }) | Err(QueueError::File(_))));
 }
 
 #[test]
@@ -450,10 +315,7 @@ fn truncating_above_the_flushed_point_does_not_claim_durability() {
     append(&queue, &[0]);
     queue.flush(0).unwrap();
     sim.crash_losing_unsynced();
-    assert_eq!(
-        &sim.file_bytes(&dir().join(file_name(0))).unwrap()[..2],
-        &[1, 0]
-    );
+    assert_eq!(&sim.file_bytes(&dir().join(file_name(0))).unwrap()[..2], &[1, 0]);
 }
 
 #[test]

@@ -53,20 +53,12 @@ impl Harness {
             TransientStorePool::new(config).unwrap()
         });
         let queue = Self::load(&sim, pool.clone());
-        Harness {
-            sim,
-            pool,
-            queue,
-            model: Vec::new(),
-        }
+        Harness { sim, pool, queue, model: Vec::new() }
     }
 
     fn load(sim: &SimStorage, pool: Option<TransientStorePool>) -> SegmentQueue {
         let storage: Arc<dyn Storage> = Arc::new(sim.clone());
-        let config = QueueConfig {
-            preallocate_next_segment: false,
-            ..QueueConfig::new(SIZE)
-        };
+        let config = QueueConfig { preallocate_next_segment: false, ..QueueConfig::new(SIZE) };
         SegmentQueue::load(storage, Path::new("/m"), config, pool).unwrap()
     }
 
@@ -75,10 +67,7 @@ impl Harness {
             Op::Append { len, byte } => {
                 let data = vec![byte; len];
                 loop {
-                    let file = self
-                        .queue
-                        .get_last_mapped_file(self.model.len() as u64)
-                        .unwrap();
+                    let file = self.queue.get_last_mapped_file(self.model.len() as u64).unwrap();
                     match file.append_bytes(1, &data).unwrap() {
                         Appended::Written { wrote_offset, .. } => {
                             assert_eq!(wrote_offset, self.model.len() as u64);
@@ -88,10 +77,7 @@ impl Harness {
                         Appended::DoesNotFit { remaining } => {
                             file.append_with(1, |_, tail| {
                                 tail.fill(PAD);
-                                AppendStatus::Written {
-                                    bytes: tail.len(),
-                                    value: (),
-                                }
+                                AppendStatus::Written { bytes: tail.len(), value: () }
                             })
                             .unwrap();
                             self.model.extend(std::iter::repeat_n(PAD, remaining));
@@ -105,21 +91,13 @@ impl Harness {
                 assert_eq!(progress.from, before);
                 assert!(progress.to <= self.queue.max_offset());
                 if least_pages == 0 {
-                    assert_eq!(
-                        progress.to,
-                        self.queue.max_offset(),
-                        "flush(0) reaches the read position"
-                    );
+                    assert_eq!(progress.to, self.queue.max_offset(), "flush(0) reaches the read position");
                 }
             }
             Op::Commit { least_pages } => {
                 self.queue.commit(least_pages).unwrap();
                 if least_pages == 0 {
-                    assert_eq!(
-                        self.queue.max_offset(),
-                        self.model.len() as u64,
-                        "commit(0) publishes everything"
-                    );
+                    assert_eq!(self.queue.max_offset(), self.model.len() as u64, "commit(0) publishes everything");
                 }
             }
             Op::Truncate { permille } => {
@@ -133,11 +111,7 @@ impl Harness {
             Op::Reopen { power_cut } => {
                 // A clean stop keeps what reached the mapping (the page cache); a power
                 // cut keeps only what was flushed.
-                let survives = if power_cut {
-                    self.queue.flushed_where()
-                } else {
-                    self.queue.max_offset()
-                };
+                let survives = if power_cut { self.queue.flushed_where() } else { self.queue.max_offset() };
                 let old = std::mem::replace(&mut self.queue, Self::load(&SimStorage::new(), None));
                 drop(old);
                 if power_cut {
@@ -158,23 +132,11 @@ impl Harness {
     fn check(&self) {
         let q = &self.queue;
         let max = q.max_offset();
-        assert!(
-            q.flushed_where() <= max,
-            "flushed {} beyond readable {}",
-            q.flushed_where(),
-            max
-        );
+        assert!(q.flushed_where() <= max, "flushed {} beyond readable {}", q.flushed_where(), max);
         assert!(max <= self.model.len() as u64);
-        assert_eq!(
-            q.max_wrote_position().max(q.min_offset()),
-            (self.model.len() as u64).max(q.min_offset())
-        );
+        assert_eq!(q.max_wrote_position().max(q.min_offset()), (self.model.len() as u64).max(q.min_offset()));
         if self.pool.is_none() {
-            assert_eq!(
-                max,
-                self.model.len() as u64,
-                "without a pool every append is readable"
-            );
+            assert_eq!(max, self.model.len() as u64, "without a pool every append is readable");
         }
         // Every readable byte equals the model, segment by segment.
         for file in q.segments() {
@@ -183,19 +145,12 @@ impl Harness {
             let bytes = file.read(0, readable).unwrap();
             let expected = &self.model[from..from + readable];
             if let Some(i) = bytes.iter().zip(expected).position(|(a, b)| a != b) {
-                panic!(
-                    "segment at {from}: byte {} is {:#x}, model says {:#x}",
-                    from + i,
-                    bytes[i],
-                    expected[i]
-                );
+                panic!("segment at {from}: byte {} is {:#x}, model says {:#x}", from + i, bytes[i], expected[i]);
             }
         }
         // Lookup agrees with arithmetic for every segment boundary.
         for file in q.segments() {
-            let found = q
-                .find_mapped_file_by_offset(file.file_from_offset(), false)
-                .unwrap();
+            let found = q.find_mapped_file_by_offset(file.file_from_offset(), false).unwrap();
             assert_eq!(found.file_from_offset(), file.file_from_offset());
         }
     }
@@ -203,17 +158,12 @@ impl Harness {
 
 /// Case count: `PROPTEST_CASES` if set (as `cargo xtask proptest --cases N` does), else 64.
 fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(64);
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
     ProptestConfig {
         cases,
-        failure_persistence: Some(Box::new(
-            proptest::test_runner::FileFailurePersistence::Direct(
-                "proptest-regressions/queue_model.txt",
-            ),
-        )),
+        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::Direct(
+            "proptest-regressions/queue_model.txt",
+        ))),
         ..ProptestConfig::default()
     }
 }

@@ -61,11 +61,7 @@ impl PoolConfig {
     /// A config with `pool_size` buffers of `buffer_size_bytes` each, locked on a
     /// best-effort basis.
     pub fn new(pool_size: usize, buffer_size_bytes: usize) -> Self {
-        PoolConfig {
-            transient_store_pool_size: pool_size,
-            buffer_size_bytes,
-            lock_memory: LockMemory::BestEffort,
-        }
+        PoolConfig { transient_store_pool_size: pool_size, buffer_size_bytes, lock_memory: LockMemory::BestEffort }
     }
 }
 
@@ -141,14 +137,10 @@ impl TransientStorePool {
     /// Allocates every buffer up front (RocketMQ's `init`).
     pub fn new(config: PoolConfig) -> Result<Self, PoolError> {
         if config.transient_store_pool_size == 0 {
-            return Err(PoolError::InvalidConfig {
-                reason: "transient_store_pool_size is 0",
-            });
+            return Err(PoolError::InvalidConfig { reason: "transient_store_pool_size is 0" });
         }
         if config.buffer_size_bytes == 0 {
-            return Err(PoolError::InvalidConfig {
-                reason: "buffer_size_bytes is 0",
-            });
+            return Err(PoolError::InvalidConfig { reason: "buffer_size_bytes is 0" });
         }
         let size_bytes = config.buffer_size_bytes;
         let mut free = Vec::with_capacity(config.transient_store_pool_size);
@@ -162,11 +154,7 @@ impl TransientStorePool {
                     }
                 }
                 LockMemory::Required => {
-                    buf.lock().map_err(|source| PoolError::Lock {
-                        index,
-                        size_bytes,
-                        source,
-                    })?;
+                    buf.lock().map_err(|source| PoolError::Lock { index, size_bytes, source })?;
                 }
             }
             free.push(buf);
@@ -186,21 +174,12 @@ impl TransientStorePool {
             let mut free = self.shared.free.lock();
             (free.pop(), free.len())
         };
-        let buf = buf.ok_or(PoolError::Exhausted {
-            pool_size: self.shared.pool_size,
-        })?;
+        let buf = buf.ok_or(PoolError::Exhausted { pool_size: self.shared.pool_size })?;
         // RocketMQ warns when fewer than 40% of the buffers are left.
         if left * 10 < self.shared.pool_size * 4 {
-            tracing::warn!(
-                left,
-                pool_size = self.shared.pool_size,
-                "transient store pool running low"
-            );
+            tracing::warn!(left, pool_size = self.shared.pool_size, "transient store pool running low");
         }
-        Ok(WriteBuffer {
-            buf: Some(buf),
-            pool: Arc::clone(&self.shared),
-        })
+        Ok(WriteBuffer { buf: Some(buf), pool: Arc::clone(&self.shared) })
     }
 
     /// How many buffers are free now (`availableBufferNums`).
@@ -225,12 +204,7 @@ impl TransientStorePool {
 
     /// How many free buffers are pinned in RAM.
     pub fn locked_buffer_nums(&self) -> usize {
-        self.shared
-            .free
-            .lock()
-            .iter()
-            .filter(|b| b.is_locked())
-            .count()
+        self.shared.free.lock().iter().filter(|b| b.is_locked()).count()
     }
 }
 
@@ -242,17 +216,13 @@ pub struct WriteBuffer {
 
 impl fmt::Debug for WriteBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WriteBuffer")
-            .field("len", &self.len())
-            .finish()
+        f.debug_struct("WriteBuffer").field("len", &self.len()).finish()
     }
 }
 
 impl WriteBuffer {
     fn page(&self) -> &PageBuf {
-        self.buf
-            .as_ref()
-            .expect("WriteBuffer holds its PageBuf until drop")
+        self.buf.as_ref().expect("WriteBuffer holds its PageBuf until drop")
     }
 
     /// Length in bytes (the pool's buffer size).
@@ -272,10 +242,7 @@ impl WriteBuffer {
 
     /// The whole buffer, mutably.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        self.buf
-            .as_mut()
-            .expect("WriteBuffer holds its PageBuf until drop")
-            .as_mut_slice()
+        self.buf.as_mut().expect("WriteBuffer holds its PageBuf until drop").as_mut_slice()
     }
 
     /// A mutable view of `[start, start + len)` through a shared reference, so that
@@ -290,10 +257,7 @@ impl WriteBuffer {
     /// [`range`](Self::range) or another `range_mut`).
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn range_mut(&self, start: usize, len: usize) -> &mut [u8] {
-        assert!(
-            start.checked_add(len).is_some_and(|end| end <= self.len()),
-            "range out of bounds"
-        );
+        assert!(start.checked_add(len).is_some_and(|end| end <= self.len()), "range out of bounds");
         // SAFETY: bounds checked above; exclusivity is this function's contract.
         unsafe { self.page().range_mut(start, len) }
     }
@@ -307,10 +271,7 @@ impl WriteBuffer {
     /// No mutable reference to any byte of the range may exist while the returned
     /// slice lives.
     pub unsafe fn range(&self, start: usize, len: usize) -> &[u8] {
-        assert!(
-            start.checked_add(len).is_some_and(|end| end <= self.len()),
-            "range out of bounds"
-        );
+        assert!(start.checked_add(len).is_some_and(|end| end <= self.len()), "range out of bounds");
         // SAFETY: bounds checked above; absence of writers is this function's contract.
         unsafe { self.page().range(start, len) }
     }
@@ -351,10 +312,7 @@ mod tests {
         let _b = pool.try_borrow().unwrap();
         assert!(pool.is_deficient());
         assert_eq!(pool.available_buffer_nums(), 0);
-        assert!(matches!(
-            pool.try_borrow(),
-            Err(PoolError::Exhausted { pool_size: 2 })
-        ));
+        assert!(matches!(pool.try_borrow(), Err(PoolError::Exhausted { pool_size: 2 })));
         drop(a);
         assert!(!pool.is_deficient());
         assert!(pool.try_borrow().is_ok());
@@ -372,14 +330,8 @@ mod tests {
 
     #[test]
     fn bad_configs_are_rejected() {
-        assert!(matches!(
-            TransientStorePool::new(PoolConfig::new(0, 4096)),
-            Err(PoolError::InvalidConfig { .. })
-        ));
-        assert!(matches!(
-            TransientStorePool::new(PoolConfig::new(1, 0)),
-            Err(PoolError::InvalidConfig { .. })
-        ));
+        assert!(matches!(TransientStorePool::new(PoolConfig::new(0, 4096)), Err(PoolError::InvalidConfig { .. })));
+        assert!(matches!(TransientStorePool::new(PoolConfig::new(1, 0)), Err(PoolError::InvalidConfig { .. })));
     }
 
     #[test]

@@ -16,10 +16,7 @@ use std::ptr::NonNull;
 pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no memory-safety preconditions.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(size)
-        .ok()
-        .filter(|s| s.is_power_of_two())
-        .unwrap_or(4096)
+    usize::try_from(size).ok().filter(|s| s.is_power_of_two()).unwrap_or(4096)
 }
 
 /// A zero-initialised, page-aligned buffer of fixed length.
@@ -46,11 +43,7 @@ impl PageBuf {
         let layout = Layout::from_size_align(len, page_size()).ok()?;
         // SAFETY: `layout` has a non-zero size, checked above.
         let ptr = unsafe { alloc::alloc_zeroed(layout) };
-        NonNull::new(ptr).map(|ptr| PageBuf {
-            ptr,
-            layout,
-            locked: false,
-        })
+        NonNull::new(ptr).map(|ptr| PageBuf { ptr, layout, locked: false })
     }
 
     pub(crate) fn len(&self) -> usize {
