@@ -55,14 +55,14 @@ fn cargo(args: &[&str], envs: &[(&str, &str)]) -> Result<(), String> {
 
 fn ci() -> Result<(), String> {
     cargo(&["fmt", "--all", "--check"], &[])?;
-    cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"], &[])?;
+    cargo(&["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"], &[])?;
     test()?;
     loom()?;
     cargo(&["doc", "--workspace", "--no-deps"], &[("RUSTDOCFLAGS", "-D warnings")])
 }
 
 fn test() -> Result<(), String> {
-    cargo(&["test", "--workspace"], &[])
+    cargo(&["test", "--workspace", "--all-features"], &[])
 }
 
 fn proptest(args: &[String]) -> Result<(), String> {

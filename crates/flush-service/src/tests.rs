@@ -186,7 +186,7 @@ fn in_sync_mode_nothing_is_acknowledged_before_its_bytes_are_durable() {
         };
         model.extend([i; 1000]);
         let handle = gc.put_request(end);
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             gc.swap();
             gc.do_commit();
             assert!(settle(handle).is_ok());

@@ -132,7 +132,7 @@ pub struct SegmentQueue {
     committed_where: AtomicU64,
     store_timestamp: AtomicU64,
     pool: Option<TransientStorePool>,
-    allocator: Option<Allocator>,
+    allocator: Mutex<Option<Allocator>>,
     roll_lock: Mutex<()>,
     flush_lock: Mutex<()>,
     commit_lock: Mutex<()>,
@@ -164,7 +164,7 @@ impl SegmentQueue {
         pool: Option<TransientStorePool>,
     ) -> Result<Self, QueueError> {
         let size = config.mapped_file_size;
-        if size == 0 || size % mapped_file::OS_PAGE_SIZE != 0 {
+        if size == 0 || !size.is_multiple_of(mapped_file::OS_PAGE_SIZE) {
             return Err(QueueError::InvalidConfig {
                 reason: format!("mapped_file_size {size} must be a positive multiple of 4096"),
             });
@@ -200,7 +200,7 @@ impl SegmentQueue {
             if entry.len != size as u64 {
                 return Err(QueueError::WrongSize { path, expected: size as u64, actual: entry.len });
             }
-            if offset % size as u64 != 0 {
+            if !offset.is_multiple_of(size as u64) {
                 return Err(QueueError::Misaligned { path, offset, file_size: size as u64 });
             }
             if let Some(expected) = expected_next.filter(|&e| e != offset) {
@@ -231,7 +231,7 @@ impl SegmentQueue {
             committed_where: AtomicU64::new(end),
             store_timestamp: AtomicU64::new(0),
             pool,
-            allocator,
+            allocator: Mutex::new(allocator),
             roll_lock: Mutex::new(()),
             flush_lock: Mutex::new(()),
             commit_lock: Mutex::new(()),
@@ -298,7 +298,7 @@ impl SegmentQueue {
         }
         let file = Arc::new(file);
         self.files.write().push(Arc::clone(&file));
-        if let Some(allocator) = &self.allocator {
+        if let Some(allocator) = self.allocator.lock().as_ref() {
             allocator.request(offset + self.config.mapped_file_size as u64);
         }
         Ok(file)
@@ -306,7 +306,7 @@ impl SegmentQueue {
 
     fn create_segment(&self, offset: u64) -> Result<MappedFile, QueueError> {
         let size = self.config.mapped_file_size;
-        let prepared = self.allocator.as_ref().and_then(|a| a.take(offset));
+        let prepared = self.allocator.lock().as_ref().and_then(|a| a.take(offset));
         let file = match prepared {
             Some(Ok(file)) => file,
             Some(Err(err)) => {
@@ -517,7 +517,7 @@ impl SegmentQueue {
     /// `flushed_where` / `committed_where` are lowered to it if above.
     pub fn truncate_dirty_files(&self, offset: u64) -> Result<TruncateReport, QueueError> {
         let _roll = self.roll_lock.lock();
-        if let Some(allocator) = &self.allocator {
+        if let Some(allocator) = self.allocator.lock().as_ref() {
             allocator.discard();
         }
         // Commit in segment order first: resetting a later segment must not make its
@@ -601,8 +601,10 @@ impl SegmentQueue {
     }
 
     /// Stops the preallocation thread and deletes a prepared segment never used.
-    pub fn shutdown(&mut self) {
-        self.allocator.take();
+    /// Later roll-overs create segments in place.
+    pub fn shutdown(&self) {
+        let allocator = self.allocator.lock().take();
+        drop(allocator);
     }
 }
 

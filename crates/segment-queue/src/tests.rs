@@ -248,7 +248,7 @@ fn unflushed_files_are_not_deleted() {
 fn preallocation_prepares_the_next_segment() {
     let dir = tempfile::tempdir().unwrap();
     let config = QueueConfig { warm_mapped_file_enable: true, ..QueueConfig::new(SIZE) };
-    let mut queue = SegmentQueue::load(Arc::new(MmapStorage), dir.path(), config, None).unwrap();
+    let queue = SegmentQueue::load(Arc::new(MmapStorage), dir.path(), config, None).unwrap();
     append(&queue, &[1; 10]);
     // The next segment appears on disk without any append asking for it.
     let next = dir.path().join(file_name(SIZE as u64));
@@ -273,7 +273,7 @@ fn preallocation_prepares_the_next_segment() {
 #[test]
 fn reload_after_clean_stop_reads_everything_back() {
     let dir = tempfile::tempdir().unwrap();
-    let mut queue = SegmentQueue::load(Arc::new(MmapStorage), dir.path(), QueueConfig::new(SIZE), None).unwrap();
+    let queue = SegmentQueue::load(Arc::new(MmapStorage), dir.path(), QueueConfig::new(SIZE), None).unwrap();
     let mut offsets = Vec::new();
     for i in 0..5u8 {
         offsets.push(append(&queue, &[i; 9000]));

@@ -1,0 +1,186 @@
+//! Configuration, with RocketMQ's knob names in snake_case and its defaults.
+
+use flush_service::FlushConfig;
+
+use crate::format::HEADER_SIZE;
+use crate::Error;
+
+/// When an append is acknowledged (RocketMQ's `flushDiskType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "snake_case"))]
+pub enum FlushDiskType {
+    /// `SYNC_FLUSH`: an append's durability handle resolves once its bytes are
+    /// durable (group commit). Nothing acknowledged is lost in a crash.
+    SyncFlush,
+    /// `ASYNC_FLUSH` (RocketMQ's default): acknowledged at once; a background
+    /// service flushes every `flush_interval_commit_log_ms`. A crash may lose what
+    /// was appended since the last flush.
+    #[default]
+    AsyncFlush,
+}
+
+/// Configuration of a [`CommitLog`](crate::CommitLog). Build one with
+/// [`CommitLogConfig::builder`] or start from `Default` (RocketMQ's defaults).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(default))]
+pub struct CommitLogConfig {
+    /// Segment size (`mappedFileSizeCommitLog`, 1 GiB). A multiple of 4096.
+    pub mapped_file_size_commit_log: usize,
+    /// Sync or async flush (`flushDiskType`, async).
+    pub flush_disk_type: FlushDiskType,
+    /// Under sync flush, make appends wait for durability (`waitStoreMsgOK`, true).
+    /// False: appends are acknowledged at once and only wake the flusher.
+    pub wait_store_msg_ok: bool,
+    /// Append into off-heap write buffers committed in the background
+    /// (`transientStorePoolEnable`, false).
+    pub transient_store_pool_enable: bool,
+    /// Number of write buffers (`transientStorePoolSize`, 5).
+    pub transient_store_pool_size: usize,
+    /// Largest record body in bytes (`maxMessageSize`, 4 MiB). Larger appends are
+    /// rejected with [`Error::RecordTooLarge`] and nothing is written.
+    pub max_message_size: usize,
+    /// Prepare the next segment in the background (`AllocateMappedFileService`, true).
+    pub preallocate_next_segment: bool,
+    /// Zero-fill, sync and advise new segments before use (`warmMapedFileEnable`, false).
+    pub warm_mapped_file_enable: bool,
+    /// Under sync flush, readers see only durable records (RocketMQ #8239: consumers
+    /// must not see what a crash can take back). Ignored under async flush.
+    pub read_limit_to_flushed: bool,
+    /// How often the checkpoint file is rewritten when the flushed offset moved
+    /// (RocketMQ: every 1000 ms, and at shutdown).
+    pub checkpoint_interval_ms: u64,
+    /// How long segments are kept (`fileReservedTime`, 72 h), for
+    /// [`CommitLog::delete_expired_segments`](crate::CommitLog::delete_expired_segments).
+    pub file_reserved_time_ms: u64,
+    /// The flush services' knobs.
+    pub flush: FlushConfig,
+}
+
+impl Default for CommitLogConfig {
+    fn default() -> Self {
+        CommitLogConfig {
+            mapped_file_size_commit_log: 1 << 30,
+            flush_disk_type: FlushDiskType::AsyncFlush,
+            wait_store_msg_ok: true,
+            transient_store_pool_enable: false,
+            transient_store_pool_size: 5,
+            max_message_size: 4 << 20,
+            preallocate_next_segment: true,
+            warm_mapped_file_enable: false,
+            read_limit_to_flushed: true,
+            checkpoint_interval_ms: 1000,
+            file_reserved_time_ms: 72 * 3600 * 1000,
+            flush: FlushConfig::default(),
+        }
+    }
+}
+
+impl CommitLogConfig {
+    /// A builder starting from the defaults.
+    pub fn builder() -> CommitLogConfigBuilder {
+        CommitLogConfigBuilder { config: CommitLogConfig::default() }
+    }
+
+    /// Checks the configuration; [`CommitLog::open`](crate::CommitLog::open) calls it.
+    pub fn validate(&self) -> Result<(), Error> {
+        let invalid = |reason: String| Err(Error::InvalidConfig { reason });
+        let size = self.mapped_file_size_commit_log;
+        if size == 0 || !size.is_multiple_of(4096) {
+            return invalid(format!("mapped_file_size_commit_log {size} must be a positive multiple of 4096"));
+        }
+        if u32::try_from(size).is_err() {
+            return invalid(format!("mapped_file_size_commit_log {size} must be below 4 GiB (record sizes are u32)"));
+        }
+        if self.max_message_size == 0 {
+            return invalid("max_message_size must be positive".into());
+        }
+        if self.max_message_size + 2 * HEADER_SIZE > size {
+            return invalid(format!(
+                "max_message_size {} plus two {HEADER_SIZE}-byte headers must fit in a segment of {size} bytes",
+                self.max_message_size
+            ));
+        }
+        if self.transient_store_pool_enable && self.transient_store_pool_size == 0 {
+            return invalid("transient_store_pool_size must be positive when the pool is enabled".into());
+        }
+        if self.checkpoint_interval_ms == 0 {
+            return invalid("checkpoint_interval_ms must be positive".into());
+        }
+        Ok(())
+    }
+
+    /// True when appends wait for durability.
+    pub fn acknowledges_after_flush(&self) -> bool {
+        self.flush_disk_type == FlushDiskType::SyncFlush && self.wait_store_msg_ok
+    }
+}
+
+/// Builds a [`CommitLogConfig`]; [`build`](Self::build) validates it.
+#[derive(Debug, Clone)]
+pub struct CommitLogConfigBuilder {
+    config: CommitLogConfig,
+}
+
+impl CommitLogConfigBuilder {
+    /// Segment size in bytes.
+    pub fn mapped_file_size_commit_log(mut self, bytes: usize) -> Self {
+        self.config.mapped_file_size_commit_log = bytes;
+        self
+    }
+    /// Sync or async flush.
+    pub fn flush_disk_type(mut self, flush_disk_type: FlushDiskType) -> Self {
+        self.config.flush_disk_type = flush_disk_type;
+        self
+    }
+    /// Whether sync-flush appends wait for durability.
+    pub fn wait_store_msg_ok(mut self, wait: bool) -> Self {
+        self.config.wait_store_msg_ok = wait;
+        self
+    }
+    /// Enables the write-buffer pool with `size` buffers.
+    pub fn transient_store_pool(mut self, enable: bool, size: usize) -> Self {
+        self.config.transient_store_pool_enable = enable;
+        self.config.transient_store_pool_size = size;
+        self
+    }
+    /// Largest record body.
+    pub fn max_message_size(mut self, bytes: usize) -> Self {
+        self.config.max_message_size = bytes;
+        self
+    }
+    /// Background preallocation of the next segment.
+    pub fn preallocate_next_segment(mut self, enable: bool) -> Self {
+        self.config.preallocate_next_segment = enable;
+        self
+    }
+    /// Warm-up of new segments.
+    pub fn warm_mapped_file_enable(mut self, enable: bool) -> Self {
+        self.config.warm_mapped_file_enable = enable;
+        self
+    }
+    /// Readers limited to durable records under sync flush.
+    pub fn read_limit_to_flushed(mut self, limit: bool) -> Self {
+        self.config.read_limit_to_flushed = limit;
+        self
+    }
+    /// Checkpoint rewrite interval.
+    pub fn checkpoint_interval_ms(mut self, ms: u64) -> Self {
+        self.config.checkpoint_interval_ms = ms;
+        self
+    }
+    /// Retention of segments.
+    pub fn file_reserved_time_ms(mut self, ms: u64) -> Self {
+        self.config.file_reserved_time_ms = ms;
+        self
+    }
+    /// The flush services' knobs.
+    pub fn flush(mut self, flush: FlushConfig) -> Self {
+        self.config.flush = flush;
+        self
+    }
+    /// Validates and returns the configuration.
+    pub fn build(self) -> Result<CommitLogConfig, Error> {
+        self.config.validate()?;
+        Ok(self.config)
+    }
+}

@@ -1,0 +1,252 @@
+//! The record format (drawn in `docs/format.md`).
+//!
+//! Every record starts with a 32-byte header, all integers little-endian:
+//!
+//! ```text
+//! 0        4        8        12               20               28       32
+//! +--------+--------+--------+----------------+----------------+--------+-----------+
+//! | total  | magic  | crc32c | physical offset| store timestamp| body   | body ...  |
+//! | u32    | u32    | u32    | u64            | u64 (ms)       | len u32|           |
+//! +--------+--------+--------+----------------+----------------+--------+-----------+
+//! ```
+//!
+//! The CRC32C covers bytes `[0, 8)` and `[12, total)`: every header field and the
+//! body. Because it covers the record's absolute offset, a stale record left in a
+//! reused file fails the check at any other offset (RocketMQ #10017), and a torn
+//! header fails it too. A *blank* record (magic [`BLANK_MAGIC`], body length 0)
+//! pads the end of a segment; its `total` reaches the end of the segment and only
+//! its header is covered by the CRC. A zero `total` with zero magic marks the end
+//! of data (preallocated space reads as zeros).
+
+use std::fmt;
+
+/// Header size in bytes.
+pub const HEADER_SIZE: usize = 32;
+/// Magic code of a record.
+pub const RECORD_MAGIC: u32 = 0xDAA3_20A7;
+/// Magic code of a blank record padding a segment's end (RocketMQ's `BLANK_MAGIC_CODE`).
+pub const BLANK_MAGIC: u32 = 0xCBD4_3194;
+
+const TOTAL: std::ops::Range<usize> = 0..4;
+const MAGIC: std::ops::Range<usize> = 4..8;
+const CRC: std::ops::Range<usize> = 8..12;
+const OFFSET: std::ops::Range<usize> = 12..20;
+const TIMESTAMP: std::ops::Range<usize> = 20..28;
+const BODY_LEN: std::ops::Range<usize> = 28..32;
+
+fn u32_at(bytes: &[u8], range: std::ops::Range<usize>) -> u32 {
+    u32::from_le_bytes(bytes[range].try_into().expect("4-byte field"))
+}
+
+fn u64_at(bytes: &[u8], range: std::ops::Range<usize>) -> u64 {
+    u64::from_le_bytes(bytes[range].try_into().expect("8-byte field"))
+}
+
+/// CRC32C of a record whose header (with any CRC field) is `header` and whose body
+/// CRC is `body_crc` over `body_len` bytes. The body CRC can be computed before the
+/// offset is known, outside the put lock.
+pub fn record_crc(header: &[u8], body_crc: u32, body_len: usize) -> u32 {
+    let head = crc32c::crc32c_append(crc32c::crc32c(&header[..CRC.start]), &header[CRC.end..HEADER_SIZE]);
+    if body_len == 0 {
+        head
+    } else {
+        crc32c::crc32c_combine(head, body_crc, body_len)
+    }
+}
+
+/// Writes a record header into `out[..HEADER_SIZE]`.
+pub fn write_header(
+    out: &mut [u8],
+    magic: u32,
+    total: u32,
+    offset: u64,
+    timestamp_ms: u64,
+    body_len: u32,
+    body_crc: u32,
+) {
+    out[TOTAL].copy_from_slice(&total.to_le_bytes());
+    out[MAGIC].copy_from_slice(&magic.to_le_bytes());
+    out[OFFSET].copy_from_slice(&offset.to_le_bytes());
+    out[TIMESTAMP].copy_from_slice(&timestamp_ms.to_le_bytes());
+    out[BODY_LEN].copy_from_slice(&body_len.to_le_bytes());
+    let crc = record_crc(out, body_crc, body_len as usize);
+    out[CRC].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Encodes one record at `offset` into `out[..HEADER_SIZE + body.len()]`, with the
+/// body's CRC precomputed. Returns the record size.
+pub fn encode_record(out: &mut [u8], offset: u64, timestamp_ms: u64, body: &[u8], body_crc: u32) -> usize {
+    let total = HEADER_SIZE + body.len();
+    out[HEADER_SIZE..total].copy_from_slice(body);
+    write_header(out, RECORD_MAGIC, total as u32, offset, timestamp_ms, body.len() as u32, body_crc);
+    total
+}
+
+/// Encodes a blank record filling all of `out` (at least [`HEADER_SIZE`] bytes).
+pub fn encode_blank(out: &mut [u8], offset: u64, timestamp_ms: u64) {
+    assert!(out.len() >= HEADER_SIZE, "a blank record needs a full header");
+    write_header(out, BLANK_MAGIC, out.len() as u32, offset, timestamp_ms, 0, 0);
+}
+
+/// Why bytes at an offset are not a valid record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Invalid {
+    /// Fewer bytes left in the segment than a header.
+    ShortHeader,
+    /// The magic code is neither a record's nor a blank's.
+    BadMagic(u32),
+    /// The total size is smaller than a header or runs past the segment.
+    BadLength(u32),
+    /// The stored offset is not where the record sits (a stale record).
+    WrongOffset(u64),
+    /// Header and body disagree on the length.
+    BodyLength(u32),
+    /// Zeros (end of data) where durable data should be.
+    UnexpectedEnd,
+    /// The CRC does not match (torn or damaged).
+    BadCrc {
+        /// Stored CRC.
+        stored: u32,
+        /// Computed CRC.
+        computed: u32,
+    },
+}
+
+impl fmt::Display for Invalid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Invalid::ShortHeader => write!(f, "fewer bytes than a record header"),
+            Invalid::BadMagic(m) => write!(f, "bad magic code {m:#010x}"),
+            Invalid::BadLength(n) => write!(f, "bad total size {n}"),
+            Invalid::WrongOffset(o) => write!(f, "record claims offset {o} (stale record)"),
+            Invalid::UnexpectedEnd => write!(f, "end of data where durable records should be"),
+            Invalid::BodyLength(n) => write!(f, "body length {n} disagrees with the total size"),
+            Invalid::BadCrc { stored, computed } => {
+                write!(f, "CRC mismatch (stored {stored:#010x}, computed {computed:#010x})")
+            }
+        }
+    }
+}
+
+/// What lies at a position of a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parsed {
+    /// A valid record.
+    Record {
+        /// Total size (header + body).
+        total: usize,
+        /// Store timestamp, ms.
+        timestamp_ms: u64,
+    },
+    /// A valid blank: the segment ends here.
+    Blank,
+    /// Zeros: the end of data.
+    End,
+    /// Something else.
+    Invalid(Invalid),
+}
+
+/// Parses the bytes at `bytes[0..]` (the rest of a segment) as a record that must
+/// sit at absolute `offset`. With `check_crc` false the CRC is not verified (only
+/// for measurement; recovery always checks).
+pub fn parse(bytes: &[u8], offset: u64, check_crc: bool) -> Parsed {
+    if bytes.len() < HEADER_SIZE {
+        // A segment's tail shorter than a header can only be zeros.
+        return if bytes.iter().all(|&b| b == 0) { Parsed::End } else { Parsed::Invalid(Invalid::ShortHeader) };
+    }
+    let total = u32_at(bytes, TOTAL);
+    let magic = u32_at(bytes, MAGIC);
+    if total == 0 && magic == 0 {
+        return Parsed::End;
+    }
+    if magic != RECORD_MAGIC && magic != BLANK_MAGIC {
+        return Parsed::Invalid(Invalid::BadMagic(magic));
+    }
+    let len = total as usize;
+    if len < HEADER_SIZE || len > bytes.len() || (magic == BLANK_MAGIC && len != bytes.len()) {
+        return Parsed::Invalid(Invalid::BadLength(total));
+    }
+    let stored_offset = u64_at(bytes, OFFSET);
+    if stored_offset != offset {
+        return Parsed::Invalid(Invalid::WrongOffset(stored_offset));
+    }
+    let body_len = u32_at(bytes, BODY_LEN);
+    let expected_body = if magic == BLANK_MAGIC { 0 } else { len - HEADER_SIZE };
+    if body_len as usize != expected_body {
+        return Parsed::Invalid(Invalid::BodyLength(body_len));
+    }
+    if check_crc {
+        let stored = u32_at(bytes, CRC);
+        // Header and body are contiguous: two CRC calls, no combine.
+        let covered = if magic == BLANK_MAGIC { HEADER_SIZE } else { len };
+        let computed = crc32c::crc32c_append(crc32c::crc32c(&bytes[..CRC.start]), &bytes[CRC.end..covered]);
+        if stored != computed {
+            return Parsed::Invalid(Invalid::BadCrc { stored, computed });
+        }
+    }
+    if magic == BLANK_MAGIC {
+        Parsed::Blank
+    } else {
+        Parsed::Record { total: len, timestamp_ms: u64_at(bytes, TIMESTAMP) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(offset: u64, body: &[u8]) -> Vec<u8> {
+        let mut out = vec![0; HEADER_SIZE + body.len()];
+        encode_record(&mut out, offset, 42, body, crc32c::crc32c(body));
+        out
+    }
+
+    #[test]
+    fn a_record_round_trips_at_its_own_offset_only() {
+        let bytes = record(4096, b"hello");
+        assert_eq!(parse(&bytes, 4096, true), Parsed::Record { total: 37, timestamp_ms: 42 });
+        assert_eq!(parse(&bytes, 0, true), Parsed::Invalid(Invalid::WrongOffset(4096)), "stale record");
+    }
+
+    #[test]
+    fn every_single_bit_flip_is_detected() {
+        let bytes = record(7, b"some body bytes");
+        for bit in 0..bytes.len() * 8 {
+            let mut damaged = bytes.clone();
+            damaged[bit / 8] ^= 1 << (bit % 8);
+            assert!(!matches!(parse(&damaged, 7, true), Parsed::Record { .. } | Parsed::Blank), "bit {bit} undetected");
+        }
+    }
+
+    #[test]
+    fn a_torn_record_is_invalid_and_zeros_are_the_end() {
+        let bytes = record(0, &[9; 100]);
+        for cut in 1..bytes.len() {
+            let mut torn = bytes[..cut].to_vec();
+            torn.resize(bytes.len(), 0);
+            assert!(matches!(parse(&torn, 0, true), Parsed::Invalid(_)), "cut at {cut}");
+        }
+        assert_eq!(parse(&[0; 64], 0, true), Parsed::End);
+        assert_eq!(parse(&[0; 5], 0, true), Parsed::End);
+        assert_eq!(parse(&[1; 5], 0, true), Parsed::Invalid(Invalid::ShortHeader));
+    }
+
+    #[test]
+    fn a_blank_must_reach_the_segment_end() {
+        let mut blank = vec![0; 100];
+        encode_blank(&mut blank, 500, 1);
+        assert_eq!(parse(&blank, 500, true), Parsed::Blank);
+        let mut longer = blank.clone();
+        longer.extend([0; 10]);
+        assert_eq!(parse(&longer, 500, true), Parsed::Invalid(Invalid::BadLength(100)));
+    }
+
+    #[test]
+    fn the_crc_can_be_combined_from_a_precomputed_body_crc() {
+        let body = vec![3u8; 1000];
+        let bytes = record(1, &body);
+        let whole = crc32c::crc32c_append(crc32c::crc32c(&bytes[..8]), &bytes[12..]);
+        assert_eq!(u32_at(&bytes, CRC), whole);
+    }
+}

@@ -1,0 +1,54 @@
+//! A durable, append-only commit log in the style of Apache RocketMQ's `CommitLog`.
+//!
+//! Records go into fixed-size memory-mapped segments (`mapped-file`,
+//! `segment-queue`), optionally through off-heap write buffers (`transient-pool`);
+//! a flush strategy (`flush-service`) decides when they become durable:
+//!
+//! - [`FlushDiskType::SyncFlush`]: each append's [`DurabilityHandle`] resolves once
+//!   the record is durable; many producers share one sync (group commit).
+//! - [`FlushDiskType::AsyncFlush`]: appends are acknowledged at once and flushed in
+//!   the background every `flush_interval_commit_log_ms`.
+//!
+//! Every record carries its length, magic, absolute offset, store timestamp and a
+//! CRC32C over all of them and the body (`docs/format.md`). Opening a directory
+//! recovers it: a torn tail is truncated, damage below the checkpointed offset is
+//! reported as [`Error::Corrupt`].
+//!
+//! ```
+//! use commitlog::{CommitLog, CommitLogConfig, FlushDiskType};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let config = CommitLogConfig::builder()
+//!     .mapped_file_size_commit_log(1 << 20)
+//!     .max_message_size(64 << 10)
+//!     .flush_disk_type(FlushDiskType::SyncFlush)
+//!     .build()?;
+//! let log = CommitLog::open(dir.path(), config.clone())?;
+//! let put = log.append(b"hello")?;
+//! let offset = put.wrote_offset;
+//! put.durability.wait()?; // durable now
+//! assert_eq!(&log.read(offset)?.body[..], b"hello");
+//! log.shutdown()?;
+//!
+//! let reopened = CommitLog::open(dir.path(), config)?;
+//! assert!(reopened.recovery_report().clean_shutdown);
+//! let bodies: Vec<_> = reopened.iter_from(0).map(|r| r.map(|r| r.body)).collect::<Result<_, _>>()?;
+//! assert_eq!(bodies, vec![&b"hello"[..]]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod checkpoint;
+mod config;
+mod error;
+pub mod format;
+mod log;
+mod recovery;
+
+pub use checkpoint::Checkpoint;
+pub use config::{CommitLogConfig, CommitLogConfigBuilder, FlushDiskType};
+pub use error::{Error, PutMessageStatus};
+pub use flush_service::{DurabilityHandle, FlushConfig, FlushError, FlushStats};
+pub use log::{AppendResult, BatchAppendResult, CommitLog, Record, Records, ABORT_FILE, LOCK_FILE, SEGMENT_DIR};
+pub use recovery::{scan, RecoveryReport, ScanEnd};

@@ -1,0 +1,145 @@
+//! Recovery: scan segments with CRC checks, stop at the first invalid record,
+//! truncate a torn tail, report damage below the durable offset as corruption.
+
+use segment_queue::SegmentQueue;
+
+use crate::format::{parse, Invalid, Parsed};
+use crate::Error;
+
+/// What recovery found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// True when the last run shut down cleanly (no abort marker): normal recovery.
+    pub clean_shutdown: bool,
+    /// Durable offset from the checkpoint (0 without one).
+    pub durable_offset: u64,
+    /// Offset the scan started at (start of the checkpoint's segment).
+    pub scanned_from: u64,
+    /// Valid records scanned.
+    pub records_recovered: u64,
+    /// Non-zero bytes dropped after the last valid record in its segment (a torn
+    /// or damaged tail); later segments are counted in `segments_deleted`.
+    pub bytes_truncated: u64,
+    /// Segments deleted because they lay wholly after the last valid record.
+    pub segments_deleted: usize,
+    /// End of the recovered log: the next record goes here.
+    pub end_offset: u64,
+    /// Why the scan stopped before the end of the last segment, if it did.
+    pub stopped_at: Option<(u64, Invalid)>,
+    /// Store timestamp of the last valid record scanned.
+    pub last_timestamp_ms: u64,
+}
+
+/// Where the scan of a log ends.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScanEnd {
+    /// Offset after the last valid record.
+    pub end_offset: u64,
+    /// Valid records seen.
+    pub records: u64,
+    /// The invalid record that stopped the scan, if any (zeros are not invalid).
+    pub invalid: Option<(u64, Invalid)>,
+    /// Store timestamp of the last valid record.
+    pub last_timestamp_ms: u64,
+    /// Non-zero bytes after the end in the segment where the scan stopped (the torn
+    /// or damaged tail).
+    pub garbage_bytes: u64,
+}
+
+/// Scans the segments of `queue` from the one holding `from` (or the first) with CRC
+/// checks. Read-only.
+pub fn scan(queue: &SegmentQueue, from: u64) -> Result<ScanEnd, Error> {
+    let segments = queue.segments();
+    let size = queue.mapped_file_size() as u64;
+    let start =
+        segments.iter().position(|f| f.file_from_offset() <= from && from < f.file_from_offset() + size).unwrap_or(0);
+    let mut out = ScanEnd { end_offset: segments.get(start).map_or(0, |f| f.file_from_offset()), ..ScanEnd::default() };
+    for file in &segments[start..] {
+        let base = file.file_from_offset();
+        let data = file.read(0, file.read_position())?;
+        let mut pos = 0usize;
+        let mut finished = false;
+        while pos < data.len() {
+            match parse(&data[pos..], base + pos as u64, true) {
+                Parsed::Record { total, timestamp_ms } => {
+                    out.records += 1;
+                    out.last_timestamp_ms = timestamp_ms;
+                    pos += total;
+                }
+                Parsed::Blank => pos = data.len(),
+                Parsed::End => {
+                    finished = true;
+                    break;
+                }
+                Parsed::Invalid(reason) => {
+                    out.invalid = Some((base + pos as u64, reason));
+                    let last_nonzero = data.iter().rposition(|&b| b != 0).map_or(pos, |i| i + 1);
+                    out.garbage_bytes = last_nonzero.saturating_sub(pos) as u64;
+                    finished = true;
+                    break;
+                }
+            }
+        }
+        out.end_offset = base + pos as u64;
+        if finished || pos < file.file_size() {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Recovers `queue` in place (see the module docs). `durable_offset` comes from the
+/// checkpoint: anything invalid below it is corruption.
+pub(crate) fn recover(
+    queue: &SegmentQueue,
+    durable_offset: u64,
+    clean_shutdown: bool,
+) -> Result<RecoveryReport, Error> {
+    let mut report = RecoveryReport { clean_shutdown, durable_offset, ..RecoveryReport::default() };
+    if queue.segment_count() == 0 {
+        if durable_offset > 0 {
+            return Err(Error::Corrupt {
+                path: queue.dir().to_path_buf(),
+                offset: 0,
+                durable_offset,
+                reason: Invalid::UnexpectedEnd,
+            });
+        }
+        return Ok(report);
+    }
+    let scan_from = durable_offset.max(queue.min_offset());
+    let end = scan(queue, scan_from)?;
+    report.scanned_from = queue.find_mapped_file_by_offset(scan_from, true).map_or(0, |f| f.file_from_offset());
+    report.records_recovered = end.records;
+    report.last_timestamp_ms = end.last_timestamp_ms;
+    report.stopped_at = end.invalid;
+    if end.end_offset < durable_offset {
+        let file = queue.find_mapped_file_by_offset(end.end_offset, true).expect("segments exist");
+        return Err(Error::Corrupt {
+            path: file.path().to_path_buf(),
+            offset: end.end_offset,
+            durable_offset,
+            reason: end.invalid.map_or(Invalid::UnexpectedEnd, |(_, r)| r),
+        });
+    }
+    let truncated = queue.truncate_dirty_files(end.end_offset)?;
+    report.segments_deleted = truncated.segments_deleted;
+    report.bytes_truncated = end.garbage_bytes;
+    report.end_offset = end.end_offset;
+    // Recovered bytes above the checkpoint may be only in the page cache (a killed
+    // process, not a power cut): make them durable before anything is appended
+    // after them, or a later power cut could punch a hole under new records.
+    queue.force_from(durable_offset)?;
+    queue.set_committed_where(end.end_offset);
+    if let Some((offset, reason)) = end.invalid {
+        tracing::warn!(offset, %reason, truncated = report.bytes_truncated, "recovery truncated an invalid tail");
+    }
+    tracing::info!(
+        clean_shutdown,
+        records = report.records_recovered,
+        end = report.end_offset,
+        truncated = report.bytes_truncated,
+        "commit log recovered"
+    );
+    Ok(report)
+}

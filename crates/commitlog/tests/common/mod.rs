@@ -1,0 +1,67 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::Path;
+
+use commitlog::{CommitLog, CommitLogConfig, FlushConfig, FlushDiskType};
+
+pub const SEGMENT: usize = 64 * 1024;
+
+/// Small segments, fast async flushes, no preallocation thread unless asked.
+pub fn config(flush_disk_type: FlushDiskType) -> CommitLogConfig {
+    CommitLogConfig::builder()
+        .mapped_file_size_commit_log(SEGMENT)
+        .max_message_size(16 * 1024)
+        .flush_disk_type(flush_disk_type)
+        .flush(FlushConfig {
+            flush_interval_commit_log_ms: 20,
+            commit_interval_commit_log_ms: 10,
+            ..FlushConfig::default()
+        })
+        .checkpoint_interval_ms(50)
+        .build()
+        .unwrap()
+}
+
+/// A body that says who wrote it, so any mix-up shows.
+pub fn body(producer: u32, seq: u32, len: usize) -> Vec<u8> {
+    let mut b = Vec::with_capacity(len.max(8));
+    b.extend_from_slice(&producer.to_le_bytes());
+    b.extend_from_slice(&seq.to_le_bytes());
+    while b.len() < len {
+        b.push((seq as usize + b.len()) as u8);
+    }
+    b
+}
+
+/// All record bodies from the start of the log.
+pub fn bodies(log: &CommitLog) -> Vec<Vec<u8>> {
+    log.iter_from(log.min_offset()).map(|r| r.unwrap().body.to_vec()).collect()
+}
+
+/// Copies a store directory, as a crash would leave it (abort marker included).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// Overwrites bytes of a file in place.
+pub fn patch(path: &Path, offset: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    file.write_all_at(bytes, offset).unwrap();
+}
+
+/// The path of the segment holding `offset`.
+pub fn segment_path(dir: &Path, offset: u64) -> std::path::PathBuf {
+    let start = offset - offset % SEGMENT as u64;
+    dir.join(commitlog::SEGMENT_DIR).join(format!("{start:020}"))
+}

@@ -1,0 +1,26 @@
+//! The configuration reads from TOML with the `serde` feature; missing keys keep
+//! RocketMQ's defaults.
+#![cfg(feature = "serde")]
+
+use commitlog::{CommitLogConfig, FlushDiskType};
+
+#[test]
+fn config_reads_from_toml_with_defaults_for_missing_keys() {
+    let text = r#"
+        mapped_file_size_commit_log = 1048576
+        max_message_size = 65536
+        flush_disk_type = "sync_flush"
+        transient_store_pool_enable = true
+
+        [flush]
+        sync_flush_timeout_ms = 2000
+    "#;
+    let config: CommitLogConfig = toml::from_str(text).unwrap();
+    config.validate().unwrap();
+    assert_eq!(config.flush_disk_type, FlushDiskType::SyncFlush);
+    assert_eq!(config.flush.sync_flush_timeout_ms, 2000);
+    assert_eq!(config.flush.flush_interval_commit_log_ms, 500, "default kept");
+    assert_eq!(config.transient_store_pool_size, 5, "default kept");
+    let back: CommitLogConfig = toml::from_str(&toml::to_string(&config).unwrap()).unwrap();
+    assert_eq!(back, config);
+}

@@ -1,0 +1,185 @@
+//! Recovery after clean and unclean shutdowns, and from damaged files.
+
+mod common;
+
+use commitlog::format::Invalid;
+use commitlog::{CommitLog, Error, FlushDiskType};
+use common::*;
+
+/// A log with `n` records, flushed and checkpointed, then copied while still open:
+/// the copy is what a killed process leaves (abort marker present).
+fn crashed_copy(n: u32, extra_unflushed: u32) -> (tempfile::TempDir, tempfile::TempDir, Vec<(u64, Vec<u8>)>) {
+    let live = tempfile::tempdir().unwrap();
+    let mut c = config(FlushDiskType::AsyncFlush);
+    c.flush.flush_interval_commit_log_ms = 3_600_000; // only explicit flushes
+    c.checkpoint_interval_ms = 3_600_000;
+    let log = CommitLog::open(live.path(), c).unwrap();
+    let mut written = Vec::new();
+    for seq in 0..n {
+        let b = body(0, seq, 300 + seq as usize % 500);
+        written.push((log.append(&b).unwrap().wrote_offset, b));
+    }
+    log.flush_all().unwrap();
+    log.shutdown().unwrap(); // writes the checkpoint at the flushed end...
+    let log = CommitLog::open(live.path(), config(FlushDiskType::AsyncFlush)).unwrap();
+    for seq in n..n + extra_unflushed {
+        let b = body(0, seq, 300);
+        written.push((log.append(&b).unwrap().wrote_offset, b));
+    }
+    let copy = tempfile::tempdir().unwrap();
+    copy_dir(live.path(), copy.path()); // ...then records appended after it, unflushed
+    drop(log);
+    (live, copy, written)
+}
+
+#[test]
+fn clean_shutdown_recovers_normally_with_nothing_truncated() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = CommitLog::open(dir.path(), config(FlushDiskType::SyncFlush)).unwrap();
+    for seq in 0..500 {
+        log.append(&body(0, seq, 200)).unwrap().durability.wait().unwrap();
+    }
+    let end = log.max_offset();
+    log.shutdown().unwrap();
+    assert!(!dir.path().join(commitlog::ABORT_FILE).exists(), "abort marker removed");
+    let log = CommitLog::open(dir.path(), config(FlushDiskType::SyncFlush)).unwrap();
+    let report = log.recovery_report().clone();
+    assert!(report.clean_shutdown);
+    assert_eq!(report.durable_offset, end);
+    assert_eq!(report.end_offset, end);
+    assert_eq!(report.bytes_truncated, 0);
+    assert_eq!(bodies(&log).len(), 500);
+    assert_eq!(log.append(b"next").unwrap().wrote_offset, end, "appends continue at the end");
+}
+
+#[test]
+fn unclean_shutdown_recovers_every_record_in_the_page_cache() {
+    let (_live, copy, written) = crashed_copy(200, 50);
+    let log = CommitLog::open(copy.path(), config(FlushDiskType::AsyncFlush)).unwrap();
+    let report = log.recovery_report().clone();
+    assert!(!report.clean_shutdown, "abort marker seen");
+    assert!(report.durable_offset < report.end_offset, "recovered past the checkpoint");
+    let got = bodies(&log);
+    assert_eq!(got.len(), written.len());
+    assert!(got.iter().zip(&written).all(|(a, (_, b))| a == b));
+}
+
+#[test]
+fn a_torn_tail_above_the_checkpoint_is_truncated_and_reported() {
+    let (_live, copy, written) = crashed_copy(200, 10);
+    let (last_offset, last_body) = written.last().unwrap().clone();
+    // Tear the last record: its second half never reached the disk.
+    let path = segment_path(copy.path(), last_offset);
+    let in_file = last_offset % SEGMENT as u64;
+    patch(&path, in_file + 32 + last_body.len() as u64 / 2, &vec![0xAB; last_body.len() / 2]);
+    let log = CommitLog::open(copy.path(), config(FlushDiskType::AsyncFlush)).unwrap();
+    let report = log.recovery_report().clone();
+    assert_eq!(report.end_offset, last_offset);
+    assert!(matches!(report.stopped_at, Some((o, Invalid::BadCrc { .. })) if o == last_offset));
+    assert!(report.bytes_truncated > 0);
+    assert_eq!(bodies(&log).len(), written.len() - 1, "a clean prefix, no garbage");
+    assert_eq!(log.append(b"after").unwrap().wrote_offset, last_offset, "the torn bytes are reused");
+}
+
+#[test]
+fn damage_below_the_checkpoint_is_reported_as_corruption_naming_file_and_offset() {
+    let (_live, copy, written) = crashed_copy(200, 0);
+    // The last flushed record: in the segment recovery scans, below the checkpoint.
+    let (victim, _) = written[199];
+    let path = segment_path(copy.path(), victim);
+    patch(&path, victim % SEGMENT as u64 + 40, &[0xFF]);
+    let err = CommitLog::open(copy.path(), config(FlushDiskType::AsyncFlush)).unwrap_err();
+    match &err {
+        Error::Corrupt { path: p, offset, reason, .. } => {
+            assert_eq!(p, &path);
+            assert_eq!(*offset, victim);
+            assert!(matches!(reason, Invalid::BadCrc { .. }));
+        }
+        other => panic!("expected Corrupt, got {other}"),
+    }
+    assert!(err.to_string().contains(&format!("{}", victim)));
+    // Nothing was truncated: the damaged file still holds everything after it.
+    assert!(std::fs::metadata(&path).unwrap().len() == SEGMENT as u64);
+}
+
+#[test]
+fn a_stale_record_planted_in_the_tail_is_never_returned() {
+    // RocketMQ #10017: a valid record from elsewhere (e.g. a reused file) sits where
+    // the next record would go. Its CRC covers its own offset, so it is rejected.
+    let (_live, copy, written) = crashed_copy(100, 0);
+    let (src_offset, src_body) = written[10].clone();
+    let end = written.last().map(|(o, b)| o + 32 + b.len() as u64).unwrap();
+    let src_path = segment_path(copy.path(), src_offset);
+    let bytes = std::fs::read(&src_path).unwrap();
+    let start = (src_offset % SEGMENT as u64) as usize;
+    let stale = bytes[start..start + 32 + src_body.len()].to_vec();
+    patch(&segment_path(copy.path(), end), end % SEGMENT as u64, &stale);
+    let log = CommitLog::open(copy.path(), config(FlushDiskType::AsyncFlush)).unwrap();
+    assert!(
+        matches!(log.recovery_report().stopped_at, Some((o, Invalid::WrongOffset(s))) if o == end && s == src_offset)
+    );
+    assert_eq!(bodies(&log).len(), 100);
+}
+
+#[test]
+fn bit_flips_anywhere_in_the_unflushed_tail_never_yield_garbage() {
+    let (_live, copy, written) = crashed_copy(20, 5);
+    let tail_start = written[20].0;
+    let end = written.last().map(|(o, b)| o + 32 + b.len() as u64).unwrap();
+    let path = segment_path(copy.path(), tail_start);
+    for (i, at) in (tail_start..end).step_by(97).enumerate() {
+        let trial = tempfile::tempdir().unwrap();
+        copy_dir(copy.path(), trial.path());
+        patch(&segment_path(trial.path(), at), at % SEGMENT as u64, &[1 << (i % 8)]);
+        let log = CommitLog::open(trial.path(), config(FlushDiskType::AsyncFlush)).unwrap();
+        let got = bodies(&log);
+        assert!(got.len() >= 20, "the durable prefix survives");
+        for (b, (_, w)) in got.iter().zip(&written) {
+            assert_eq!(b, w, "only valid records are returned");
+        }
+    }
+    let _ = path;
+}
+
+#[test]
+fn wrong_size_and_foreign_files_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = CommitLog::open(dir.path(), config(FlushDiskType::AsyncFlush)).unwrap();
+    log.append(b"x").unwrap();
+    log.shutdown().unwrap();
+    drop(log);
+    let segment = dir.path().join(commitlog::SEGMENT_DIR).join(format!("{:020}", 0));
+    let file = std::fs::OpenOptions::new().write(true).open(&segment).unwrap();
+    file.set_len(1000).unwrap();
+    let err = CommitLog::open(dir.path(), config(FlushDiskType::AsyncFlush)).unwrap_err();
+    assert!(err.to_string().contains("00000000000000000000") && err.to_string().contains("1000"), "{err}");
+    file.set_len(SEGMENT as u64).unwrap();
+    std::fs::write(dir.path().join(commitlog::SEGMENT_DIR).join("notes.txt"), b"hi").unwrap();
+    let err = CommitLog::open(dir.path(), config(FlushDiskType::AsyncFlush)).unwrap_err();
+    assert!(err.to_string().contains("notes.txt"), "{err}");
+}
+
+#[test]
+fn a_damaged_checkpoint_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    CommitLog::open(dir.path(), config(FlushDiskType::AsyncFlush)).unwrap().shutdown().unwrap();
+    std::fs::write(dir.path().join("checkpoint"), b"garbage").unwrap();
+    let err = CommitLog::open(dir.path(), config(FlushDiskType::AsyncFlush)).unwrap_err();
+    assert!(err.to_string().contains("checkpoint"), "{err}");
+}
+
+#[test]
+fn damage_in_an_older_segment_is_not_truncated_and_surfaces_on_read() {
+    // Recovery scans from the checkpoint's segment (as RocketMQ scans the newest
+    // files); older segments are checked by every read and by a full `scan`.
+    let (_live, copy, written) = crashed_copy(200, 0);
+    let (victim, _) = written[5];
+    assert_eq!(victim / SEGMENT as u64, 0);
+    patch(&segment_path(copy.path(), victim), victim % SEGMENT as u64 + 40, &[0xFF]);
+    let log = CommitLog::open(copy.path(), config(FlushDiskType::AsyncFlush)).unwrap();
+    assert_eq!(log.max_offset(), written.last().map(|(o, b)| o + 32 + b.len() as u64).unwrap(), "nothing truncated");
+    assert!(matches!(log.read(victim), Err(Error::BadRecord { reason: Invalid::BadCrc { .. }, .. })));
+    let full = commitlog::scan(log.segment_queue(), 0).unwrap();
+    assert!(matches!(full.invalid, Some((o, _)) if o == victim), "a full scan names it");
+    assert_eq!(log.read(written[6].0).unwrap().body.len(), written[6].1.len(), "its neighbours are fine");
+}

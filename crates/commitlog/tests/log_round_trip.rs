@@ -1,0 +1,131 @@
+//! Appends and reads: round trips across roll-over, batches, limits.
+
+mod common;
+
+use commitlog::{CommitLog, Error, FlushDiskType, PutMessageStatus};
+use common::*;
+
+#[test]
+fn records_round_trip_across_segment_roll_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = CommitLog::open(dir.path(), config(FlushDiskType::AsyncFlush)).unwrap();
+    let mut written = Vec::new();
+    for seq in 0..2000u32 {
+        let b = body(0, seq, (seq as usize * 37) % 9000 + 8);
+        let put = log.append(&b).unwrap();
+        // Read-your-writes: visible at once.
+        assert_eq!(&log.read(put.wrote_offset).unwrap().body[..], &b[..]);
+        written.push((put.wrote_offset, b));
+    }
+    assert!(log.segment_queue().segment_count() > 50, "many roll-overs");
+    for (offset, b) in &written {
+        let record = log.read(*offset).unwrap();
+        assert_eq!(&record.body[..], &b[..]);
+        assert_eq!(record.size, (b.len() + commitlog::format::HEADER_SIZE) as u64);
+    }
+    let all = bodies(&log);
+    assert_eq!(all.len(), written.len());
+    assert!(all.iter().zip(&written).all(|(a, (_, b))| a == b), "iteration skips blanks and keeps order");
+    // A record never straddles two segments.
+    for (offset, b) in &written {
+        let end = offset + (b.len() + 32) as u64;
+        assert_eq!(offset / SEGMENT as u64, (end - 1) / SEGMENT as u64);
+    }
+    log.shutdown().unwrap();
+}
+
+#[test]
+fn batches_are_contiguous_and_share_one_handle() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = CommitLog::open(dir.path(), config(FlushDiskType::SyncFlush)).unwrap();
+    let batch: Vec<Vec<u8>> = (0..10).map(|i| body(1, i, 100 + i as usize)).collect();
+    let put = log.append_batch(&batch).unwrap();
+    assert!(put.durability.wait().is_ok());
+    assert_eq!(put.offsets.len(), 10);
+    for (offset, b) in put.offsets.iter().zip(&batch) {
+        assert_eq!(&log.read(*offset).unwrap().body[..], &b[..]);
+    }
+    assert_eq!(put.offsets[0] + put.wrote_bytes, log.max_offset());
+    // A batch that does not fit the current segment's tail goes to the next one.
+    let big: Vec<Vec<u8>> = (0..7).map(|i| body(2, i, 9000)).collect();
+    let first = log.append_batch(&big).unwrap().offsets[0];
+    let second = log.append_batch(&big).unwrap().offsets[0];
+    assert_eq!(second % SEGMENT as u64, 0, "rolled over whole");
+    assert!(second > first);
+    assert!(matches!(log.append_batch::<Vec<u8>>(&[]), Err(Error::EmptyBatch)));
+    let too_big: Vec<Vec<u8>> = (0..8).map(|i| body(3, i, 9000)).collect();
+    let max = log.max_offset();
+    assert!(matches!(log.append_batch(&too_big), Err(Error::BatchTooLarge { records: 8, .. })));
+    assert_eq!(log.max_offset(), max, "nothing written");
+    log.shutdown().unwrap();
+}
+
+#[test]
+fn oversized_records_are_rejected_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = CommitLog::open(dir.path(), config(FlushDiskType::AsyncFlush)).unwrap();
+    log.append(b"before").unwrap();
+    let max = log.max_offset();
+    let err = log.append(&vec![0; 16 * 1024 + 1]).unwrap_err();
+    assert!(matches!(err, Error::RecordTooLarge { size: 16385, max: 16384 }), "{err}");
+    assert_eq!(PutMessageStatus::from_error(&err), PutMessageStatus::MessageIllegal);
+    assert_eq!(log.max_offset(), max);
+    assert!(log.append(&vec![0; 16 * 1024]).is_ok(), "exactly the limit is fine");
+    log.shutdown().unwrap();
+}
+
+#[test]
+fn reads_at_bad_offsets_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = CommitLog::open(dir.path(), config(FlushDiskType::AsyncFlush)).unwrap();
+    let put = log.append(b"hello world").unwrap();
+    assert!(matches!(log.read(put.wrote_offset + 1), Err(Error::BadRecord { .. })), "not a record start");
+    assert!(matches!(log.read(1 << 40), Err(Error::NoRecord { .. })));
+    assert!(matches!(log.read(log.max_offset()), Err(Error::NoRecord { .. })));
+    log.shutdown().unwrap();
+}
+
+#[test]
+fn appends_after_shutdown_fail_and_the_directory_is_released() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = CommitLog::open(dir.path(), config(FlushDiskType::SyncFlush)).unwrap();
+    log.append(b"x").unwrap().durability.wait().unwrap();
+    log.shutdown().unwrap();
+    assert!(matches!(log.append(b"y"), Err(Error::Shutdown)));
+    assert_eq!(PutMessageStatus::from_error(&log.append(b"y").unwrap_err()), PutMessageStatus::ServiceNotAvailable);
+    let again = CommitLog::open(dir.path(), config(FlushDiskType::SyncFlush)).unwrap();
+    assert_eq!(bodies(&again), vec![b"x".to_vec()]);
+}
+
+#[test]
+fn a_second_open_of_the_same_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = CommitLog::open(dir.path(), config(FlushDiskType::AsyncFlush)).unwrap();
+    let err = CommitLog::open(dir.path(), config(FlushDiskType::AsyncFlush)).unwrap_err();
+    assert!(matches!(err, Error::Locked { .. }), "{err}");
+    assert!(err.to_string().contains("locked"));
+    drop(log);
+    assert!(CommitLog::open(dir.path(), config(FlushDiskType::AsyncFlush)).is_ok());
+}
+
+#[test]
+fn sync_flush_confirm_offset_is_the_flushed_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = CommitLog::open(dir.path(), config(FlushDiskType::SyncFlush)).unwrap();
+    for i in 0..50 {
+        let put = log.append(&body(0, i, 500)).unwrap();
+        let end = put.next_offset();
+        assert_eq!(put.wait_status(), PutMessageStatus::PutOk);
+        assert!(log.flushed_offset() >= end, "acknowledged means flushed");
+        assert!(log.confirm_offset() <= log.flushed_offset());
+    }
+    log.shutdown().unwrap();
+}
+
+#[test]
+fn bad_configs_are_rejected_clearly() {
+    let bad = commitlog::CommitLogConfig::builder().mapped_file_size_commit_log(1000).build().unwrap_err();
+    assert!(bad.to_string().contains("multiple of 4096"), "{bad}");
+    let bad = commitlog::CommitLogConfig::builder().mapped_file_size_commit_log(1 << 20).build().unwrap_err();
+    assert!(bad.to_string().contains("max_message_size"), "{bad}");
+}
