@@ -10,8 +10,10 @@
 //! +--------+--------+--------+----------------+----------------+--------+-----------+
 //! ```
 //!
-//! The CRC32C covers bytes `[0, 8)` and `[12, total)`: every header field and the
-//! body. Because it covers the record's absolute offset, a stale record left in a
+//! The CRC32C covers the body and then the header fields, in that order: bytes
+//! `[32, total)`, then `[0, 8)`, then `[12, 32)`. Body first means its CRC can be
+//! computed before the record's offset is known (outside the put lock) and only the
+//! 28 header bytes are added under it. Because it covers the record's absolute offset, a stale record left in a
 //! reused file fails the check at any other offset (RocketMQ #10017), and a torn
 //! header fails it too. A *blank* record (magic [`BLANK_MAGIC`], body length 0)
 //! pads the end of a segment; its `total` reaches the end of the segment and only
@@ -42,16 +44,11 @@ fn u64_at(bytes: &[u8], range: std::ops::Range<usize>) -> u64 {
     u64::from_le_bytes(bytes[range].try_into().expect("8-byte field"))
 }
 
-/// CRC32C of a record whose header (with any CRC field) is `header` and whose body
-/// CRC is `body_crc` over `body_len` bytes. The body CRC can be computed before the
-/// offset is known, outside the put lock.
-pub fn record_crc(header: &[u8], body_crc: u32, body_len: usize) -> u32 {
-    let head = crc32c::crc32c_append(crc32c::crc32c(&header[..CRC.start]), &header[CRC.end..HEADER_SIZE]);
-    if body_len == 0 {
-        head
-    } else {
-        crc32c::crc32c_combine(head, body_crc, body_len)
-    }
+/// CRC32C of a record: the body's CRC (`crc32c(body)`, computed outside the put
+/// lock; 0 for an empty body) continued over the header fields around the CRC field.
+pub fn record_crc(header: &[u8], body_crc: u32) -> u32 {
+    let crc = crc32c::crc32c_append(body_crc, &header[..CRC.start]);
+    crc32c::crc32c_append(crc, &header[CRC.end..HEADER_SIZE])
 }
 
 /// Writes a record header into `out[..HEADER_SIZE]`.
@@ -69,7 +66,7 @@ pub fn write_header(
     out[OFFSET].copy_from_slice(&offset.to_le_bytes());
     out[TIMESTAMP].copy_from_slice(&timestamp_ms.to_le_bytes());
     out[BODY_LEN].copy_from_slice(&body_len.to_le_bytes());
-    let crc = record_crc(out, body_crc, body_len as usize);
+    let crc = record_crc(out, body_crc);
     out[CRC].copy_from_slice(&crc.to_le_bytes());
 }
 
@@ -178,9 +175,8 @@ pub fn parse(bytes: &[u8], offset: u64, check_crc: bool) -> Parsed {
     }
     if check_crc {
         let stored = u32_at(bytes, CRC);
-        // Header and body are contiguous: two CRC calls, no combine.
-        let covered = if magic == BLANK_MAGIC { HEADER_SIZE } else { len };
-        let computed = crc32c::crc32c_append(crc32c::crc32c(&bytes[..CRC.start]), &bytes[CRC.end..covered]);
+        let body = &bytes[HEADER_SIZE..HEADER_SIZE + body_len as usize];
+        let computed = record_crc(&bytes[..HEADER_SIZE], crc32c::crc32c(body));
         if stored != computed {
             return Parsed::Invalid(Invalid::BadCrc { stored, computed });
         }
@@ -243,10 +239,12 @@ mod tests {
     }
 
     #[test]
-    fn the_crc_can_be_combined_from_a_precomputed_body_crc() {
+    fn the_crc_covers_the_body_then_the_header_fields() {
         let body = vec![3u8; 1000];
         let bytes = record(1, &body);
-        let whole = crc32c::crc32c_append(crc32c::crc32c(&bytes[..8]), &bytes[12..]);
-        assert_eq!(u32_at(&bytes, CRC), whole);
+        let mut covered = bytes[32..].to_vec();
+        covered.extend_from_slice(&bytes[..8]);
+        covered.extend_from_slice(&bytes[12..32]);
+        assert_eq!(u32_at(&bytes, CRC), crc32c::crc32c(&covered));
     }
 }

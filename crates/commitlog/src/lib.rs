@@ -43,6 +43,7 @@ mod checkpoint;
 mod config;
 mod error;
 pub mod format;
+pub mod inspect;
 mod log;
 mod recovery;
 

@@ -88,6 +88,23 @@ pub fn scan(queue: &SegmentQueue, from: u64) -> Result<ScanEnd, Error> {
     Ok(out)
 }
 
+/// Overwrites the dropped bytes after `end` with zeros and syncs them. Left in
+/// place, they could be read again: once new records end exactly where an old,
+/// valid-at-its-offset record starts, a later scan would bring it back (the hazard
+/// RocketMQ PR #10816 closes with a truncation marker).
+fn erase_tail(queue: &SegmentQueue, end: u64, len: usize) -> Result<(), Error> {
+    let Some(file) = queue.find_mapped_file_by_offset(end, false) else { return Ok(()) };
+    let pos = (end - file.file_from_offset()) as usize;
+    let len = len.min(file.file_size() - pos);
+    file.append_with(file.store_timestamp(), |_, tail| {
+        tail[..len].fill(0);
+        mapped_file::AppendStatus::Written { bytes: len, value: () }
+    })?;
+    file.flush(0)?;
+    file.set_positions(pos)?;
+    Ok(())
+}
+
 /// Recovers `queue` in place (see the module docs). `durable_offset` comes from the
 /// checkpoint: anything invalid below it is corruption.
 pub(crate) fn recover(
@@ -125,6 +142,9 @@ pub(crate) fn recover(
     let truncated = queue.truncate_dirty_files(end.end_offset)?;
     report.segments_deleted = truncated.segments_deleted;
     report.bytes_truncated = end.garbage_bytes;
+    if end.garbage_bytes > 0 {
+        erase_tail(queue, end.end_offset, end.garbage_bytes as usize)?;
+    }
     report.end_offset = end.end_offset;
     // Recovered bytes above the checkpoint may be only in the page cache (a killed
     // process, not a power cut): make them durable before anything is appended

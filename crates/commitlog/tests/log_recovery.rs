@@ -79,6 +79,11 @@ fn a_torn_tail_above_the_checkpoint_is_truncated_and_reported() {
     assert!(report.bytes_truncated > 0);
     assert_eq!(bodies(&log).len(), written.len() - 1, "a clean prefix, no garbage");
     assert_eq!(log.append(b"after").unwrap().wrote_offset, last_offset, "the torn bytes are reused");
+    drop(log);
+    // The dropped bytes were erased: nothing of the torn record is left after the end.
+    let bytes = std::fs::read(&path).unwrap();
+    let after = (in_file + 32 + 5) as usize;
+    assert!(bytes[after..].iter().all(|&b| b == 0), "torn bytes left on disk");
 }
 
 #[test]

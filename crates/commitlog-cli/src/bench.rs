@@ -1,0 +1,248 @@
+//! `commitlog bench`: each flush mode, side by side, in one run.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use commitlog::{CommitLog, FlushStats};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use crate::table::render;
+use crate::{io, log_config, CliError, FlushArg};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Sync flush: each producer waits for its record to be durable (group commit).
+    Sync,
+    /// Async flush straight into the mapping.
+    Async,
+    /// Async flush through the off-heap write-buffer pool.
+    AsyncPool,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Sync => "sync",
+            Mode::Async => "async",
+            Mode::AsyncPool => "async-pool",
+        }
+    }
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Directory for the logs (kept afterwards); default: a temporary one, removed.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Record body size in bytes.
+    #[arg(long, default_value_t = 1024)]
+    record_size: usize,
+    /// Producer threads per mode.
+    #[arg(long, default_value_t = 4)]
+    producers: usize,
+    /// Records per mode (the run stops at this count or the duration, whichever first).
+    #[arg(long, default_value_t = 200_000)]
+    count: u64,
+    /// Longest run per mode, in seconds.
+    #[arg(long, default_value_t = 8.0)]
+    duration_secs: f64,
+    /// Segment size in bytes.
+    #[arg(long, default_value_t = 64 << 20)]
+    segment_size: usize,
+    /// Modes to run (repeat or comma-separate); default: all.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    mode: Vec<Mode>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Latency percentiles in microseconds.
+#[derive(Serialize, Clone, Copy, Default)]
+struct Percentiles {
+    p50_us: f64,
+    p99_us: f64,
+    p999_us: f64,
+    max_us: f64,
+}
+
+fn percentiles(mut nanos: Vec<u64>) -> Option<Percentiles> {
+    if nanos.is_empty() {
+        return None;
+    }
+    nanos.sort_unstable();
+    let at = |q: f64| nanos[((nanos.len() as f64 * q) as usize).min(nanos.len() - 1)] as f64 / 1000.0;
+    Some(Percentiles {
+        p50_us: at(0.50),
+        p99_us: at(0.99),
+        p999_us: at(0.999),
+        max_us: *nanos.last().expect("non-empty") as f64 / 1000.0,
+    })
+}
+
+#[derive(Serialize)]
+struct ModeResult {
+    mode: Mode,
+    producers: usize,
+    record_size: usize,
+    records: u64,
+    seconds: f64,
+    records_per_sec: f64,
+    mb_per_sec: f64,
+    append_latency: Percentiles,
+    ack_latency: Option<Percentiles>,
+    flushes: u64,
+    records_per_flush: Option<f64>,
+}
+
+fn run_mode(mode: Mode, args: &BenchArgs, dir: &std::path::Path) -> Result<ModeResult, CliError> {
+    let (flush, pool) = match mode {
+        Mode::Sync => (FlushArg::Sync, false),
+        Mode::Async => (FlushArg::Async, false),
+        Mode::AsyncPool => (FlushArg::Async, true),
+    };
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(io(format!("clearing {}", dir.display())))?;
+    }
+    let mut config = log_config(dir, flush, pool, Some(args.segment_size))?;
+    if args.record_size > config.max_message_size {
+        return Err(CliError::Input(format!(
+            "--record-size {} exceeds the limit {} for this segment size",
+            args.record_size, config.max_message_size
+        )));
+    }
+    config.max_message_size = config.max_message_size.max(args.record_size);
+    let log = CommitLog::open(dir, config)?;
+    let producers = args.producers.max(1);
+    let per_producer = args.count.div_ceil(producers as u64);
+    let deadline = Instant::now() + Duration::from_secs_f64(args.duration_secs);
+    let done = Arc::new(AtomicU64::new(0));
+    let bar = ProgressBar::new(per_producer * producers as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>10} {bar:30} {pos}/{len} records {elapsed}").expect("valid template"),
+    );
+    bar.set_prefix(mode.name());
+    let started = Instant::now();
+    let threads: Vec<_> = (0..producers)
+        .map(|p| {
+            let (log, done) = (log.clone(), Arc::clone(&done));
+            let body = vec![p as u8; args.record_size];
+            let wait = mode == Mode::Sync;
+            std::thread::spawn(move || -> Result<(Vec<u64>, Vec<u64>), commitlog::Error> {
+                let mut append = Vec::with_capacity(per_producer as usize);
+                let mut ack = Vec::with_capacity(if wait { per_producer as usize } else { 0 });
+                for i in 0..per_producer {
+                    if i % 256 == 0 && Instant::now() >= deadline {
+                        break;
+                    }
+                    let t0 = Instant::now();
+                    let put = log.append(&body)?;
+                    append.push(t0.elapsed().as_nanos() as u64);
+                    if wait {
+                        put.durability.wait().map_err(|e| commitlog::Error::NotWriteable { cause: e.to_string() })?;
+                        ack.push(t0.elapsed().as_nanos() as u64);
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok((append, ack))
+            })
+        })
+        .collect();
+    while !threads.iter().all(|t| t.is_finished()) {
+        bar.set_position(done.load(Ordering::Relaxed));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut append = Vec::new();
+    let mut ack = Vec::new();
+    for t in threads {
+        let (a, k) = t.join().map_err(|_| CliError::Input("a producer thread panicked".into()))??;
+        append.extend(a);
+        ack.extend(k);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    let stats: FlushStats = log.flush_stats();
+    log.shutdown()?;
+    let records = append.len() as u64;
+    let flushes = if mode == Mode::Sync { stats.group_commit.flushes } else { stats.periodic_flushes };
+    Ok(ModeResult {
+        mode,
+        producers,
+        record_size: args.record_size,
+        records,
+        seconds,
+        records_per_sec: records as f64 / seconds,
+        mb_per_sec: (records * (args.record_size + commitlog::format::HEADER_SIZE) as u64) as f64 / seconds / 1e6,
+        append_latency: percentiles(append).unwrap_or_default(),
+        ack_latency: percentiles(ack),
+        flushes,
+        records_per_flush: (mode == Mode::Sync && flushes > 0).then(|| records as f64 / flushes as f64),
+    })
+}
+
+pub fn run(args: BenchArgs) -> Result<(), CliError> {
+    let modes = if args.mode.is_empty() { vec![Mode::Sync, Mode::Async, Mode::AsyncPool] } else { args.mode.clone() };
+    let temp;
+    let root = match &args.dir {
+        Some(dir) => dir.clone(),
+        None => {
+            temp = tempfile::tempdir().map_err(io("creating a temporary directory"))?;
+            temp.path().to_path_buf()
+        }
+    };
+    let mut results = Vec::new();
+    for mode in modes {
+        results.push(run_mode(mode, &args, &root.join(mode.name()))?);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&results).expect("serialisable"));
+        return Ok(());
+    }
+    let us = |v: f64| format!("{v:.1}");
+    let mut rows = vec![[
+        "mode",
+        "records",
+        "rec/s",
+        "MB/s",
+        "append p50",
+        "p99",
+        "p99.9",
+        "max",
+        "ack p50",
+        "p99",
+        "p99.9",
+        "flushes",
+        "rec/flush",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for r in &results {
+        let ack = r.ack_latency;
+        rows.push(vec![
+            r.mode.name().to_string(),
+            r.records.to_string(),
+            format!("{:.0}", r.records_per_sec),
+            format!("{:.1}", r.mb_per_sec),
+            us(r.append_latency.p50_us),
+            us(r.append_latency.p99_us),
+            us(r.append_latency.p999_us),
+            us(r.append_latency.max_us),
+            ack.map_or("-".into(), |a| us(a.p50_us)),
+            ack.map_or("-".into(), |a| us(a.p99_us)),
+            ack.map_or("-".into(), |a| us(a.p999_us)),
+            r.flushes.to_string(),
+            r.records_per_flush.map_or("-".into(), |v| format!("{v:.1}")),
+        ]);
+    }
+    println!(
+        "{} producers, {}-byte records, {}-byte segments; latencies in microseconds",
+        args.producers, args.record_size, args.segment_size
+    );
+    print!("{}", render(&rows));
+    Ok(())
+}

@@ -1,0 +1,153 @@
+//! `commitlog`: see the log work, measure it, and inspect a store directory.
+//!
+//! Exit codes: 0 success, 1 error, 2 bad usage, 3 `verify` found problems.
+
+#![forbid(unsafe_code)]
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use commitlog::{CommitLogConfig, FlushDiskType};
+
+mod bench;
+mod inspect_cmds;
+mod produce;
+mod table;
+
+/// Default segment size for logs the tool creates (the library's default is 1 GiB).
+const DEFAULT_SEGMENT_SIZE: usize = 64 << 20;
+
+#[derive(Parser)]
+#[command(name = "commitlog", version, about = "A RocketMQ-style commit log: benchmark it, write to it, inspect it")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Benchmark each flush mode on a temporary directory and print a table.
+    Bench(bench::BenchArgs),
+    /// Append stdin lines as records; print each offset once acknowledged.
+    Produce(produce::ProduceArgs),
+    /// Print `OFFSET<TAB>BODY` for each record, in order (read-only).
+    Consume(inspect_cmds::ConsumeArgs),
+    /// Check every segment and record with CRCs (read-only); exit 3 on problems.
+    Verify(inspect_cmds::DirArgs),
+    /// Run recovery (may truncate a torn tail) and print what it did.
+    Recover(inspect_cmds::DirArgs),
+    /// Print segments, offsets and checkpoint contents (read-only).
+    Stat(inspect_cmds::DirArgs),
+}
+
+/// When appends are acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum FlushArg {
+    /// After the record is durable (group commit).
+    Sync,
+    /// At once; flushed in the background.
+    Async,
+}
+
+/// A failure, printed as one line.
+#[derive(Debug)]
+enum CliError {
+    Log(commitlog::Error),
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+    Input(String),
+    /// `verify` found this many problems (already printed).
+    Problems(usize),
+}
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CliError::Log(e) => write!(f, "{e}"),
+            CliError::Io { context, source } => write!(f, "{context}: {source}"),
+            CliError::Input(message) => write!(f, "{message}"),
+            CliError::Problems(n) => write!(f, "{n} problem(s) found"),
+        }
+    }
+}
+
+impl From<commitlog::Error> for CliError {
+    fn from(e: commitlog::Error) -> Self {
+        CliError::Log(e)
+    }
+}
+
+fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> CliError {
+    let context = context.into();
+    move |source| CliError::Io { context, source }
+}
+
+/// The configuration for opening an existing or new log in `dir`: the segment size
+/// of existing segments wins; `--segment-size` must agree with it.
+fn log_config(
+    dir: &Path,
+    flush: FlushArg,
+    pool: bool,
+    segment_size: Option<usize>,
+) -> Result<CommitLogConfig, CliError> {
+    let existing = if dir.join(commitlog::SEGMENT_DIR).is_dir() {
+        Some(commitlog::inspect::list_segments(dir)?.segment_size as usize).filter(|&s| s > 0)
+    } else {
+        None
+    };
+    let size = match (existing, segment_size) {
+        (Some(e), Some(asked)) if e != asked => {
+            return Err(CliError::Input(format!(
+                "{} has {e}-byte segments, not --segment-size {asked}",
+                dir.display()
+            )));
+        }
+        (Some(e), _) => e,
+        (None, asked) => asked.unwrap_or(DEFAULT_SEGMENT_SIZE),
+    };
+    let max_message_size = (4 << 20).min(size.saturating_sub(2 * commitlog::format::HEADER_SIZE));
+    Ok(CommitLogConfig::builder()
+        .mapped_file_size_commit_log(size)
+        .max_message_size(max_message_size)
+        .flush_disk_type(match flush {
+            FlushArg::Sync => FlushDiskType::SyncFlush,
+            FlushArg::Async => FlushDiskType::AsyncFlush,
+        })
+        .transient_store_pool(pool, 2)
+        .build()?)
+}
+
+/// Refuses a path that does not exist, with a clear message.
+fn existing_dir(dir: &Path) -> Result<(), CliError> {
+    if dir.exists() {
+        Ok(())
+    } else {
+        Err(CliError::Input(format!("{} does not exist", dir.display())))
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Bench(args) => bench::run(args),
+        Command::Produce(args) => produce::run(args),
+        Command::Consume(args) => inspect_cmds::consume(args),
+        Command::Verify(args) => inspect_cmds::verify(args),
+        Command::Recover(args) => inspect_cmds::recover(args),
+        Command::Stat(args) => inspect_cmds::stat(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(CliError::Problems(n)) => {
+            eprintln!("commitlog: {n} problem(s) found");
+            ExitCode::from(3)
+        }
+        Err(e) => {
+            eprintln!("commitlog: error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,341 @@
+//! Runs the built `commitlog` binary: every subcommand, exit codes, bad input, and a
+//! SIGKILL during `produce --flush sync`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+const SEGMENT: &str = "65536";
+
+fn commitlog() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_commitlog"))
+}
+
+fn run(args: &[&str]) -> Output {
+    commitlog().args(args).output().unwrap()
+}
+
+fn run_in(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child =
+        commitlog().args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    // The child may exit before reading (e.g. when it refuses to start).
+    let _ = child.stdin.take().unwrap().write_all(stdin);
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Asserts a one-line error on stderr, no panic or backtrace, and the exit code.
+fn assert_clean_failure(out: &Output, code: i32, mentions: &str) {
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "stderr: {err}");
+    assert!(!err.contains("panicked") && !err.contains("RUST_BACKTRACE"), "{err}");
+    assert!(err.contains(mentions), "expected {mentions:?} in {err:?}");
+}
+
+fn produce(dir: &Path, lines: &[String], flush: &str) -> Vec<u64> {
+    let input = lines.iter().map(|l| format!("{l}\n")).collect::<String>();
+    let d = dir.to_str().unwrap();
+    let out = run_in(&["produce", "--dir", d, "--flush", flush, "--segment-size", SEGMENT], input.as_bytes());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout).lines().map(|l| l.parse().unwrap()).collect()
+}
+
+fn consume(dir: &Path) -> Vec<(u64, String)> {
+    let out = run(&["consume", "--dir", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+        .lines()
+        .map(|l| {
+            let (o, b) = l.split_once('\t').unwrap();
+            (o.parse().unwrap(), b.to_string())
+        })
+        .collect()
+}
+
+fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    for entry in walk(dir) {
+        out.push((entry.display().to_string(), std::fs::read(&entry).unwrap()));
+    }
+    out.sort();
+    out
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
+#[test]
+fn produce_then_consume_round_trips_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines: Vec<String> = (0..3000).map(|i| format!("record {i} {}", "x".repeat(i % 50))).collect();
+    let offsets = produce(dir.path(), &lines, "sync");
+    assert_eq!(offsets.len(), lines.len());
+    assert!(offsets.windows(2).all(|w| w[0] < w[1]), "input order");
+    let more = produce(dir.path(), &["appended later".to_string()], "async");
+    assert!(more[0] > *offsets.last().unwrap(), "recovered and continued");
+    let records = consume(dir.path());
+    assert_eq!(records.len(), 3001);
+    for ((o, b), (offset, line)) in records.iter().zip(offsets.iter().zip(&lines)) {
+        assert_eq!((o, b), (offset, line));
+    }
+    // --from and --hex.
+    let from = offsets[2999].to_string();
+    let out = run(&["consume", "--dir", dir.path().to_str().unwrap(), "--from", &from, "--hex"]);
+    let hex_lines: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
+    assert_eq!(hex_lines.len(), 2);
+    assert_eq!(hex_lines[1], format!("{}\t{}", more[0], "617070656e646564206c61746572"));
+}
+
+#[test]
+fn verify_stat_and_recover_describe_a_clean_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let offsets = produce(dir.path(), &(0..500).map(|i| format!("r{i}")).collect::<Vec<_>>(), "sync");
+    let out = run(&["verify", "--dir", d, "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["records"], 500);
+    assert_eq!(v["first_offset"], 0);
+    assert_eq!(v["last_offset"], *offsets.last().unwrap());
+    assert_eq!(v["problems"].as_array().unwrap().len(), 0);
+    let out = run(&["verify", "--dir", d]);
+    assert!(text(&out.stdout).contains("clean"));
+
+    let out = run(&["stat", "--dir", d, "--json"]);
+    assert!(out.status.success());
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["segment_size"], 65536);
+    assert_eq!(s["abort_marker"], false);
+    assert_eq!(s["locked"], false);
+    assert_eq!(s["flushed_offset"], s["max_offset"]);
+    assert!(text(&run(&["stat", "--dir", d]).stdout).contains("max offset"));
+
+    let out = run(&["recover", "--dir", d, "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["clean_shutdown"], true);
+    assert_eq!(r["bytes_truncated"], 0);
+    assert!(text(&run(&["recover", "--dir", d]).stdout).contains("normal"));
+}
+
+#[test]
+fn read_only_subcommands_change_nothing_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    produce(dir.path(), &(0..100).map(|i| format!("r{i}")).collect::<Vec<_>>(), "async");
+    // Leave a torn tail and an abort marker, as a crash would.
+    std::fs::write(dir.path().join("abort"), b"1").unwrap();
+    let before = tree(dir.path());
+    for args in [
+        vec!["consume", "--dir", d],
+        vec!["verify", "--dir", d],
+        vec!["stat", "--dir", d],
+        vec!["consume", "--dir", d, "--hex"],
+    ] {
+        run(&args);
+        assert!(tree(dir.path()) == before, "{args:?} changed the directory");
+    }
+}
+
+#[test]
+fn verify_reports_damage_with_file_and_offset_and_recover_truncates_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let offsets = produce(dir.path(), &(0..50).map(|i| format!("record-{i}")).collect::<Vec<_>>(), "sync");
+    // Garbage right after the last record: a torn tail above the checkpoint.
+    let seg = dir.path().join("commitlog").join(format!("{:020}", 0));
+    let end = offsets.last().unwrap() + 32 + "record-49".len() as u64;
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+        f.write_all_at(&[0x55; 40], end).unwrap();
+    }
+    let out = run(&["verify", "--dir", d]);
+    assert_eq!(out.status.code(), Some(3));
+    let report = text(&out.stdout);
+    assert!(report.contains("00000000000000000000") && report.contains(&end.to_string()), "{report}");
+    assert_eq!(consume(dir.path()).len(), 50, "consume prints the valid prefix");
+
+    let out = run(&["recover", "--dir", d, "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["end_offset"], end);
+    assert_eq!(r["bytes_truncated"], 40);
+    assert!(run(&["verify", "--dir", d]).status.success(), "clean after recovery");
+
+    // Damage below the checkpoint is corruption: recover refuses, naming it.
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+        f.write_all_at(&[0xFF], offsets[48] + 33).unwrap();
+    }
+    assert_clean_failure(&run(&["recover", "--dir", d]), 1, "corrupt record");
+    let out = run(&["verify", "--dir", d]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(text(&out.stdout).contains("corrupt record below the checkpoint"));
+}
+
+#[test]
+fn bad_input_gets_one_line_errors_and_non_zero_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing");
+    let m = missing.to_str().unwrap();
+    for sub in ["consume", "verify", "stat", "recover"] {
+        assert_clean_failure(&run(&[sub, "--dir", m]), 1, "does not exist");
+    }
+    assert!(!missing.exists(), "nothing created");
+    let foreign = tempfile::tempdir().unwrap();
+    std::fs::write(foreign.path().join("hello.txt"), b"hi").unwrap();
+    let f = foreign.path().to_str().unwrap();
+    for sub in ["consume", "verify", "stat", "recover"] {
+        assert_clean_failure(&run(&[sub, "--dir", f]), 1, "not a commit log");
+    }
+    let out = run(&["produce"]);
+    assert_eq!(out.status.code(), Some(2), "bad flags are usage errors");
+    assert_eq!(run(&["bench", "--mode", "turbo"]).status.code(), Some(2));
+    assert_eq!(run(&["no-such-command"]).status.code(), Some(2));
+
+    // A foreign file among the segments.
+    let log = tempfile::tempdir().unwrap();
+    produce(log.path(), &["a".to_string()], "sync");
+    std::fs::write(log.path().join("commitlog").join("notes.txt"), b"x").unwrap();
+    let l = log.path().to_str().unwrap();
+    assert_clean_failure(&run_in(&["produce", "--dir", l], b"b\n"), 1, "notes.txt");
+    let out = run(&["verify", "--dir", l]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(text(&out.stdout).contains("notes.txt"));
+    std::fs::remove_file(log.path().join("commitlog").join("notes.txt")).unwrap();
+
+    // A conflicting segment size.
+    assert_clean_failure(
+        &run_in(&["produce", "--dir", l, "--segment-size", "131072"], b"b\n"),
+        1,
+        "65536-byte segments",
+    );
+    // An oversized record.
+    let big = "y".repeat(70_000) + "\n";
+    assert_clean_failure(&run_in(&["produce", "--dir", l], big.as_bytes()), 1, "exceeds max_message_size");
+}
+
+#[test]
+fn a_log_held_by_another_process_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let mut holder = commitlog()
+        .args(["produce", "--dir", d, "--segment-size", SEGMENT])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Once it acknowledged a record it has the lock.
+    let mut stdin = holder.stdin.take().unwrap();
+    stdin.write_all(b"first\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(holder.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "0");
+    assert_clean_failure(&run_in(&["produce", "--dir", d], b"second\n"), 1, "locked");
+    assert_clean_failure(&run(&["recover", "--dir", d]), 1, "locked");
+    let s: serde_json::Value = serde_json::from_slice(&run(&["stat", "--dir", d, "--json"]).stdout).unwrap();
+    assert_eq!(s["locked"], true);
+    drop(stdin);
+    assert!(holder.wait().unwrap().success());
+}
+
+#[test]
+fn sigkill_during_sync_produce_loses_no_printed_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap().to_string();
+    let mut child = commitlog()
+        .args(["produce", "--dir", &d, "--flush", "sync", "--segment-size", SEGMENT])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        for i in 0..1_000_000u64 {
+            if writeln!(stdin, "kill-test {i} {}", "z".repeat((i % 200) as usize)).is_err() {
+                return; // the child is gone
+            }
+        }
+    });
+    let mut printed = Vec::new();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while printed.len() < 2000 {
+        line.clear();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "produce stopped early");
+        printed.push(line.trim().parse::<u64>().unwrap());
+    }
+    child.kill().unwrap(); // SIGKILL, mid-stream
+    child.wait().unwrap();
+    // Whatever else it printed before dying counts too.
+    line.clear();
+    while reader.read_line(&mut line).unwrap_or(0) > 0 {
+        if let Ok(o) = line.trim().parse::<u64>() {
+            printed.push(o);
+        }
+        line.clear();
+    }
+    writer.join().unwrap();
+    let records = consume(dir.path());
+    let by_offset: std::collections::HashMap<u64, String> = records.into_iter().collect();
+    for (i, offset) in printed.iter().enumerate() {
+        let expected = format!("kill-test {i} {}", "z".repeat(i % 200));
+        assert_eq!(by_offset.get(offset), Some(&expected), "acknowledged record {i} at {offset} lost");
+    }
+    // And the log recovers cleanly.
+    let out = run(&["recover", "--dir", &d, "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["clean_shutdown"], false);
+}
+
+#[test]
+fn bench_runs_every_mode_and_prints_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out = run(&[
+        "bench",
+        "--dir",
+        d,
+        "--count",
+        "2000",
+        "--producers",
+        "2",
+        "--record-size",
+        "128",
+        "--segment-size",
+        "1048576",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let modes: Vec<&str> = v.as_array().unwrap().iter().map(|m| m["mode"].as_str().unwrap()).collect();
+    assert_eq!(modes, ["sync", "async", "async-pool"]);
+    for m in v.as_array().unwrap() {
+        assert_eq!(m["records"], 2000);
+        assert!(m["records_per_sec"].as_f64().unwrap() > 0.0);
+    }
+    assert!(v[0]["ack_latency"]["p99_us"].as_f64().unwrap() > 0.0, "sync reports durable-ack latency");
+    assert!(dir.path().join("sync").exists(), "--dir keeps the logs");
+    let table =
+        run(&["bench", "--count", "500", "--mode", "async", "--record-size", "64", "--segment-size", "1048576"]);
+    assert!(table.status.success());
+    assert!(text(&table.stdout).contains("rec/s"));
+}
