@@ -6,6 +6,8 @@
 //! cargo xtask proptest --cases N [--seed S]
 //!                                        the property tests (`prop_*`) with N cases, optimised build
 //! cargo xtask loom                       the loom models of the flush services (`--cfg loom`)
+//! cargo xtask crash [--soak]             the crash-consistency suite (CI-sized, or hours with --soak)
+//! cargo xtask fuzz --seconds N           coverage-guided fuzzing of the recovery parser (nightly)
 //! ```
 //!
 //! Dependencies: none beyond std, so it builds in seconds.
@@ -14,7 +16,8 @@ use std::env;
 use std::process::{exit, Command};
 use std::time::Instant;
 
-const USAGE: &str = "usage: cargo xtask <ci | test | proptest --cases N [--seed S] | loom>";
+const USAGE: &str =
+    "usage: cargo xtask <ci | test | proptest --cases N [--seed S] | loom | crash [--soak] | fuzz --seconds N>";
 
 fn main() {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -23,6 +26,8 @@ fn main() {
         Some("test") => test(),
         Some("proptest") => proptest(&args[1..]),
         Some("loom") => loom(),
+        Some("crash") => crash(args.iter().any(|a| a == "--soak")),
+        Some("fuzz") => seconds_arg(&args[1..]).and_then(fuzz),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
@@ -57,7 +62,7 @@ fn ci() -> Result<(), String> {
     cargo(&["fmt", "--all", "--check"], &[])?;
     cargo(&["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"], &[])?;
     test()?;
-    loom()?;
+    crash(false)?;
     cargo(&["doc", "--workspace", "--no-deps"], &[("RUSTDOCFLAGS", "-D warnings")])
 }
 
@@ -91,4 +96,70 @@ fn loom() -> Result<(), String> {
         &["test", "--release", "-p", "flush-service", "--lib", "--", "loom_"],
         &[("RUSTFLAGS", "--cfg loom"), ("CARGO_TARGET_DIR", "target/loom")],
     )
+}
+
+/// The suite's layers 1-5 (the crash-suite binary), then 7 (loom) and 6 (fuzzing),
+/// each printing one line with its figure.
+fn crash(soak: bool) -> Result<(), String> {
+    let mut args = vec!["run", "--release", "--quiet", "-p", "crash-suite", "--"];
+    if soak {
+        args.push("--soak");
+    }
+    cargo(&args, &[])?;
+    loom()?;
+    println!("concurrency: loom models of the wake-up and request-swap protocols passed (no lost wake-up, no ack above the flushed offset, flushed offset monotonic)");
+    fuzz(if soak { 3600 } else { 30 })
+}
+
+fn seconds_arg(args: &[String]) -> Result<u64, String> {
+    match args {
+        [flag, n] if flag == "--seconds" => n.parse().map_err(|_| format!("--seconds takes a number, not {n}")),
+        _ => Err(format!("fuzz needs --seconds N\n{USAGE}")),
+    }
+}
+
+/// Runs the cargo-fuzz target on the nightly toolchain, installing cargo-fuzz
+/// first if it is missing.
+fn fuzz(seconds: u64) -> Result<(), String> {
+    let has_nightly = Command::new("rustup")
+        .args(["run", "nightly", "rustc", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_nightly {
+        return Err("fuzzing needs the nightly toolchain (rustup toolchain install nightly)".into());
+    }
+    let has_fuzz = Command::new("rustup")
+        .args(["run", "nightly", "cargo", "fuzz", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_fuzz {
+        eprintln!("xtask: installing cargo-fuzz");
+        let status = Command::new("rustup")
+            .args(["run", "stable", "cargo", "install", "--locked", "cargo-fuzz"])
+            .status()
+            .map_err(|e| format!("cannot run cargo install: {e}"))?;
+        if !status.success() {
+            return Err("installing cargo-fuzz failed".into());
+        }
+    }
+    let started = Instant::now();
+    let out = Command::new("rustup")
+        .args(["run", "nightly", "cargo", "fuzz", "run", "parse_segment", "--"])
+        .arg(format!("-max_total_time={seconds}"))
+        .arg("-print_final_stats=1")
+        .output()
+        .map_err(|e| format!("cannot run cargo fuzz: {e}"))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let execs = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("stat::number_of_executed_units:"))
+        .map(|n| n.trim().to_string())
+        .unwrap_or_else(|| "?".into());
+    if out.status.success() {
+        println!("fuzz: {execs} executions of the recovery parser in {seconds} s of fuzzing, 0 crashes ({:.0?} with the build)", started.elapsed());
+        Ok(())
+    } else {
+        eprintln!("{stderr}");
+        Err(format!("fuzzing found a crash (see fuzz/artifacts/); {execs} executions"))
+    }
 }

@@ -248,3 +248,51 @@ mod tests {
         assert_eq!(u32_at(&bytes, CRC), crc32c::crc32c(&covered));
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    //! The parser under arbitrary input, inside the normal test suite (the
+    //! coverage-guided fuzzer is `cargo xtask fuzz`).
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2000),
+            ..ProptestConfig::default()
+        })]
+
+        /// Any bytes: no panic, and anything accepted really is a record of that
+        /// length at that offset whose CRC holds.
+        #[test]
+        fn prop_parse_never_accepts_garbage(bytes in prop::collection::vec(any::<u8>(), 0..300), offset in any::<u64>()) {
+            match parse(&bytes, offset, true) {
+                Parsed::Record { total, .. } => {
+                    prop_assert!(total <= bytes.len() && total >= HEADER_SIZE);
+                    prop_assert_eq!(u64_at(&bytes, OFFSET), offset);
+                    let body = &bytes[HEADER_SIZE..total];
+                    prop_assert_eq!(u32_at(&bytes, CRC), record_crc(&bytes[..HEADER_SIZE], crc32c::crc32c(body)));
+                }
+                Parsed::Blank => prop_assert_eq!(u32_at(&bytes, MAGIC), BLANK_MAGIC),
+                Parsed::End | Parsed::Invalid(_) => {}
+            }
+        }
+
+        /// Valid records with arbitrary damage: never accepted with wrong content.
+        #[test]
+        fn prop_damaged_records_are_rejected(
+            body in prop::collection::vec(any::<u8>(), 0..200),
+            offset in any::<u64>(),
+            at in any::<prop::sample::Index>(),
+            xor in 1u8..=255,
+        ) {
+            let mut bytes = vec![0; HEADER_SIZE + body.len()];
+            encode_record(&mut bytes, offset, 7, &body, crc32c::crc32c(&body));
+            prop_assert_eq!(parse(&bytes, offset, true), Parsed::Record { total: bytes.len(), timestamp_ms: 7 });
+            let i = at.index(bytes.len());
+            bytes[i] ^= xor;
+            let accepted = matches!(parse(&bytes, offset, true), Parsed::Record { .. } | Parsed::Blank);
+            prop_assert!(!accepted, "damaged record accepted");
+        }
+    }
+}

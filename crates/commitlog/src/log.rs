@@ -19,7 +19,7 @@ use transient_pool::{PoolConfig, TransientStorePool};
 
 use crate::checkpoint::Checkpoint;
 use crate::config::{CommitLogConfig, FlushDiskType};
-use crate::format::{encode_blank, encode_record, parse, Parsed, HEADER_SIZE};
+use crate::format::{encode_blank, encode_record, parse, Invalid, Parsed, HEADER_SIZE};
 use crate::recovery::{recover, RecoveryReport};
 use crate::{Error, PutMessageStatus};
 
@@ -452,6 +452,11 @@ impl CommitLog {
                 }))
             }
             Parsed::Blank => Ok(Slot::Blank),
+            // Zeros are the end of data only at the end: below it they are damage
+            // (a zeroed sector in an old segment), never a quiet end of iteration.
+            Parsed::End if offset < self.max_offset() => {
+                Err(Error::BadRecord { offset, reason: Invalid::UnexpectedEnd })
+            }
             Parsed::End => Ok(Slot::End),
             Parsed::Invalid(reason) => Err(Error::BadRecord { offset, reason }),
         }

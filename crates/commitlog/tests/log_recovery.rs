@@ -188,3 +188,17 @@ fn damage_in_an_older_segment_is_not_truncated_and_surfaces_on_read() {
     assert!(matches!(full.invalid, Some((o, _)) if o == victim), "a full scan names it");
     assert_eq!(log.read(written[6].0).unwrap().body.len(), written[6].1.len(), "its neighbours are fine");
 }
+
+#[test]
+fn a_zeroed_record_in_an_older_segment_is_an_error_not_the_end_of_the_log() {
+    // Found by the crash suite's corruption matrix: zeros at a record boundary in an
+    // old segment read as "end of data" and iteration stopped quietly.
+    let (_live, copy, written) = crashed_copy(200, 0);
+    let (victim, _) = written[3];
+    patch(&segment_path(copy.path(), victim), victim % SEGMENT as u64, &[0; 512]);
+    let log = CommitLog::open(copy.path(), config(FlushDiskType::AsyncFlush)).unwrap();
+    let results: Vec<_> = log.iter_from(0).collect();
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 3);
+    assert!(matches!(results.last(), Some(Err(Error::BadRecord { reason: Invalid::UnexpectedEnd, .. }))));
+    assert!(matches!(log.read(victim), Err(Error::BadRecord { .. })));
+}

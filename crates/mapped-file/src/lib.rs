@@ -45,6 +45,8 @@ use transient_pool::WriteBuffer;
 
 mod error;
 mod io_seam;
+#[cfg(feature = "planted-bugs")]
+pub mod planted;
 mod raw;
 pub mod sim;
 
@@ -392,6 +394,10 @@ impl MappedFile {
         if !is_due(from, target, self.file_size(), least_pages) {
             return Ok(Progress { from, to: from });
         }
+        #[cfg(feature = "planted-bugs")]
+        if let Some(progress) = self.planted_flush(from, target)? {
+            return Ok(progress);
+        }
         self.sync_or_latch(from, target)?;
         // Release: whoever sees the new flushed position also sees the sync done.
         self.flushed.store(target, Ordering::Release);
@@ -411,6 +417,26 @@ impl MappedFile {
         }
         self.flushed.store(target, Ordering::Release);
         Ok(Progress { from: 0, to: target })
+    }
+
+    /// The planted flush bugs: claim durability without syncing, or retry a failed
+    /// sync and believe the retry. `None` when no flush bug is switched on.
+    #[cfg(feature = "planted-bugs")]
+    fn planted_flush(&self, from: usize, target: usize) -> Result<Option<Progress>, MappedFileError> {
+        use planted::{is_active, Bug};
+        if is_active(Bug::AckBeforeSync) {
+            self.flushed.store(target, Ordering::Release);
+            return Ok(Some(Progress { from, to: target }));
+        }
+        if is_active(Bug::RetryAfterFailedSync) {
+            let memory = self.region.memory();
+            if self.io.sync_range(memory, from, target - from).is_err() {
+                self.sync_or_latch(from, target)?;
+            }
+            self.flushed.store(target, Ordering::Release);
+            return Ok(Some(Progress { from, to: target }));
+        }
+        Ok(None)
     }
 
     fn sync_or_latch(&self, from: usize, to: usize) -> Result<(), MappedFileError> {

@@ -8,8 +8,16 @@
 //! are counted, and the Nth one can be made to fail, in which case nothing of its
 //! range becomes durable (the data is lost, as after fsyncgate).
 //!
+//! A failed sync models fsyncgate: the range's dirty sectors are marked clean
+//! without reaching the durable image, so a later sync of the same range reports
+//! success and still does not persist them (until they are written again).
+//!
 //! File creation and removal are durable as soon as they return, as `MmapStorage`
 //! makes them with a directory fsync.
+//!
+//! For crash-state enumeration, [`SimStorage::set_snapshot_sink`] sends a
+//! [`SimSnapshot`] after every write and every sync: the durable image of each file
+//! and its dirty sectors, from which any crash image can be built.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -29,11 +37,66 @@ struct SimFile {
     cache: Vec<u8>,
     durable: Vec<u8>,
     modified_ms: u64,
+    /// Sectors a failed sync marked clean without persisting them (fsyncgate).
+    poisoned: std::collections::BTreeSet<usize>,
 }
 
 impl SimFile {
     fn new(bytes: Vec<u8>) -> Self {
-        SimFile { durable: bytes.clone(), cache: bytes, modified_ms: epoch_ms(std::time::SystemTime::now()) }
+        SimFile {
+            durable: bytes.clone(),
+            cache: bytes,
+            modified_ms: epoch_ms(std::time::SystemTime::now()),
+            poisoned: Default::default(),
+        }
+    }
+}
+
+/// The state of one file at an event: what is durable, and what a crash may add.
+#[derive(Debug, Clone)]
+pub struct SimFileImage {
+    /// The file.
+    pub path: PathBuf,
+    /// Its durable content.
+    pub durable: Vec<u8>,
+    /// Sectors written but not durable: (sector index, page-cache content).
+    pub dirty: Vec<(usize, Vec<u8>)>,
+}
+
+/// The storage at one event: enough to build every crash image.
+#[derive(Debug, Clone)]
+pub struct SimSnapshot {
+    /// Event number (1-based count of writes and syncs).
+    pub event: u64,
+    /// Every file.
+    pub files: Vec<SimFileImage>,
+}
+
+impl SimSnapshot {
+    /// Total dirty sectors over all files.
+    pub fn dirty_sectors(&self) -> usize {
+        self.files.iter().map(|f| f.dirty.len()).sum()
+    }
+
+    /// A crash image: each dirty sector (numbered across files in order) is kept
+    /// if `keep(n)`; returns a storage holding exactly that image, with every file
+    /// moved into `dir` under its own name (so a recovery can run elsewhere).
+    pub fn crash_image(&self, dir: &Path, mut keep: impl FnMut(usize) -> bool) -> SimStorage {
+        let storage = SimStorage::new();
+        let mut n = 0;
+        for file in &self.files {
+            let mut bytes = file.durable.clone();
+            for (sector, content) in &file.dirty {
+                if keep(n) {
+                    let start = sector * SECTOR_SIZE;
+                    bytes[start..start + content.len()].copy_from_slice(content);
+                }
+                n += 1;
+            }
+            let name = file.path.file_name().map(|n| dir.join(n)).unwrap_or_else(|| file.path.clone());
+            storage.write_file(&name, &bytes);
+        }
+        storage
     }
 }
 
@@ -41,8 +104,37 @@ impl SimFile {
 struct SimState {
     files: BTreeMap<PathBuf, SimFile>,
     syncs: u64,
+    events: u64,
     fail_sync_at: Option<u64>,
     fail_all_syncs: bool,
+    sink: Option<std::sync::mpsc::SyncSender<SimSnapshot>>,
+}
+
+impl SimState {
+    fn snapshot(&self) -> SimSnapshot {
+        SimSnapshot {
+            event: self.events,
+            files: self
+                .files
+                .iter()
+                .map(|(path, f)| SimFileImage {
+                    path: path.clone(),
+                    durable: f.durable.clone(),
+                    dirty: dirty_sectors(f).map(|s| (s, f.cache[sector_range(s, f.cache.len())].to_vec())).collect(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Counts an event and sends a snapshot to the sink, if any.
+    fn event(&mut self) {
+        self.events += 1;
+        if let Some(sink) = &self.sink {
+            if sink.send(self.snapshot()).is_err() {
+                self.sink = None; // the receiver is gone
+            }
+        }
+    }
 }
 
 /// In-memory [`Storage`] with fault injection. Clones share the same state.
@@ -64,6 +156,11 @@ impl SimStorage {
         Self::default()
     }
 
+    /// Number of events (writes and syncs) so far.
+    pub fn event_count(&self) -> u64 {
+        self.state.lock().events
+    }
+
     /// Number of `sync_range` calls so far.
     pub fn sync_count(&self) -> u64 {
         self.state.lock().syncs
@@ -78,6 +175,17 @@ impl SimStorage {
     /// Makes every sync fail (`true`) or succeed again (`false`).
     pub fn fail_all_syncs(&self, fail: bool) {
         self.state.lock().fail_all_syncs = fail;
+    }
+
+    /// After every write and every sync, send a snapshot to `sink` (blocking while
+    /// it is full); `None` stops sending.
+    pub fn set_snapshot_sink(&self, sink: Option<std::sync::mpsc::SyncSender<SimSnapshot>>) {
+        self.state.lock().sink = sink;
+    }
+
+    /// The current state as a snapshot.
+    pub fn snapshot(&self) -> SimSnapshot {
+        self.state.lock().snapshot()
     }
 
     /// Number of 512-byte sectors written but not yet durable, over all files.
@@ -101,6 +209,7 @@ impl SimStorage {
                 }
             }
             file.cache = file.durable.clone();
+            file.poisoned.clear();
         }
     }
 
@@ -153,6 +262,11 @@ impl SimStorage {
 fn sector_range(sector: usize, len: usize) -> std::ops::Range<usize> {
     let start = sector * SECTOR_SIZE;
     start..(start + SECTOR_SIZE).min(len)
+}
+
+fn sector_dirty(file: &SimFile, sector: usize) -> bool {
+    let r = sector_range(sector, file.cache.len());
+    file.cache[r.clone()] != file.durable[r]
 }
 
 fn dirty_sectors(file: &SimFile) -> impl Iterator<Item = usize> + '_ {
@@ -240,24 +354,55 @@ impl fmt::Debug for SimSegment {
 
 impl SegmentIo for SimSegment {
     fn note_written(&self, offset: usize, bytes: &[u8]) {
-        if let Some(file) = self.state.lock().files.get_mut(&self.path) {
+        let mut state = self.state.lock();
+        if let Some(file) = state.files.get_mut(&self.path) {
             file.cache[offset..offset + bytes.len()].copy_from_slice(bytes);
             file.modified_ms = epoch_ms(std::time::SystemTime::now());
+            if !bytes.is_empty() && !file.poisoned.is_empty() {
+                // Written again: dirty again, so a sync may persist it.
+                let first = offset / SECTOR_SIZE;
+                let last = (offset + bytes.len() - 1) / SECTOR_SIZE;
+                file.poisoned.retain(|s| *s < first || *s > last);
+            }
         }
+        state.event();
     }
 
     fn sync_range(&self, _memory: &SegmentMemory, offset: usize, len: usize) -> io::Result<()> {
         let mut state = self.state.lock();
         state.syncs += 1;
-        if state.fail_all_syncs || state.fail_sync_at == Some(state.syncs) {
-            // The range is lost: nothing of it becomes durable.
-            return Err(io::Error::from_raw_os_error(libc::EIO));
-        }
-        let file = state.files.get_mut(&self.path).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
-        let end = offset + len;
-        let bytes = file.cache[offset..end].to_vec();
-        file.durable[offset..end].copy_from_slice(&bytes);
-        Ok(())
+        let fail = state.fail_all_syncs || state.fail_sync_at == Some(state.syncs);
+        let result = match state.files.get_mut(&self.path) {
+            None => Err(io::Error::from(io::ErrorKind::NotFound)),
+            Some(file) if len == 0 => {
+                let _ = file;
+                Ok(())
+            }
+            Some(file) => {
+                let sectors = offset / SECTOR_SIZE..=(offset + len - 1) / SECTOR_SIZE;
+                if fail {
+                    // fsyncgate: the dirty sectors are marked clean without being
+                    // persisted; later syncs will not write them.
+                    let dirty: Vec<usize> = sectors.filter(|s| sector_dirty(file, *s)).collect();
+                    file.poisoned.extend(dirty);
+                    Err(io::Error::from_raw_os_error(libc::EIO))
+                } else {
+                    let end = offset + len;
+                    for s in sectors {
+                        if file.poisoned.contains(&s) {
+                            continue;
+                        }
+                        let r = sector_range(s, file.cache.len());
+                        let (from, to) = (r.start.max(offset), r.end.min(end));
+                        let bytes = file.cache[from..to].to_vec();
+                        file.durable[from..to].copy_from_slice(&bytes);
+                    }
+                    Ok(())
+                }
+            }
+        };
+        state.event();
+        result
     }
 
     fn advise_and_lock(&self, _memory: &SegmentMemory, _lock: bool) -> io::Result<()> {

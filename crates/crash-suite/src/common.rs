@@ -1,0 +1,140 @@
+//! Shared pieces: a deterministic generator, record bodies, configs, the checks.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use commitlog::{CommitLog, CommitLogConfig, FlushConfig, FlushDiskType};
+
+/// SplitMix64: small, deterministic, seedable.
+#[derive(Debug, Clone)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[lo, hi)`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo).max(1)
+    }
+}
+
+/// A body that names its producer and sequence number, of a given length.
+pub fn body(producer: u32, seq: u64, len: usize) -> Vec<u8> {
+    let mut b = Vec::with_capacity(len.max(12));
+    b.extend_from_slice(&producer.to_le_bytes());
+    b.extend_from_slice(&seq.to_le_bytes());
+    while b.len() < len {
+        b.push((seq as usize).wrapping_mul(31).wrapping_add(b.len()) as u8);
+    }
+    b
+}
+
+/// Small segments so runs roll over often.
+pub fn config(segment: usize, flush: FlushDiskType) -> CommitLogConfig {
+    CommitLogConfig::builder()
+        .mapped_file_size_commit_log(segment)
+        .max_message_size(segment / 4)
+        .flush_disk_type(flush)
+        .preallocate_next_segment(false)
+        .flush(FlushConfig { flush_interval_commit_log_ms: 3_600_000, ..FlushConfig::default() })
+        .checkpoint_interval_ms(3_600_000)
+        .build()
+        .expect("valid config")
+}
+
+/// A scratch directory, on tmpfs when there is one (crash states are many).
+pub fn scratch() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(dir) = tempfile::tempdir_in(shm) {
+            return dir;
+        }
+    }
+    tempfile::tempdir().expect("temporary directory")
+}
+
+/// What a recovered log held, checked against what was written.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Records recovered.
+    pub records: usize,
+    /// Records whose bytes were never written at their offset.
+    pub garbage: usize,
+    /// Acknowledged records missing.
+    pub lost: usize,
+    /// An error ended iteration (e.g. a damaged record in an old segment).
+    pub iteration_error: Option<String>,
+}
+
+/// True if `bytes` is exactly a body made by [`body`] (it names its producer and
+/// sequence number, and its length is its own).
+pub fn is_self_consistent(bytes: &[u8]) -> bool {
+    if bytes.len() < 12 {
+        return false;
+    }
+    let producer = u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes"));
+    let seq = u64::from_le_bytes(bytes[4..12].try_into().expect("8 bytes"));
+    bytes == body(producer, seq, bytes.len()).as_slice()
+}
+
+/// Iterates the whole log: every record must satisfy `valid(offset, body)`, and
+/// every offset in `acked` must be there.
+pub fn check_with(log: &CommitLog, valid: impl Fn(u64, &[u8]) -> bool, acked: &[u64]) -> Outcome {
+    let mut out = Outcome::default();
+    let mut seen = std::collections::HashSet::new();
+    for record in log.iter_from(log.min_offset()) {
+        match record {
+            Ok(r) => {
+                out.records += 1;
+                if !valid(r.offset, &r.body) {
+                    out.garbage += 1;
+                }
+                seen.insert(r.offset);
+            }
+            Err(e) => {
+                out.iteration_error = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    out.lost = acked.iter().filter(|o| !seen.contains(o)).count();
+    out
+}
+
+/// Iterates the whole log and compares with `written` (offset → body) and `acked`.
+pub fn check(log: &CommitLog, written: &HashMap<u64, Vec<u8>>, acked: &[u64]) -> Outcome {
+    check_with(log, |offset, body| written.get(&offset).map(|b| &b[..]) == Some(body), acked)
+}
+
+/// Copies a directory tree.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create");
+    for entry in std::fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).expect("copy");
+        }
+    }
+}
+
+/// The segment file holding `offset`.
+pub fn segment_path(dir: &Path, segment: usize, offset: u64) -> PathBuf {
+    let start = offset - offset % segment as u64;
+    dir.join(commitlog::SEGMENT_DIR).join(format!("{start:020}"))
+}
+
+/// Overwrites bytes of a file in place.
+pub fn patch(path: &Path, at: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new().write(true).open(path).expect("open");
+    file.write_all_at(bytes, at).expect("write");
+}

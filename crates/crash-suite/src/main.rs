@@ -1,0 +1,162 @@
+//! The crash-consistency and fault suite: `cargo xtask crash [--soak]`.
+//!
+//! Layers (docs/durability.md): 1 corruption matrix, 2 simulated power loss with
+//! planted bugs, 3 real SIGKILLs, 4 sync failure, 5 disk full. Layers 6 (fuzzing)
+//! and 7 (loom models) are run by `cargo xtask crash` around this binary. Each
+//! layer prints one line with its figure; the exit code is non-zero if any fails.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use mapped_file::planted::{activate, Bug};
+
+mod common;
+mod corruption;
+mod disk_full;
+mod kill;
+mod power_loss;
+mod sync_failure;
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("child") => {
+            let dir = PathBuf::from(arg(&args, "--dir").expect("--dir"));
+            let start = arg(&args, "--start").and_then(|s| s.parse().ok()).unwrap_or(0);
+            return match kill::child(&dir, start) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("child: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        Some("child-disk-full") => {
+            let dir = PathBuf::from(arg(&args, "--dir").expect("--dir"));
+            return ExitCode::from(disk_full::child(&dir) as u8);
+        }
+        _ => {}
+    }
+    let soak = args.iter().any(|a| a == "--soak");
+    let seed: u64 = arg(&args, "--seed").and_then(|s| s.parse().ok()).unwrap_or(0x5EED);
+    let scale = if soak { 20 } else { 1 };
+    let mut failed = false;
+    let mut report = |ok: bool, line: String| {
+        println!("{line}");
+        failed |= !ok;
+    };
+
+    // 1. Corruption matrix.
+    let t0 = Instant::now();
+    let mut c = corruption::Tally::default();
+    for s in 0..scale as u64 {
+        let t = corruption::run(seed + s, soak);
+        c.cases += t.cases;
+        c.panics += t.panics;
+        c.garbage += t.garbage;
+        c.silent_below_checkpoint += t.silent_below_checkpoint;
+        c.unclear_errors += t.unclear_errors;
+        if c.kinds.is_empty() {
+            c.kinds = t.kinds;
+        }
+    }
+    let kinds: Vec<String> = c.kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    report(
+        c.panics + c.garbage + c.silent_below_checkpoint + c.unclear_errors == 0,
+        format!(
+            "corruption: {} cases ({}), {} panics, {} garbage records, {} silent losses below the checkpoint, {} unclear errors ({:.1?})",
+            c.cases,
+            kinds.join(", "),
+            c.panics,
+            c.garbage,
+            c.silent_below_checkpoint,
+            c.unclear_errors,
+            t0.elapsed()
+        ),
+    );
+
+    // 2. Simulated power loss, then the planted bugs.
+    let t0 = Instant::now();
+    let mut p = power_loss::Tally::default();
+    let seeds = 72 * scale as u64;
+    for s in 0..seeds {
+        p.add(power_loss::run_seed(seed + s, 48, s % 3 == 2, false));
+    }
+    let mut caught = 0;
+    let bugs = [Bug::AckBeforeSync, Bug::RetryAfterFailedSync, Bug::RecoveryWithoutCrc];
+    for bug in bugs {
+        activate(Some(bug));
+        let hit = (0..12).any(|s| {
+            power_loss::run_seed(seed + 1000 + s, 16, bug == Bug::RetryAfterFailedSync, true).violations() > 0
+        });
+        activate(None);
+        if hit {
+            caught += 1;
+        } else {
+            println!("power-loss: planted bug {bug:?} was NOT caught");
+        }
+    }
+    report(
+        p.violations() == 0 && p.states >= 100_000 && caught == bugs.len(),
+        format!(
+            "power-loss: {} crash states over {seeds} runs, {} acked records, {} acked lost, {} garbage, {} failed recoveries, {caught}/{} planted bugs caught ({:.1?})",
+            p.states,
+            p.acked,
+            p.lost,
+            p.garbage,
+            p.open_errors,
+            bugs.len(),
+            t0.elapsed()
+        ),
+    );
+
+    // 3. Real SIGKILLs.
+    let t0 = Instant::now();
+    let k = kill::run(seed, 200 * scale);
+    report(
+        k.lost + k.garbage == 0 && k.acked > 0,
+        format!(
+            "kill: {} SIGKILLs, {} acked records, {} acked lost, {} garbage ({:.1?})",
+            k.kills,
+            k.acked,
+            k.lost,
+            k.garbage,
+            t0.elapsed()
+        ),
+    );
+
+    // 4. Sync failure.
+    let t0 = Instant::now();
+    let f = sync_failure::run(seed, 50 * scale);
+    report(
+        f.acked_after + f.lost == 0 && f.refused_clearly == f.failures_injected,
+        format!(
+            "sync-failure: {} injected sync errors, {} acked before them, {} acked after, {} lost after restart, {}/{} refused further writes clearly ({:.1?})",
+            f.failures_injected,
+            f.acked_before,
+            f.acked_after,
+            f.lost,
+            f.refused_clearly,
+            f.failures_injected,
+            t0.elapsed()
+        ),
+    );
+
+    // 5. Disk full.
+    match disk_full::run() {
+        disk_full::Outcome::Passed { detail } => report(true, format!("disk-full: an error, not SIGBUS: {detail}")),
+        disk_full::Outcome::Failed { detail } => report(false, format!("disk-full: FAILED: {detail}")),
+        disk_full::Outcome::Skipped { reason } => report(true, format!("disk-full: skipped: {reason}")),
+    }
+
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
