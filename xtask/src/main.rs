@@ -8,6 +8,7 @@
 //! cargo xtask loom                       the loom models of the flush services (`--cfg loom`)
 //! cargo xtask crash [--soak]             the crash-consistency suite (CI-sized, or hours with --soak)
 //! cargo xtask fuzz --seconds N           coverage-guided fuzzing of the recovery parser (nightly)
+//! cargo xtask bench-compare [--quick]    this project and the peer crates side by side; writes docs/benchmarks.md
 //! ```
 //!
 //! Dependencies: none beyond std, so it builds in seconds.
@@ -17,7 +18,7 @@ use std::process::{exit, Command};
 use std::time::Instant;
 
 const USAGE: &str =
-    "usage: cargo xtask <ci | test | proptest --cases N [--seed S] | loom | crash [--soak] | fuzz --seconds N>";
+    "usage: cargo xtask <ci | test | proptest --cases N [--seed S] | loom | crash [--soak] | fuzz --seconds N | bench-compare [--quick]>";
 
 fn main() {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -28,6 +29,7 @@ fn main() {
         Some("loom") => loom(),
         Some("crash") => crash(args.iter().any(|a| a == "--soak")),
         Some("fuzz") => seconds_arg(&args[1..]).and_then(fuzz),
+        Some("bench-compare") => bench_compare(args.iter().any(|a| a == "--quick")),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
@@ -162,4 +164,16 @@ fn fuzz(seconds: u64) -> Result<(), String> {
         eprintln!("{stderr}");
         Err(format!("fuzzing found a crash (see fuzz/artifacts/); {execs} executions"))
     }
+}
+
+/// Builds and runs the comparison runner (its own manifest, so the peers never
+/// enter the main build), writing docs/benchmarks.md.
+fn bench_compare(quick: bool) -> Result<(), String> {
+    let out = std::env::current_dir().map_err(|e| e.to_string())?.join("docs/benchmarks.md");
+    let out = out.to_str().ok_or("non-UTF-8 path")?.to_string();
+    let mut args = vec!["run", "--release", "--manifest-path", "bench-compare/Cargo.toml", "--", "--out", &out];
+    if quick {
+        args.push("--quick");
+    }
+    cargo(&args, &[])
 }

@@ -227,6 +227,11 @@ impl CommitLog {
         let durable_offset = checkpoint.map_or(0, |c| c.flushed_offset);
         let report = recover(&queue, durable_offset, clean_shutdown)?;
 
+        // Have the active segment ready (created, and warmed if configured) before
+        // the first append, and the next one requested from the allocator: neither
+        // creation nor warm-up belongs on the put path.
+        queue.get_last_mapped_file(report.end_offset)?;
+
         let state = Arc::new(CheckpointState::default());
         state.record(FlushedReport { flushed_where: report.end_offset, store_timestamp: report.last_timestamp_ms });
         state.persist(&dir, true)?;

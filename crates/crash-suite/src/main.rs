@@ -83,9 +83,12 @@ fn main() -> ExitCode {
     // 2. Simulated power loss, then the planted bugs.
     let t0 = Instant::now();
     let mut p = power_loss::Tally::default();
-    let seeds = 72 * scale as u64;
-    for s in 0..seeds {
-        p.add(power_loss::run_seed(seed + s, 48, s % 3 == 2, false));
+    // Enough runs for the crash-state floor, however quickly flushes happen.
+    let target_states = 110_000 * scale as u64;
+    let mut seeds = 0u64;
+    while (seeds < 24 * scale as u64 || p.states < target_states) && seeds < 2000 * scale as u64 {
+        p.add(power_loss::run_seed(seed + seeds, 48, seeds % 3 == 2, false));
+        seeds += 1;
     }
     let mut caught = 0;
     let bugs = [Bug::AckBeforeSync, Bug::RetryAfterFailedSync, Bug::RecoveryWithoutCrc];
@@ -102,7 +105,7 @@ fn main() -> ExitCode {
         }
     }
     report(
-        p.violations() == 0 && p.states >= 100_000 && caught == bugs.len(),
+        p.violations() == 0 && p.states >= 100_000 * scale as u64 && caught == bugs.len(),
         format!(
             "power-loss: {} crash states over {seeds} runs, {} acked records, {} acked lost, {} garbage, {} failed recoveries, {caught}/{} planted bugs caught ({:.1?})",
             p.states,

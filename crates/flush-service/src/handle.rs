@@ -12,6 +12,18 @@ use crate::FlushError;
 /// The result of a durability request.
 pub type FlushResult = Result<(), FlushError>;
 
+/// What a waiter can do to get its request completed sooner.
+pub(crate) trait Helper: Send + Sync {
+    /// Run by a blocked waiter before it sleeps: do the work that completes
+    /// requests (a group-commit round) on the waiter's own thread, sparing two
+    /// thread hand-offs. Returns true if it ran; false if someone else is running it.
+    fn lead(&self) -> bool;
+    /// Run by a waiter that cannot lead (an async task): wake the service thread.
+    fn wake(&self);
+}
+
+pub(crate) type SharedHelper = Arc<dyn Helper>;
+
 #[derive(Debug, Default)]
 struct State {
     result: Option<FlushResult>,
@@ -65,10 +77,20 @@ pub struct DurabilityHandle {
     inner: Inner,
 }
 
-#[derive(Debug)]
 enum Inner {
     Ready(Option<FlushResult>),
-    Pending(Arc<Completion>),
+    Pending(Arc<Completion>, Option<SharedHelper>),
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Inner::Ready(r) => f.debug_tuple("Ready").field(r).finish(),
+            Inner::Pending(c, h) => {
+                f.debug_struct("Pending").field("completion", c).field("helper", &h.is_some()).finish()
+            }
+        }
+    }
 }
 
 impl DurabilityHandle {
@@ -78,14 +100,27 @@ impl DurabilityHandle {
     }
 
     pub(crate) fn pending(completion: Arc<Completion>) -> Self {
-        DurabilityHandle { inner: Inner::Pending(completion) }
+        DurabilityHandle { inner: Inner::Pending(completion, None) }
+    }
+
+    /// A pending handle whose blocking waits first try `helper`.
+    pub(crate) fn pending_with_helper(completion: Arc<Completion>, helper: SharedHelper) -> Self {
+        DurabilityHandle { inner: Inner::Pending(completion, Some(helper)) }
+    }
+
+    /// Adds a helper to a pending handle.
+    pub(crate) fn with_helper(self, helper: SharedHelper) -> Self {
+        match self.inner {
+            Inner::Pending(c, _) => Self::pending_with_helper(c, helper),
+            ready => DurabilityHandle { inner: ready },
+        }
     }
 
     /// True once the result is known.
     pub fn is_done(&self) -> bool {
         match &self.inner {
             Inner::Ready(_) => true,
-            Inner::Pending(c) => c.is_complete(),
+            Inner::Pending(c, _) => c.is_complete(),
         }
     }
 
@@ -93,23 +128,30 @@ impl DurabilityHandle {
     pub fn try_result(&self) -> Option<FlushResult> {
         match &self.inner {
             Inner::Ready(r) => r.clone(),
-            Inner::Pending(c) => lock(&c.state).result.clone(),
+            Inner::Pending(c, _) => lock(&c.state).result.clone(),
         }
     }
 
-    /// Blocks until the request completes.
+    /// Blocks until the request completes. Under group commit the waiting thread
+    /// may itself run the flush round that completes it (no thread hand-off).
     pub fn wait(self) -> FlushResult {
         match self.inner {
             Inner::Ready(r) => r.expect("a ready handle holds its result until consumed"),
-            Inner::Pending(c) => {
-                let mut state = lock(&c.state);
-                loop {
-                    if let Some(result) = state.result.clone() {
-                        return result;
-                    }
-                    state = wait_timeout(&c.cond, state, Duration::from_secs(1));
+            Inner::Pending(c, helper) => loop {
+                if let Some(result) = lock(&c.state).result.clone() {
+                    return result;
                 }
-            }
+                if let Some(help) = &helper {
+                    help.lead();
+                }
+                let state = lock(&c.state);
+                if let Some(result) = state.result.clone() {
+                    return result;
+                }
+                // Someone else is flushing (it, or the service thread, completes us),
+                // or our round could not cover us yet: wait a little, never spin.
+                drop(wait_timeout(&c.cond, state, Duration::from_millis(1)));
+            },
         }
     }
 
@@ -118,7 +160,10 @@ impl DurabilityHandle {
     pub fn wait_timeout(&self, timeout: Duration) -> Option<FlushResult> {
         match &self.inner {
             Inner::Ready(r) => r.clone(),
-            Inner::Pending(c) => {
+            Inner::Pending(c, helper) => {
+                if let Some(help) = helper {
+                    help.lead();
+                }
                 let deadline = std::time::Instant::now() + timeout;
                 let mut state = lock(&c.state);
                 loop {
@@ -142,12 +187,17 @@ impl Future for DurabilityHandle {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<FlushResult> {
         match &mut self.get_mut().inner {
             Inner::Ready(r) => Poll::Ready(r.take().expect("DurabilityHandle polled after completion")),
-            Inner::Pending(c) => {
+            Inner::Pending(c, helper) => {
                 let mut state = lock(&c.state);
                 match state.result.clone() {
                     Some(result) => Poll::Ready(result),
                     None => {
                         state.waker = Some(cx.waker().clone());
+                        drop(state);
+                        // A task must not block its executor by leading a round.
+                        if let Some(help) = helper {
+                            help.wake();
+                        }
                         Poll::Pending
                     }
                 }

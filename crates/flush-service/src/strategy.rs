@@ -98,8 +98,8 @@ impl SyncFlush {
             spawn("GroupCommitService", Arc::clone(&state), move |s| {
                 let interval = core.config().wait_interval;
                 while !s.is_stopped() {
-                    s.wait_for_running(interval, || core.swap());
-                    core.do_commit();
+                    s.wait_for_running(interval, || {});
+                    core.run_round();
                 }
                 core.drain();
             })?
@@ -133,9 +133,9 @@ impl FlushStrategy for SyncFlush {
     }
 
     fn submit(&self, next_offset: u64) -> DurabilityHandle {
-        let handle = self.core.put_request(next_offset);
-        self.state.wakeup();
-        handle
+        // No wake-up here: a blocking waiter leads its own round, a future wakes
+        // the service when first polled, and the service runs every interval anyway.
+        self.core.put_request_leading(next_offset, Arc::clone(&self.state))
     }
 
     fn is_sync(&self) -> bool {

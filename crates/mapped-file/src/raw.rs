@@ -326,14 +326,9 @@ impl Region {
             };
             let to = self.wrote(); // Acquire: the buffer bytes below `to` are complete
             if to > from {
-                // SAFETY: `[from, to)` of the buffer lies below `wrote`, so the appender
-                // no longer writes it.
-                let src = unsafe { buf.range(from, to - from) };
-                // SAFETY: memory at and above `committed` is touched only by the
-                // committer, and we hold `commit_lock`.
-                let dst = unsafe { self.memory.range_mut(from, to - from) };
-                dst.copy_from_slice(src);
-                on_memory_write(from, src);
+                // SAFETY: we hold `commit_lock`, `from` is the committed position, and
+                // `to` is the wrote position we just loaded.
+                unsafe { self.copy_to_memory(buf, from, to, on_memory_write) };
                 self.committed.store(to, Ordering::Release);
             }
             to
@@ -343,6 +338,28 @@ impl Region {
             self.write_buffer.write().take();
         }
         (from, to)
+    }
+
+    /// Copies write-buffer bytes `[from, to)` into the same range of the memory and
+    /// reports them to `on_memory_write`.
+    ///
+    /// # Safety
+    /// The caller holds `commit_lock`, `from` is the current committed position and
+    /// `to` is at most the wrote position: the appender no longer writes the buffer
+    /// there, and no-one but the committer touches memory at or above `committed`.
+    unsafe fn copy_to_memory(
+        &self,
+        buf: &WriteBuffer,
+        from: usize,
+        to: usize,
+        on_memory_write: impl FnOnce(usize, &[u8]),
+    ) {
+        // SAFETY: `[from, to)` lies below `wrote` (contract), so nobody writes it.
+        let src = unsafe { buf.range(from, to - from) };
+        // SAFETY: memory at and above `committed` is the committer's (contract).
+        let dst = unsafe { self.memory.range_mut(from, to - from) };
+        dst.copy_from_slice(src);
+        on_memory_write(from, src);
     }
 
     /// A zero-copy view of `[start, start + len)`, if it lies below the read position.
@@ -374,13 +391,9 @@ impl Region {
         if let Some(buf) = self.write_buffer.read().as_ref() {
             let end = pos.min(self.wrote());
             if end > committed {
-                // SAFETY: we hold `append_lock`, so no appender writes the buffer.
-                let src = unsafe { buf.range(committed, end - committed) };
-                // SAFETY: memory at and above `committed` is the committer's, and we
-                // hold `commit_lock`; readers stay below `committed`.
-                let dst = unsafe { self.memory.range_mut(committed, end - committed) };
-                dst.copy_from_slice(src);
-                on_memory_write(committed, src);
+                // SAFETY: we hold `commit_lock` (and `append_lock`), `committed` is the
+                // committed position, and `end` is at most the wrote position.
+                unsafe { self.copy_to_memory(buf, committed, end, on_memory_write) };
             }
             // Buffer bytes above `pos` are stale now; the appender overwrites them
             // before any commit copies them.
