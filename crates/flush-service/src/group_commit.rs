@@ -22,7 +22,7 @@ use crate::clock::Clock;
 use crate::error::TargetError;
 use crate::handle::{Completion, DurabilityHandle, Helper};
 use crate::service::ServiceState;
-use crate::sync::{lock, Arc, AtomicU64, Mutex, Ordering};
+use crate::sync::{lock, Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::{FlushError, FlushTarget, FlushedCallback, FlushedReport};
 
 /// RocketMQ's `RETRY_TIMES_OVER`: final flush attempts on shutdown.
@@ -126,6 +126,8 @@ pub struct GroupCommit {
     /// thread or by a waiter leading the round itself.
     round: Mutex<()>,
     failure: Mutex<Option<TargetError>>,
+    /// Set once `failure` is; lets the put path check without locking.
+    failed: AtomicBool,
     counters: Counters,
     on_flushed: Option<FlushedCallback>,
 }
@@ -152,6 +154,7 @@ impl GroupCommit {
             inflight: Mutex::new(VecDeque::new()),
             round: Mutex::new(()),
             failure: Mutex::new(None),
+            failed: AtomicBool::new(false),
             counters: Counters::default(),
             on_flushed,
         }
@@ -166,7 +169,7 @@ impl GroupCommit {
     /// become durable. Does not wake the service; the caller does. Rejected at once
     /// after a flush error or once the service is closed.
     pub fn put_request(&self, next_offset: u64) -> DurabilityHandle {
-        if let Some(source) = lock(&self.failure).clone() {
+        if let Some(source) = self.failure() {
             self.counters.failed.fetch_add(1, Ordering::Relaxed);
             return DurabilityHandle::resolved(Err(FlushError::Failed { offset: next_offset, source }));
         }
@@ -234,7 +237,7 @@ impl GroupCommit {
     /// not wait (`wait_store_msg_ok = false`) become durable too. Returns the
     /// number of requests acknowledged.
     pub fn do_commit(&self) -> usize {
-        if lock(&self.failure).is_some() {
+        if self.failure().is_some() {
             self.fail_all();
             return 0;
         }
@@ -255,6 +258,8 @@ impl GroupCommit {
             Err(source) => {
                 tracing::error!(error = %source, "group commit flush failed; failing every waiting request");
                 *lock(&self.failure) = Some(source);
+                // Release: whoever sees the flag sees the error stored before it.
+                self.failed.store(true, Ordering::Release);
                 self.fail_all();
                 0
             }
@@ -341,7 +346,7 @@ impl GroupCommit {
         lock(&self.write).closed = true;
         for _ in 0..RETRY_TIMES_OVER {
             self.swap();
-            if lock(&self.inflight).is_empty() && lock(&self.failure).is_some() {
+            if lock(&self.inflight).is_empty() && self.failure().is_some() {
                 break;
             }
             self.do_commit();
@@ -376,8 +381,11 @@ impl GroupCommit {
         lock(&self.write).closed
     }
 
-    /// The first flush error, if any.
+    /// The first flush error, if any. Lock-free while there is none.
     pub fn failure(&self) -> Option<TargetError> {
+        if !self.failed.load(Ordering::Acquire) {
+            return None;
+        }
         lock(&self.failure).clone()
     }
 
