@@ -60,7 +60,13 @@ pub fn scratch() -> tempfile::TempDir {
 }
 
 fn ours_config(flush: commitlog::FlushDiskType) -> commitlog::CommitLogConfig {
+    let mut flush_config = commitlog::FlushConfig::default();
+    if std::env::var_os("BENCH_NO_BACKGROUND_FLUSH").is_some() {
+        flush_config.flush_interval_commit_log_ms = 3_600_000;
+        flush_config.flush_commit_log_thorough_interval_ms = 3_600_000;
+    }
     commitlog::CommitLogConfig::builder()
+        .flush(flush_config)
         .mapped_file_size_commit_log(128 << 20)
         .flush_disk_type(flush)
         .warm_mapped_file_enable(std::env::var_os("BENCH_WARM").is_some())
@@ -275,7 +281,7 @@ fn main() {
         md.push('\n');
         md.push_str(&analysis);
     }
-    md.push_str("\nCommand: `cargo xtask bench-compare` (add `--quick` for a short run; `BENCH_DIR` picks the file system, `BENCH_WARM=1` turns segment warm-up on).\n");
+    md.push_str("\nCommand: `cargo xtask bench-compare` (add `--quick` for a short run; `BENCH_DIR` picks the file system, `BENCH_WARM=1` turns segment warm-up on, `BENCH_NO_BACKGROUND_FLUSH=1` keeps the async flusher idle).\n");
     println!("{md}");
     if let Some(path) = out_path {
         std::fs::write(&path, &md).expect("write results");
