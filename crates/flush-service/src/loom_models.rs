@@ -69,3 +69,42 @@ fn loom_group_commit_acknowledges_only_flushed_offsets() {
         }
     });
 }
+
+#[test]
+fn loom_leading_waiters_are_always_answered() {
+    // Waiters lead their own rounds (try-lock on the round), followers wake the
+    // service thread; every waiter must be answered with its bytes flushed. A
+    // missed hand-off shows up as a deadlock.
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.check(|| {
+        let target = MemoryTarget::new();
+        let state = ServiceState::new();
+        let gc = Arc::new(GroupCommit::new(
+            target.clone(),
+            Arc::new(SystemClock::new()),
+            GroupCommitConfig::default(),
+            None,
+        ));
+        let producers: Vec<_> = (0..2)
+            .map(|_| {
+                let (gc, target, state) = (Arc::clone(&gc), target.clone(), Arc::clone(&state));
+                thread::spawn(move || {
+                    let end = target.append(10);
+                    let handle = gc.put_request_leading(end, Arc::clone(&state));
+                    handle.wait().unwrap();
+                    assert!(target.flushed_where() >= end, "acknowledged before flushed");
+                    // Let the service loop below notice that everyone is done.
+                    state.wakeup();
+                })
+            })
+            .collect();
+        while gc.stats().acknowledged < 2 {
+            state.wait_for_running(std::time::Duration::from_secs(3600), || {});
+            gc.run_round();
+        }
+        for p in producers {
+            p.join().unwrap();
+        }
+    });
+}
