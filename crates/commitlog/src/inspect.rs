@@ -138,10 +138,16 @@ pub fn read_segment(segment: &SegmentFile) -> Result<Vec<u8>, Error> {
 
 /// Calls `visit(offset, timestamp_ms, body)` for each valid record of a segment's
 /// bytes from `from` (a file-relative record start), and reports where it stopped.
-pub fn scan_segment(
+pub fn scan_segment(bytes: &[u8], start_offset: u64, from: usize, visit: impl FnMut(u64, u64, &[u8])) -> SegmentScan {
+    scan_segment_checked(bytes, start_offset, from, true, visit)
+}
+
+/// [`scan_segment`] with the CRC check as a parameter (recovery's planted-bug switch).
+pub(crate) fn scan_segment_checked(
     bytes: &[u8],
     start_offset: u64,
     from: usize,
+    check_crc: bool,
     mut visit: impl FnMut(u64, u64, &[u8]),
 ) -> SegmentScan {
     let mut out = SegmentScan {
@@ -155,7 +161,7 @@ pub fn scan_segment(
     let mut pos = from;
     while pos < bytes.len() {
         let offset = start_offset + pos as u64;
-        match parse(&bytes[pos..], offset, true) {
+        match parse(&bytes[pos..], offset, check_crc) {
             Parsed::Record { total, timestamp_ms } => {
                 visit(offset, timestamp_ms, &bytes[pos + crate::format::HEADER_SIZE..pos + total]);
                 out.records += 1;

@@ -3,7 +3,8 @@
 
 use segment_queue::SegmentQueue;
 
-use crate::format::{parse, Invalid, Parsed};
+use crate::format::Invalid;
+use crate::inspect::scan_segment_checked;
 use crate::Error;
 
 /// What recovery found and did.
@@ -66,31 +67,20 @@ pub fn scan(queue: &SegmentQueue, from: u64) -> Result<ScanEnd, Error> {
     for file in &segments[start..] {
         let base = file.file_from_offset();
         let data = file.read(0, file.read_position())?;
-        let mut pos = 0usize;
-        let mut finished = false;
-        while pos < data.len() {
-            match parse(&data[pos..], base + pos as u64, check_crc()) {
-                Parsed::Record { total, timestamp_ms } => {
-                    out.records += 1;
-                    out.last_timestamp_ms = timestamp_ms;
-                    pos += total;
-                }
-                Parsed::Blank => pos = data.len(),
-                Parsed::End => {
-                    finished = true;
-                    break;
-                }
-                Parsed::Invalid(reason) => {
-                    out.invalid = Some((base + pos as u64, reason));
-                    let last_nonzero = data.iter().rposition(|&b| b != 0).map_or(pos, |i| i + 1);
-                    out.garbage_bytes = last_nonzero.saturating_sub(pos) as u64;
-                    finished = true;
-                    break;
-                }
-            }
+        let seg = scan_segment_checked(&data, base, 0, check_crc(), |_, timestamp_ms, _| {
+            out.last_timestamp_ms = timestamp_ms
+        });
+        out.records += seg.records;
+        out.end_offset = seg.end_offset;
+        if let Some((offset, reason)) = seg.invalid {
+            let pos = (offset - base) as usize;
+            let last_nonzero = data.iter().rposition(|&b| b != 0).map_or(pos, |i| i + 1);
+            out.invalid = Some((offset, reason));
+            out.garbage_bytes = last_nonzero.saturating_sub(pos) as u64;
+            break;
         }
-        out.end_offset = base + pos as u64;
-        if finished || pos < file.file_size() {
+        // Go on only past a segment whose records reach its end (a blank does).
+        if seg.end_offset < base + file.file_size() as u64 {
             break;
         }
     }
