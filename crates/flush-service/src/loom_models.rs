@@ -30,11 +30,16 @@ fn loom_wakeup_is_never_lost() {
     });
 }
 
-#[test]
-fn loom_group_commit_acknowledges_only_flushed_offsets() {
+/// Two producers append and wait for durability while the flusher runs the
+/// service thread's loop (`wait_for_running`, then `run_round`) until both are
+/// acknowledged. With `leading`, waiters may run rounds themselves
+/// (`put_request_leading`); without, they only wake the service. Checks: nothing is
+/// acknowledged above the flushed offset, the flushed offset never moves back, and
+/// every waiter is answered (a lost wake-up or a missed hand-off deadlocks).
+fn two_producers_and_the_service_loop(leading: bool, preemption_bound: usize) {
     let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(3);
-    builder.check(|| {
+    builder.preemption_bound = Some(preemption_bound);
+    builder.check(move || {
         let target = MemoryTarget::new();
         let state = ServiceState::new();
         let gc = Arc::new(GroupCommit::new(
@@ -48,18 +53,27 @@ fn loom_group_commit_acknowledges_only_flushed_offsets() {
                 let (gc, target, state) = (Arc::clone(&gc), target.clone(), Arc::clone(&state));
                 thread::spawn(move || {
                     let end = target.append(10);
-                    let handle = gc.put_request(end);
-                    state.wakeup();
+                    let handle = if leading {
+                        gc.put_request_leading(end, Arc::clone(&state))
+                    } else {
+                        let handle = gc.put_request(end);
+                        state.wakeup();
+                        handle
+                    };
                     handle.wait().unwrap();
                     assert!(target.flushed_where() >= end, "acknowledged before flushed");
+                    if leading {
+                        // A producer that led its own round leaves the service loop
+                        // asleep; let it notice that everyone is done.
+                        state.wakeup();
+                    }
                 })
             })
             .collect();
-        // The flusher: rounds until both are acknowledged; a lost wake-up deadlocks.
         let mut last_flushed = 0;
         while gc.stats().acknowledged < 2 {
-            state.wait_for_running(std::time::Duration::from_secs(3600), || gc.swap());
-            gc.do_commit();
+            state.wait_for_running(std::time::Duration::from_secs(3600), || {});
+            gc.run_round();
             let flushed = target.flushed_where();
             assert!(flushed >= last_flushed, "flushed offset went backwards");
             last_flushed = flushed;
@@ -71,40 +85,11 @@ fn loom_group_commit_acknowledges_only_flushed_offsets() {
 }
 
 #[test]
+fn loom_group_commit_acknowledges_only_flushed_offsets() {
+    two_producers_and_the_service_loop(false, 3);
+}
+
+#[test]
 fn loom_leading_waiters_are_always_answered() {
-    // Waiters lead their own rounds (try-lock on the round), followers wake the
-    // service thread; every waiter must be answered with its bytes flushed. A
-    // missed hand-off shows up as a deadlock.
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(2);
-    builder.check(|| {
-        let target = MemoryTarget::new();
-        let state = ServiceState::new();
-        let gc = Arc::new(GroupCommit::new(
-            target.clone(),
-            Arc::new(SystemClock::new()),
-            GroupCommitConfig::default(),
-            None,
-        ));
-        let producers: Vec<_> = (0..2)
-            .map(|_| {
-                let (gc, target, state) = (Arc::clone(&gc), target.clone(), Arc::clone(&state));
-                thread::spawn(move || {
-                    let end = target.append(10);
-                    let handle = gc.put_request_leading(end, Arc::clone(&state));
-                    handle.wait().unwrap();
-                    assert!(target.flushed_where() >= end, "acknowledged before flushed");
-                    // Let the service loop below notice that everyone is done.
-                    state.wakeup();
-                })
-            })
-            .collect();
-        while gc.stats().acknowledged < 2 {
-            state.wait_for_running(std::time::Duration::from_secs(3600), || {});
-            gc.run_round();
-        }
-        for p in producers {
-            p.join().unwrap();
-        }
-    });
+    two_producers_and_the_service_loop(true, 2);
 }
