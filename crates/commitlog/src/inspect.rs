@@ -85,6 +85,23 @@ pub fn list_segments(dir: &Path) -> Result<Listing, Error> {
     sizes.sort_unstable();
     listing.segment_size = sizes.get(sizes.len() / 2).copied().unwrap_or(0);
     let size = listing.segment_size;
+    // A segment that would end past `u64::MAX` cannot hold an addressable byte;
+    // it is reported and left out, so nothing computes offsets inside it.
+    let (segments, overflowing): (Vec<SegmentFile>, Vec<SegmentFile>) = std::mem::take(&mut listing.segments)
+        .into_iter()
+        .partition(|s| s.start_offset.checked_add(size.max(s.len)).is_some());
+    listing.segments = segments;
+    for seg in overflowing {
+        listing.problems.push(Problem {
+            path: seg.path,
+            offset: Some(seg.start_offset),
+            message: format!(
+                "starts at {}: {} bytes from there overflow the 64-bit offset space",
+                seg.start_offset,
+                size.max(seg.len)
+            ),
+        });
+    }
     let count = listing.segments.len();
     for (i, seg) in listing.segments.iter().enumerate() {
         if seg.len != size && !(seg.len == 0 && i + 1 == count) {

@@ -18,8 +18,10 @@ pub struct RecoveryReport {
     pub scanned_from: u64,
     /// Valid records scanned.
     pub records_recovered: u64,
-    /// Non-zero bytes dropped after the last valid record in its segment (a torn
-    /// or damaged tail); later segments are counted in `segments_deleted`.
+    /// Bytes cut after the end of the recovered log in its last segment: from the
+    /// end to the last non-zero byte, whatever stopped the scan (a torn record, a
+    /// lost header, damage). They are erased and synced, so they can never be read
+    /// again. Later segments are counted in `segments_deleted`.
     pub bytes_truncated: u64,
     /// Segments deleted because they lay wholly after the last valid record.
     pub segments_deleted: usize,
@@ -42,9 +44,6 @@ pub struct ScanEnd {
     pub invalid: Option<(u64, Invalid)>,
     /// Store timestamp of the last valid record.
     pub last_timestamp_ms: u64,
-    /// Non-zero bytes after the end in the segment where the scan stopped (the torn
-    /// or damaged tail).
-    pub garbage_bytes: u64,
 }
 
 /// Always true, except when the crash suite plants "recovery without CRC".
@@ -72,11 +71,8 @@ pub fn scan(queue: &SegmentQueue, from: u64) -> Result<ScanEnd, Error> {
         });
         out.records += seg.records;
         out.end_offset = seg.end_offset;
-        if let Some((offset, reason)) = seg.invalid {
-            let pos = (offset - base) as usize;
-            let last_nonzero = data.iter().rposition(|&b| b != 0).map_or(pos, |i| i + 1);
-            out.invalid = Some((offset, reason));
-            out.garbage_bytes = last_nonzero.saturating_sub(pos) as u64;
+        if seg.invalid.is_some() {
+            out.invalid = seg.invalid;
             break;
         }
         // Go on only past a segment whose records reach its end (a blank does).
@@ -85,23 +81,6 @@ pub fn scan(queue: &SegmentQueue, from: u64) -> Result<ScanEnd, Error> {
         }
     }
     Ok(out)
-}
-
-/// Overwrites the dropped bytes after `end` with zeros and syncs them. Left in
-/// place, they could be read again: once new records end exactly where an old,
-/// valid-at-its-offset record starts, a later scan would bring it back (the hazard
-/// RocketMQ PR #10816 closes with a truncation marker).
-fn erase_tail(queue: &SegmentQueue, end: u64, len: usize) -> Result<(), Error> {
-    let Some(file) = queue.find_mapped_file_by_offset(end, false) else { return Ok(()) };
-    let pos = (end - file.file_from_offset()) as usize;
-    let len = len.min(file.file_size() - pos);
-    file.append_with(file.store_timestamp(), |_, tail| {
-        tail[..len].fill(0);
-        mapped_file::AppendStatus::Written { bytes: len, value: () }
-    })?;
-    file.flush(0)?;
-    file.set_positions(pos)?;
-    Ok(())
 }
 
 /// Recovers `queue` in place (see the module docs). `durable_offset` comes from the
@@ -138,12 +117,12 @@ pub(crate) fn recover(
             reason: end.invalid.map_or(Invalid::UnexpectedEnd, |(_, r)| r),
         });
     }
+    // Cut everything after the end, whatever stopped the scan: bytes left there
+    // (records behind a lost header, say) would be valid again at their own offsets
+    // as soon as new records end exactly where one of them starts.
     let truncated = queue.truncate_dirty_files(end.end_offset)?;
     report.segments_deleted = truncated.segments_deleted;
-    report.bytes_truncated = end.garbage_bytes;
-    if end.garbage_bytes > 0 {
-        erase_tail(queue, end.end_offset, end.garbage_bytes as usize)?;
-    }
+    report.bytes_truncated = truncated.bytes_dropped_in_place;
     report.end_offset = end.end_offset;
     // Recovered bytes above the checkpoint may be only in the page cache (a killed
     // process, not a power cut): make them durable before anything is appended
@@ -152,6 +131,12 @@ pub(crate) fn recover(
     queue.set_committed_where(end.end_offset);
     if let Some((offset, reason)) = end.invalid {
         tracing::warn!(offset, %reason, truncated = report.bytes_truncated, "recovery truncated an invalid tail");
+    } else if report.bytes_truncated > 0 {
+        tracing::warn!(
+            offset = report.end_offset,
+            truncated = report.bytes_truncated,
+            "recovery erased bytes after the end of data"
+        );
     }
     tracing::info!(
         clean_shutdown,

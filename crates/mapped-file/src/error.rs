@@ -31,6 +31,17 @@ pub enum MappedFileError {
         /// The file.
         path: PathBuf,
     },
+    /// The segment would end past the largest offset (`u64::MAX`): its start
+    /// offset (from its name) plus its size overflows.
+    #[error("segment {} starts at {file_from_offset}: {file_size} bytes from there overflow the 64-bit offset space", path.display())]
+    OffsetOverflow {
+        /// The file.
+        path: PathBuf,
+        /// Its start offset.
+        file_from_offset: u64,
+        /// The segment size.
+        file_size: u64,
+    },
     /// The file does not have the segment size.
     #[error("segment {} has {actual} bytes, expected {expected}", path.display())]
     WrongSize {

@@ -77,6 +77,25 @@ pub fn parse_file_name(name: &str) -> Option<u64> {
     name.parse().ok()
 }
 
+/// The absolute offset one past the end of a segment of `file_size` bytes that
+/// starts at `file_from_offset`; `None` if it does not fit in a `u64`.
+pub fn segment_end(file_from_offset: u64, file_size: usize) -> Option<u64> {
+    u64::try_from(file_size).ok().and_then(|size| file_from_offset.checked_add(size))
+}
+
+/// Every absolute offset of a segment, and the one past its end, must fit in a
+/// `u64`: positions are added to the start offset everywhere.
+fn check_offset_space(path: &Path, file_from_offset: u64, file_size: usize) -> Result<(), MappedFileError> {
+    match segment_end(file_from_offset, file_size) {
+        Some(_) => Ok(()),
+        None => Err(MappedFileError::OffsetOverflow {
+            path: path.to_path_buf(),
+            file_from_offset,
+            file_size: file_size as u64,
+        }),
+    }
+}
+
 /// What an append closure did with the free tail it was given.
 #[derive(Debug)]
 pub enum AppendStatus<T> {
@@ -183,6 +202,7 @@ impl MappedFile {
         if file_size == 0 {
             return Err(MappedFileError::BadPosition { path, pos: 0, file_size });
         }
+        check_offset_space(&path, file_from_offset, file_size)?;
         let opened = storage
             .create(&path, file_size)
             .map_err(|source| MappedFileError::Create { path: path.clone(), source })?;
@@ -195,6 +215,7 @@ impl MappedFile {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
         let file_from_offset =
             parse_file_name(name).ok_or_else(|| MappedFileError::BadName { path: path.to_path_buf() })?;
+        check_offset_space(path, file_from_offset, file_size)?;
         let opened = storage
             .open(path, file_size)
             .map_err(|source| MappedFileError::Open { path: path.to_path_buf(), source })?;
@@ -479,24 +500,58 @@ impl MappedFile {
         self.read(pos, len)
     }
 
-    /// Sets wrote and committed to `pos` (recovery, truncation, or marking a loaded
-    /// file full), and lowers flushed to `pos` if it was above. Flushed is never
-    /// raised here: bytes do not become durable because a position says so (use
-    /// [`force`](Self::force)). Refused while views of bytes at or above `pos` exist.
+    /// Sets wrote and committed to `pos` (marking a loaded file full, say), and
+    /// lowers flushed to `pos` if it was above. Flushed is never raised here: bytes
+    /// do not become durable because a position says so (use [`force`](Self::force)).
+    /// Bytes above `pos` stay in the file; to cut them off, use
+    /// [`truncate`](Self::truncate). Refused while views of bytes at or above `pos`
+    /// exist.
     pub fn set_positions(&self, pos: usize) -> Result<(), MappedFileError> {
         let _flush = self.flush_lock.lock();
-        self.region.reset(pos, |offset, bytes| self.io.note_written(offset, bytes)).map_err(
-            |refused| match refused {
+        self.reset(pos, false)?;
+        self.flushed.fetch_min(pos, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Cuts the file at `pos` for good (recovery, or dropping a suffix): positions
+    /// move to `pos` as with [`set_positions`](Self::set_positions), every non-zero
+    /// byte at and above `pos` is overwritten with zeros, and the zeros are synced
+    /// before this returns. Without the erase, bytes past the cut would stay valid at
+    /// their own offsets: once new appends end exactly where an old record starts, a
+    /// later scan would read the old records again after the new ones. Returns the
+    /// number of bytes erased (from `pos` to the last non-zero byte). A failed sync
+    /// latches the file. Refused while views of bytes at or above `pos` exist.
+    pub fn truncate(&self, pos: usize) -> Result<usize, MappedFileError> {
+        self.check_usable()?;
+        let _flush = self.flush_lock.lock();
+        #[cfg(feature = "planted-bugs")]
+        if planted::is_active(planted::Bug::TruncateLeavesTail) {
+            self.reset(pos, false)?;
+            self.flushed.fetch_min(pos, Ordering::AcqRel);
+            return Ok(0);
+        }
+        let erased = self.reset(pos, true)?;
+        self.flushed.fetch_min(pos, Ordering::AcqRel);
+        // Sync the whole tail, not only what was erased: zeros written by an earlier
+        // truncation that was interrupted before its sync would otherwise hide
+        // older bytes that a power cut could bring back.
+        if pos < self.file_size() {
+            self.sync_or_latch(pos, self.file_size())?;
+        }
+        Ok(erased)
+    }
+
+    fn reset(&self, pos: usize, erase: bool) -> Result<usize, MappedFileError> {
+        self.region.reset(pos, erase, |offset, bytes| self.io.note_written(offset, bytes)).map_err(|refused| {
+            match refused {
                 ResetRefused::ViewsOutstanding(views) => {
                     MappedFileError::ViewsOutstanding { path: self.path.clone(), views }
                 }
                 ResetRefused::OutOfBounds => {
                     MappedFileError::BadPosition { path: self.path.clone(), pos, file_size: self.file_size() }
                 }
-            },
-        )?;
-        self.flushed.fetch_min(pos, Ordering::AcqRel);
-        Ok(())
+            }
+        })
     }
 
     /// Warms the file up before use: writes zeros over every page (so appends take
@@ -517,13 +572,18 @@ impl MappedFile {
         Ok(true)
     }
 
-    /// Marks the file unusable and deletes it. Views already handed out stay valid
-    /// (the mapping lives until the last one drops).
+    /// Marks the file unusable and deletes it (durably: the directory is synced).
+    /// Views already handed out stay valid (the mapping lives until the last one
+    /// drops). If the deletion fails the file stays usable and the error is
+    /// returned, so a caller can keep it in its list.
     pub fn destroy(&self) -> Result<(), MappedFileError> {
         if self.destroyed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        self.io.remove().map_err(|source| MappedFileError::Remove { path: self.path.clone(), source })
+        self.io.remove().map_err(|source| {
+            self.destroyed.store(false, Ordering::Release);
+            MappedFileError::Remove { path: self.path.clone(), source }
+        })
     }
 }
 

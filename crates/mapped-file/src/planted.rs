@@ -15,6 +15,9 @@ pub enum Bug {
     RetryAfterFailedSync = 2,
     /// Recovery accepts records without checking their CRC.
     RecoveryWithoutCrc = 4,
+    /// `MappedFile::truncate` moves positions but leaves the bytes past the cut in
+    /// place (and unsynced): what recovery cut can come back.
+    TruncateLeavesTail = 8,
 }
 
 static ACTIVE: AtomicU8 = AtomicU8::new(0);

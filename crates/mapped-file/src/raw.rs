@@ -376,7 +376,18 @@ impl Region {
     /// Moves both positions to `pos`, e.g. for recovery or truncation. With a write
     /// buffer, bytes appended below `pos` but not yet committed are committed first,
     /// so they survive the reset.
-    pub(crate) fn reset(&self, pos: usize, on_memory_write: impl FnOnce(usize, &[u8])) -> Result<(), ResetRefused> {
+    ///
+    /// With `erase`, every non-zero byte of the memory at and above `pos` is then
+    /// overwritten with zeros, so nothing cut off can be read again once new bytes
+    /// are appended there. Returns the length of the range zeroed: from `pos` to the
+    /// last non-zero byte (0 without `erase`, or if the memory is zero there). The
+    /// caller syncs it.
+    pub(crate) fn reset(
+        &self,
+        pos: usize,
+        erase: bool,
+        mut on_memory_write: impl FnMut(usize, &[u8]),
+    ) -> Result<usize, ResetRefused> {
         if pos > self.len() {
             return Err(ResetRefused::OutOfBounds);
         }
@@ -393,7 +404,7 @@ impl Region {
             if end > committed {
                 // SAFETY: we hold `commit_lock` (and `append_lock`), `committed` is the
                 // committed position, and `end` is at most the wrote position.
-                unsafe { self.copy_to_memory(buf, committed, end, on_memory_write) };
+                unsafe { self.copy_to_memory(buf, committed, end, &mut on_memory_write) };
             }
             // Buffer bytes above `pos` are stale now; the appender overwrites them
             // before any commit copies them.
@@ -402,8 +413,19 @@ impl Region {
         self.committed.store(pos, Ordering::Release);
         if pos == self.len() {
             self.write_buffer.write().take();
+            return Ok(0);
         }
-        Ok(())
+        if !erase {
+            return Ok(0);
+        }
+        // SAFETY: we hold both locks and the gate write lock, and no view reaches
+        // `pos` or above (checked above; views are only made under the gate read
+        // lock): nobody else references memory at or above `pos`.
+        let tail = unsafe { self.memory.range_mut(pos, self.len() - pos) };
+        let erased = tail.iter().rposition(|&b| b != 0).map_or(0, |last| last + 1);
+        tail[..erased].fill(0);
+        on_memory_write(pos, &tail[..erased]);
+        Ok(erased)
     }
 
     /// Writes zeros over the whole memory to fault every page in; only while nothing

@@ -107,6 +107,8 @@ struct SimState {
     events: u64,
     fail_sync_at: Option<u64>,
     fail_all_syncs: bool,
+    fail_removes: bool,
+    create_delay: std::time::Duration,
     sink: Option<std::sync::mpsc::SyncSender<SimSnapshot>>,
 }
 
@@ -175,6 +177,17 @@ impl SimStorage {
     /// Makes every sync fail (`true`) or succeed again (`false`).
     pub fn fail_all_syncs(&self, fail: bool) {
         self.state.lock().fail_all_syncs = fail;
+    }
+
+    /// Makes every file removal fail with `EIO` (`true`) or succeed again (`false`).
+    pub fn fail_removes(&self, fail: bool) {
+        self.state.lock().fail_removes = fail;
+    }
+
+    /// Makes every file creation take at least `delay` (a slow `fallocate`), so
+    /// tests can run into time limits.
+    pub fn set_create_delay(&self, delay: std::time::Duration) {
+        self.state.lock().create_delay = delay;
     }
 
     /// After every write and every sync, send a snapshot to `sink` (blocking while
@@ -311,6 +324,10 @@ impl Storage for SimStorage {
     }
 
     fn create(&self, path: &Path, len: usize) -> io::Result<OpenedSegment> {
+        let delay = self.state.lock().create_delay;
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
         let mut state = self.state.lock();
         if state.files.contains_key(path) {
             return Err(io::Error::new(io::ErrorKind::AlreadyExists, "file exists"));
@@ -337,7 +354,11 @@ impl Storage for SimStorage {
     }
 
     fn remove(&self, path: &Path) -> io::Result<()> {
-        self.state.lock().files.remove(path).map(|_| ()).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+        let mut state = self.state.lock();
+        if state.fail_removes {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        state.files.remove(path).map(|_| ()).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
     }
 }
 
@@ -410,7 +431,11 @@ impl SegmentIo for SimSegment {
     }
 
     fn remove(&self) -> io::Result<()> {
-        self.state.lock().files.remove(&self.path);
+        let mut state = self.state.lock();
+        if state.fail_removes {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        state.files.remove(&self.path);
         Ok(())
     }
 }

@@ -13,9 +13,6 @@ use std::time::Duration;
 use mapped_file::{MappedFile, MappedFileError, Storage};
 use parking_lot::{Condvar, Mutex};
 
-/// How long roll-over waits for a segment being prepared (RocketMQ waits 5 s).
-const WAIT_FOR_PREPARED: Duration = Duration::from_secs(5);
-
 #[derive(Default)]
 struct State {
     /// Offset asked for and not yet picked up by the thread.
@@ -36,6 +33,21 @@ struct Shared {
 pub(crate) struct Allocator {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// How long roll-over waits for a segment being prepared.
+    wait: Duration,
+}
+
+/// What [`Allocator::take`] found.
+pub(crate) enum Taken {
+    /// The segment, prepared.
+    Prepared(MappedFile),
+    /// Preparing it failed (nothing of it is left on disk).
+    Failed(MappedFileError),
+    /// It was not asked for, or not started yet: the caller creates it itself.
+    NotRequested,
+    /// It is still being prepared after the wait; it will be ready for a later
+    /// roll. Creating it in place now would collide with the file being made.
+    StillPreparing,
 }
 
 impl Allocator {
@@ -44,13 +56,14 @@ impl Allocator {
         dir: PathBuf,
         file_size: usize,
         warm: Option<bool>,
+        wait: Duration,
     ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared { state: Mutex::new(State::default()), changed: Condvar::new() });
         let worker = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("AllocateMappedFileService".into())
             .spawn(move || run(&worker, &*storage, &dir, file_size, warm))?;
-        Ok(Allocator { shared, thread: Some(thread) })
+        Ok(Allocator { shared, thread: Some(thread), wait })
     }
 
     /// Asks for the segment at `offset` to be prepared (replacing an older request).
@@ -64,28 +77,28 @@ impl Allocator {
     }
 
     /// Takes the prepared segment at `offset`, waiting for it if it is being made.
-    /// `None` if it was not asked for (the caller creates it itself).
-    pub(crate) fn take(&self, offset: u64) -> Option<Result<MappedFile, MappedFileError>> {
+    pub(crate) fn take(&self, offset: u64) -> Taken {
         let mut state = self.shared.state.lock();
         if state.requested == Some(offset) {
             // Not started yet: cheaper for the caller to make it than to wait.
             state.requested = None;
-            return None;
+            return Taken::NotRequested;
         }
-        let deadline = std::time::Instant::now() + WAIT_FOR_PREPARED;
+        let deadline = std::time::Instant::now() + self.wait;
         while state.in_progress == Some(offset) {
             if self.shared.changed.wait_until(&mut state, deadline).timed_out() {
-                tracing::warn!(offset, "timed out waiting for a preallocated segment");
-                return None;
+                tracing::warn!(offset, wait = ?self.wait, "timed out waiting for a preallocated segment");
+                return Taken::StillPreparing;
             }
         }
         match state.ready.take() {
-            Some((o, file)) if o == offset => Some(file),
+            Some((o, Ok(file))) if o == offset => Taken::Prepared(file),
+            Some((o, Err(err))) if o == offset => Taken::Failed(err),
             Some((o, stale)) => {
                 discard(o, stale);
-                None
+                Taken::NotRequested
             }
-            None => None,
+            None => Taken::NotRequested,
         }
     }
 
@@ -110,6 +123,20 @@ fn discard(offset: u64, file: Result<MappedFile, MappedFileError>) {
     }
 }
 
+/// Warms a new segment up; if that fails, deletes the file (a half-made segment
+/// left behind would make every later creation of it fail with "file exists").
+pub(crate) fn warm_or_remove(file: MappedFile, lock: bool) -> Result<MappedFile, MappedFileError> {
+    match file.warm_up(lock) {
+        Ok(_) => Ok(file),
+        Err(err) => {
+            if let Err(remove) = file.destroy() {
+                tracing::error!(path = %file.path().display(), %remove, "could not delete a segment whose warm-up failed");
+            }
+            Err(err)
+        }
+    }
+}
+
 fn run(shared: &Shared, storage: &dyn Storage, dir: &std::path::Path, file_size: usize, warm: Option<bool>) {
     let mut state = shared.state.lock();
     loop {
@@ -125,11 +152,9 @@ fn run(shared: &Shared, storage: &dyn Storage, dir: &std::path::Path, file_size:
         }
         state.in_progress = Some(offset);
         drop(state);
-        let made = MappedFile::create(storage, dir, offset, file_size).and_then(|file| {
-            if let Some(lock) = warm {
-                file.warm_up(lock)?;
-            }
-            Ok(file)
+        let made = MappedFile::create(storage, dir, offset, file_size).and_then(|file| match warm {
+            Some(lock) => warm_or_remove(file, lock),
+            None => Ok(file),
         });
         if let Err(err) = &made {
             tracing::warn!(offset, %err, "preallocating segment failed");
@@ -156,5 +181,39 @@ impl Drop for Allocator {
         if let Some((o, file)) = self.shared.state.lock().ready.take() {
             discard(o, file);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mapped_file::SimStorage;
+
+    #[test]
+    fn a_take_that_outwaits_preparation_says_so_and_a_later_take_gets_the_file() {
+        // Roll-over once fell back to creating the file in place while the thread
+        // was still making it, and failed with "file exists".
+        let sim = SimStorage::new();
+        sim.set_create_delay(Duration::from_millis(300));
+        let dir = PathBuf::from("/a");
+        let allocator =
+            Allocator::start(Arc::new(sim.clone()), dir.clone(), 4096, None, Duration::from_millis(10)).unwrap();
+        allocator.request(4096);
+        let started = std::time::Instant::now();
+        while allocator.shared.state.lock().in_progress != Some(4096) {
+            assert!(started.elapsed() < Duration::from_secs(10), "the thread never started");
+            std::thread::yield_now();
+        }
+        assert!(matches!(allocator.take(4096), Taken::StillPreparing));
+        let file = loop {
+            match allocator.take(4096) {
+                Taken::Prepared(file) => break file,
+                Taken::StillPreparing => assert!(started.elapsed() < Duration::from_secs(10), "never prepared"),
+                Taken::NotRequested => panic!("the prepared file was lost"),
+                Taken::Failed(err) => panic!("{err}"),
+            }
+        };
+        assert_eq!(file.file_from_offset(), 4096);
+        assert!(sim.file_bytes(&dir.join(mapped_file::file_name(4096))).is_some());
     }
 }

@@ -69,6 +69,15 @@ pub enum QueueError {
         /// The segment being created.
         offset: u64,
     },
+    /// The next segment was still being prepared by the preallocation thread when
+    /// the roll-over's wait ran out. Nothing was written; a later roll takes it.
+    #[error("segment {} is still being prepared after {waited_ms} ms; retry the append", path.display())]
+    PreallocationTimedOut {
+        /// The segment being prepared.
+        path: PathBuf,
+        /// How long the roll-over waited.
+        waited_ms: u64,
+    },
     /// An offset outside the stored range.
     #[error("offset {offset} is outside the stored range [{min}, {max})")]
     OffsetOutOfRange {

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use mapped_file::{parse_file_name, Bytes, MappedFile, Storage};
+use mapped_file::{parse_file_name, Bytes, MappedFile, MappedFileError, Storage};
 use parking_lot::{Mutex, RwLock};
 use transient_pool::{PoolError, TransientStorePool};
 
@@ -37,7 +37,7 @@ mod error;
 
 pub use error::QueueError;
 
-use allocate::Allocator;
+use allocate::{Allocator, Taken};
 
 /// What to do when a new segment needs a write buffer and the pool is empty.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -64,6 +64,11 @@ pub struct QueueConfig {
     pub lock_warmed_mapped_file: bool,
     /// What to do when the write-buffer pool is empty.
     pub pool_exhausted_policy: PoolExhaustedPolicy,
+    /// How long a roll-over waits for the next segment while the preallocation
+    /// thread is still making it (RocketMQ waits 5 s), in ms. Past that the roll
+    /// fails with [`QueueError::PreallocationTimedOut`]; a later one takes the
+    /// segment once it is ready.
+    pub preallocation_wait_ms: u64,
 }
 
 impl QueueConfig {
@@ -78,6 +83,7 @@ impl QueueConfig {
             warm_mapped_file_enable: false,
             lock_warmed_mapped_file: false,
             pool_exhausted_policy: PoolExhaustedPolicy::UseMapping,
+            preallocation_wait_ms: 5000,
         }
     }
 }
@@ -116,7 +122,8 @@ pub struct LoadReport {
 /// What a truncation did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TruncateReport {
-    /// Bytes dropped from the segment that now ends at the truncation offset.
+    /// Bytes erased from the segment that now ends at the truncation offset: from
+    /// the offset to the last non-zero byte after it.
     pub bytes_dropped_in_place: u64,
     /// Segments deleted because they lay wholly above the offset.
     pub segments_deleted: usize,
@@ -206,7 +213,12 @@ impl SegmentQueue {
             if let Some(expected) = expected_next.filter(|&e| e != offset) {
                 return Err(QueueError::Gap { path, expected, found: offset });
             }
-            expected_next = Some(offset + size as u64);
+            let Some(end) = mapped_file::segment_end(offset, size) else {
+                return Err(
+                    MappedFileError::OffsetOverflow { path, file_from_offset: offset, file_size: size as u64 }.into()
+                );
+            };
+            expected_next = Some(end);
             let file = MappedFile::open(&*storage, &path, size)?;
             file.set_positions(size)?;
             file.set_store_timestamp(entry.modified_ms);
@@ -218,7 +230,8 @@ impl SegmentQueue {
 
         let allocator = if config.preallocate_next_segment {
             let warm = config.warm_mapped_file_enable.then_some(config.lock_warmed_mapped_file);
-            Some(Allocator::start(Arc::clone(&storage), dir.to_path_buf(), size, warm).map_err(dir_err)?)
+            let wait = std::time::Duration::from_millis(config.preallocation_wait_ms);
+            Some(Allocator::start(Arc::clone(&storage), dir.to_path_buf(), size, warm, wait).map_err(dir_err)?)
         } else {
             None
         };
@@ -285,10 +298,13 @@ impl SegmentQueue {
         }
         let _roll = self.roll_lock.lock();
         // Re-check: another caller may have rolled while we waited.
+        let size = self.config.mapped_file_size;
         let offset = match self.files.read().last() {
             Some(last) if !last.is_full() => return Ok(Arc::clone(last)),
-            Some(last) => last.file_from_offset() + self.config.mapped_file_size as u64,
-            None => start_offset - start_offset % self.config.mapped_file_size as u64,
+            // Loaded and created segments all end inside the offset space, so the
+            // next one's start fits; `create_segment` checks that its end does.
+            Some(last) => last.file_from_offset() + size as u64,
+            None => start_offset - start_offset % size as u64,
         };
         let file = self.create_segment(offset)?;
         if !file.has_write_buffer() && self.remain_how_many_data_to_commit() > 0 {
@@ -298,22 +314,32 @@ impl SegmentQueue {
         }
         let file = Arc::new(file);
         self.files.write().push(Arc::clone(&file));
-        if let Some(allocator) = self.allocator.lock().as_ref() {
-            allocator.request(offset + self.config.mapped_file_size as u64);
+        if let Some(next) =
+            mapped_file::segment_end(offset, size).filter(|&n| mapped_file::segment_end(n, size).is_some())
+        {
+            if let Some(allocator) = self.allocator.lock().as_ref() {
+                allocator.request(next);
+            }
         }
         Ok(file)
     }
 
     fn create_segment(&self, offset: u64) -> Result<MappedFile, QueueError> {
         let size = self.config.mapped_file_size;
-        let prepared = self.allocator.lock().as_ref().and_then(|a| a.take(offset));
+        let prepared = self.allocator.lock().as_ref().map_or(Taken::NotRequested, |a| a.take(offset));
         let file = match prepared {
-            Some(Ok(file)) => file,
-            Some(Err(err)) => {
+            Taken::Prepared(file) => file,
+            Taken::Failed(err) => {
                 tracing::warn!(offset, %err, "preallocated segment failed; creating it in place");
                 self.create_in_place(offset, size)?
             }
-            None => self.create_in_place(offset, size)?,
+            Taken::NotRequested => self.create_in_place(offset, size)?,
+            Taken::StillPreparing => {
+                return Err(QueueError::PreallocationTimedOut {
+                    path: self.dir.join(mapped_file::file_name(offset)),
+                    waited_ms: self.config.preallocation_wait_ms,
+                })
+            }
         };
         if let Some(pool) = &self.pool {
             match pool.try_borrow() {
@@ -342,7 +368,7 @@ impl SegmentQueue {
     fn create_in_place(&self, offset: u64, size: usize) -> Result<MappedFile, QueueError> {
         let file = MappedFile::create(&*self.storage, &self.dir, offset, size)?;
         if self.config.warm_mapped_file_enable {
-            file.warm_up(self.config.lock_warmed_mapped_file)?;
+            return Ok(allocate::warm_or_remove(file, self.config.lock_warmed_mapped_file)?);
         }
         Ok(file)
     }
@@ -512,9 +538,17 @@ impl SegmentQueue {
         Ok(QueueProgress { from, to })
     }
 
-    /// Drops everything at and above `offset` (RocketMQ's `truncateDirtyFiles`):
-    /// the segment holding it ends there, later segments are deleted, and
-    /// `flushed_where` / `committed_where` are lowered to it if above.
+    /// Drops everything at and above `offset` for good (RocketMQ's
+    /// `truncateDirtyFiles`): later segments are deleted (newest first, each
+    /// deletion made durable), the segment holding `offset` ends there with every
+    /// byte after it erased and synced ([`MappedFile::truncate`]), and
+    /// `flushed_where` / `committed_where` are lowered to it if above. What is cut
+    /// can never be read again, however new appends line up with old records.
+    ///
+    /// On an error the queue stays consistent: every segment still listed is
+    /// whole, and the segments already deleted were the newest ones. A reader's
+    /// view of bytes at or above `offset` in the segment that holds it refuses the
+    /// truncation (`ViewsOutstanding`); that is checked before anything is deleted.
     pub fn truncate_dirty_files(&self, offset: u64) -> Result<TruncateReport, QueueError> {
         let _roll = self.roll_lock.lock();
         if let Some(allocator) = self.allocator.lock().as_ref() {
@@ -526,22 +560,23 @@ impl SegmentQueue {
         let size = self.config.mapped_file_size as u64;
         let mut report = TruncateReport::default();
         let mut files = self.files.write();
-        let mut keep = Vec::with_capacity(files.len());
-        for file in files.drain(..) {
-            let from = file.file_from_offset();
-            if from + size <= offset {
-                keep.push(file);
-            } else if from <= offset {
-                let pos = (offset - from) as usize;
-                report.bytes_dropped_in_place += (file.wrote_position() as u64).saturating_sub(pos as u64);
-                file.set_positions(pos)?;
-                keep.push(file);
-            } else {
-                file.destroy()?;
-                report.segments_deleted += 1;
+        let holds = |f: &MappedFile| f.file_from_offset() <= offset && offset - f.file_from_offset() < size;
+        if let Some(file) = files.iter().find(|f| holds(f)) {
+            let pos = (offset - file.file_from_offset()) as usize;
+            let views = file.outstanding_views();
+            if views > 0 && pos < file.read_position() {
+                return Err(MappedFileError::ViewsOutstanding { path: file.path().to_path_buf(), views }.into());
             }
         }
-        *files = keep;
+        while let Some(last) = files.last().filter(|f| f.file_from_offset() > offset) {
+            last.destroy()?;
+            files.pop();
+            report.segments_deleted += 1;
+        }
+        if let Some(file) = files.last().filter(|f| holds(f)) {
+            let pos = (offset - file.file_from_offset()) as usize;
+            report.bytes_dropped_in_place = file.truncate(pos)? as u64;
+        }
         drop(files);
         self.flushed_where.fetch_min(offset, Ordering::AcqRel);
         self.committed_where.fetch_min(offset, Ordering::AcqRel);

@@ -351,3 +351,77 @@ fn flushing_and_committing_at_the_end_of_a_full_last_segment_terminate() {
     assert_eq!(queue.commit(0).unwrap().to, SIZE as u64);
     assert_eq!(queue.commit(0).unwrap().moved(), 0);
 }
+
+#[test]
+fn truncation_erases_and_syncs_what_it_cuts() {
+    // Bytes past the cut are zeroed and synced, whatever they were: with them left
+    // in place, a power cut (or a new append that ends where old bytes start) would
+    // bring them back.
+    let (sim, storage) = sim();
+    let queue = SegmentQueue::load(Arc::clone(&storage), dir(), config(), None).unwrap();
+    append(&queue, &[1; 1000]);
+    queue.flush(0).unwrap();
+    let report = queue.truncate_dirty_files(400).unwrap();
+    assert_eq!(report.bytes_dropped_in_place, 600);
+    sim.crash_losing_unsynced();
+    let bytes = sim.file_bytes(&dir().join(file_name(0))).unwrap();
+    assert!(bytes[..400].iter().all(|&b| b == 1));
+    assert!(bytes[400..].iter().all(|&b| b == 0), "cut bytes survived a power cut");
+}
+
+#[test]
+fn a_refused_truncation_leaves_the_queue_as_it_was() {
+    // A reader's view above the cut refuses the truncation; the queue once came
+    // back empty from that error, so reads failed and a roll recreated segment 0.
+    let (_sim, storage) = sim();
+    let queue = SegmentQueue::load(storage, dir(), config(), None).unwrap();
+    let offsets: Vec<u64> = (0..3u8).map(|i| append(&queue, &[i + 1; 10_000])).collect();
+    queue.flush(0).unwrap();
+    let view = queue.read(offsets[1], 10_000).unwrap();
+    let err = queue.truncate_dirty_files(offsets[1] + 10).unwrap_err();
+    assert!(matches!(err, QueueError::File(MappedFileError::ViewsOutstanding { .. })), "{err}");
+    assert_eq!(queue.segment_count(), 3, "no segment dropped");
+    for (i, offset) in offsets.iter().enumerate() {
+        assert_eq!(&queue.read(*offset, 10_000).unwrap()[..], &[i as u8 + 1; 10_000][..]);
+    }
+    drop(view);
+    queue.truncate_dirty_files(offsets[1] + 10).unwrap();
+    assert_eq!(queue.max_offset(), offsets[1] + 10);
+}
+
+#[test]
+fn a_failed_deletion_during_truncation_leaves_a_consistent_prefix() {
+    let (sim, storage) = sim();
+    let queue = SegmentQueue::load(storage, dir(), config(), None).unwrap();
+    let offsets: Vec<u64> = (0..3u8).map(|i| append(&queue, &[i + 1; 10_000])).collect();
+    queue.flush(0).unwrap();
+    let end = queue.max_offset();
+    sim.fail_removes(true);
+    assert!(queue.truncate_dirty_files(offsets[0] + 10).is_err());
+    assert_eq!(queue.segment_count(), 3, "the segment that could not be deleted stays listed");
+    assert_eq!(queue.max_offset(), end);
+    assert_eq!(&queue.read(offsets[2], 10_000).unwrap()[..], &[3; 10_000][..], "and usable");
+    sim.fail_removes(false);
+    let report = queue.truncate_dirty_files(offsets[0] + 10).unwrap();
+    assert_eq!(report.segments_deleted, 2);
+    assert_eq!(queue.max_offset(), offsets[0] + 10);
+}
+
+#[test]
+fn a_failed_warm_up_leaves_no_half_made_segment_behind() {
+    // The file used to stay, so every later roll failed with "file exists".
+    for preallocate in [false, true] {
+        let (sim, storage) = sim();
+        let config = QueueConfig { preallocate_next_segment: preallocate, warm_mapped_file_enable: true, ..config() };
+        let queue = SegmentQueue::load(storage, dir(), config, None).unwrap();
+        sim.fail_all_syncs(true);
+        let err = queue.get_last_mapped_file(0).unwrap_err();
+        assert!(matches!(err, QueueError::File(MappedFileError::SyncFailed { .. })), "{err}");
+        assert!(sim.file_bytes(&dir().join(file_name(0))).is_none(), "half-made segment left behind");
+        sim.fail_all_syncs(false);
+        append(&queue, &[1; 10_000]);
+        // Roll over onto a segment the allocator prepared (and warmed) or in place.
+        assert_eq!(append(&queue, &[2; 10_000]), SIZE as u64, "preallocate: {preallocate}");
+        queue.shutdown();
+    }
+}
