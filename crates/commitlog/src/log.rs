@@ -316,10 +316,9 @@ impl CommitLog {
         }
         let body_crc = crc32c::crc32c(body);
         let size = HEADER_SIZE + body.len();
-        let (wrote_offset, store_timestamp_ms) = self.put(size, |out, offset, ts| {
+        let (wrote_offset, store_timestamp_ms, durability) = self.put(size, |out, offset, ts| {
             encode_record(out, offset, ts, body, body_crc);
         })?;
-        let durability = self.durability(wrote_offset + size as u64);
         Ok(AppendResult { wrote_offset, wrote_bytes: size as u64, store_timestamp_ms, durability })
     }
 
@@ -345,7 +344,7 @@ impl CommitLog {
         if total + HEADER_SIZE > segment_size {
             return Err(Error::BatchTooLarge { records: bodies.len(), bytes: total, segment_size });
         }
-        let (first, store_timestamp_ms) = self.put(total, |out, offset, ts| {
+        let (first, store_timestamp_ms, durability) = self.put(total, |out, offset, ts| {
             let mut pos = 0;
             for (body, crc) in bodies.iter().zip(&crcs) {
                 pos += encode_record(&mut out[pos..], offset + pos as u64, ts, body.as_ref(), *crc);
@@ -357,14 +356,23 @@ impl CommitLog {
             offsets.push(at);
             at += (HEADER_SIZE + body.as_ref().len()) as u64;
         }
-        let durability = self.durability(at);
         Ok(BatchAppendResult { offsets, wrote_bytes: total as u64, store_timestamp_ms, durability })
     }
 
     /// Places `size` bytes at the log's end under the put lock, rolling to a new
-    /// segment (after a blank record) when they do not fit with room for a blank.
-    fn put(&self, size: usize, write: impl Fn(&mut [u8], u64, u64)) -> Result<(u64, u64), Error> {
+    /// segment (after a blank record) when they do not fit with room for a blank,
+    /// and submits the durability request before the lock is released.
+    ///
+    /// The put lock is the shutdown barrier: `close` sets `shut_down`, then takes
+    /// the lock for the rest of shutdown. An append that holds the lock before that
+    /// has written and queued its request, so the final drain, flush and checkpoint
+    /// cover it; one that takes the lock after sees `shut_down` here and writes
+    /// nothing. No byte is written after the final flush or the lock file's release.
+    fn put(&self, size: usize, write: impl Fn(&mut [u8], u64, u64)) -> Result<(u64, u64, DurabilityHandle), Error> {
         let _put = self.inner.put_lock.lock();
+        if self.inner.shut_down.load(Ordering::Acquire) {
+            return Err(Error::Shutdown);
+        }
         let ts = now_ms();
         // At most two tries: the current segment, then a fresh one.
         for _ in 0..2 {
@@ -390,7 +398,7 @@ impl CommitLog {
                 })
                 .map_err(|e| self.writeable_or(e.into()))?;
             if let Appended::Written { wrote_offset, value: true, .. } = appended {
-                return Ok((wrote_offset, ts));
+                return Ok((wrote_offset, ts, self.durability(wrote_offset + size as u64)));
             }
         }
         unreachable!("a fresh segment always holds a record that passed the size checks")
@@ -509,11 +517,13 @@ impl CommitLog {
     /// Deletes segments older than `file_reserved_time_ms` (never the last, never
     /// unflushed data, never leaving a hole); returns how many.
     pub fn delete_expired_segments(&self, now_ms: u64, max_batch: usize) -> Result<usize, Error> {
+        self.check_writeable()?;
         Ok(self.inner.queue.delete_expired_file_by_time(self.inner.config.file_reserved_time_ms, now_ms, max_batch)?)
     }
 
     /// Deletes segments that lie wholly below `offset` (and are durable); never the last.
     pub fn delete_segments_before(&self, offset: u64, max_batch: usize) -> Result<usize, Error> {
+        self.check_writeable()?;
         Ok(self.inner.queue.delete_expired_file_by_offset(offset, max_batch)?)
     }
 
@@ -526,7 +536,14 @@ impl CommitLog {
     /// answered), everything is committed and flushed, the checkpoint is written,
     /// and the abort marker removed so the next open runs normal recovery. After a
     /// storage error the abort marker stays (the next open recovers abnormally) and
-    /// the error is returned. Later appends fail with [`Error::Shutdown`].
+    /// the error is returned.
+    ///
+    /// Shutdown is a barrier for appends: each append either fails with
+    /// [`Error::Shutdown`] and writes nothing, or is covered by the final flush and
+    /// checkpoint (its durability handle resolves once that flush is done). Nothing
+    /// is written after this returns or after the directory lock is released.
+    /// Calling it again (or from another clone) waits for the first call to finish
+    /// and returns `Ok`; the first caller gets any error.
     pub fn shutdown(&self) -> Result<(), Error> {
         self.inner.shutdown()
     }
@@ -535,6 +552,8 @@ impl CommitLog {
 impl Inner {
     fn shutdown(&self) -> Result<(), Error> {
         if self.shut_down.swap(true, Ordering::AcqRel) {
+            // Shutting down or shut down: wait for `close` (it holds the put lock).
+            drop(self.put_lock.lock());
             return Ok(());
         }
         let result = self.close();
@@ -544,8 +563,10 @@ impl Inner {
     }
 
     fn close(&self) -> Result<(), Error> {
-        // Serialise with in-flight appends: none starts after this point.
-        drop(self.put_lock.lock());
+        // The shutdown barrier (see `CommitLog::put`): appends that got the lock
+        // before us are written and queued; `shut_down` is set, so every later one
+        // fails. Held to the end, so nothing writes while the final flush runs.
+        let _put = self.put_lock.lock();
         self.strategy.shutdown();
         self.queue.shutdown();
         if let Some(mut thread) = self.checkpoint_thread.lock().take() {
