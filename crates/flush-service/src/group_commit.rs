@@ -20,8 +20,7 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::error::TargetError;
-use crate::handle::{Completion, DurabilityHandle, Helper};
-use crate::service::ServiceState;
+use crate::handle::{Completion, DurabilityHandle};
 use crate::sync::{lock, Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::{FlushError, FlushTarget, FlushedCallback, FlushedReport};
 
@@ -87,31 +86,6 @@ struct Counters {
     stopped: AtomicU64,
 }
 
-/// Lets a waiter lead a round, or wake the service when it cannot.
-struct RoundLeader {
-    core: Arc<GroupCommit>,
-    wake: Arc<ServiceState>,
-}
-
-impl Helper for RoundLeader {
-    fn lead(&self) -> bool {
-        let led = self.core.try_run_round().is_some();
-        if led && self.core.pending() > 0 {
-            // Requests arrived during our round: hand them to the service thread
-            // now rather than leave them to their waiters' timeouts.
-            self.wake.wakeup();
-        } else if !led {
-            // Someone else is in a round; make sure one follows it for us.
-            self.wake.wakeup();
-        }
-        led
-    }
-
-    fn wake(&self) {
-        self.wake.wakeup();
-    }
-}
-
 /// The group-commit core, without threads: producers call
 /// [`put_request`](Self::put_request); a service thread (or a test) calls
 /// [`swap`](Self::swap), [`do_commit`](Self::do_commit) and
@@ -122,8 +96,9 @@ pub struct GroupCommit {
     config: GroupCommitConfig,
     write: Mutex<WriteList>,
     inflight: Mutex<VecDeque<Request>>,
-    /// Held for a whole round (swap, commit, flush, complete), by the service
-    /// thread or by a waiter leading the round itself.
+    /// Held for a whole round (swap, commit, flush, complete) by whoever runs it:
+    /// the service thread, or shutdown's drain. Never by a waiting producer, whose
+    /// wait must end by its own deadline however long a sync takes.
     round: Mutex<()>,
     failure: Mutex<Option<TargetError>>,
     /// Set once `failure` is; lets the put path check without locking.
@@ -187,34 +162,11 @@ impl GroupCommit {
         DurabilityHandle::pending(completion)
     }
 
-    /// As [`put_request`](Self::put_request), but a thread blocking on the handle
-    /// first tries to lead a round itself ([`try_run_round`](Self::try_run_round)),
-    /// like a leader in a write group: a lone producer pays no thread hand-off.
-    /// `wake` wakes the service thread, for waiters that cannot lead (futures).
-    pub fn put_request_leading(self: &Arc<Self>, next_offset: u64, wake: Arc<ServiceState>) -> DurabilityHandle {
-        let handle = self.put_request(next_offset);
-        if handle.is_done() {
-            return handle;
-        }
-        handle.with_helper(Arc::new(RoundLeader { core: Arc::clone(self), wake }))
-    }
-
     /// One round: swap, then [`do_commit`](Self::do_commit), holding the round lock.
     pub fn run_round(&self) -> usize {
         let _round = lock(&self.round);
         self.swap();
         self.do_commit()
-    }
-
-    /// A round if no other round is running; `None` otherwise.
-    pub fn try_run_round(&self) -> Option<usize> {
-        let _round = match self.round.try_lock() {
-            Ok(guard) => guard,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return None,
-        };
-        self.swap();
-        Some(self.do_commit())
     }
 
     /// Moves queued requests to the in-flight list (RocketMQ's `swapRequests`, run

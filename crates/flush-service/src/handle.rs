@@ -12,18 +12,6 @@ use crate::FlushError;
 /// The result of a durability request.
 pub type FlushResult = Result<(), FlushError>;
 
-/// What a waiter can do to get its request completed sooner.
-pub(crate) trait Helper: Send + Sync {
-    /// Run by a blocked waiter before it sleeps: do the work that completes
-    /// requests (a group-commit round) on the waiter's own thread, sparing two
-    /// thread hand-offs. Returns true if it ran; false if someone else is running it.
-    fn lead(&self) -> bool;
-    /// Run by a waiter that cannot lead (an async task): wake the service thread.
-    fn wake(&self);
-}
-
-pub(crate) type SharedHelper = Arc<dyn Helper>;
-
 #[derive(Debug, Default)]
 struct State {
     result: Option<FlushResult>,
@@ -71,27 +59,25 @@ impl Completion {
 /// A sync-flush request always completes: with `Ok` once its bytes are durable,
 /// [`FlushError::Timeout`] at its deadline, [`FlushError::Failed`] on a storage
 /// error, or [`FlushError::Stopped`] if the service stops first. Waiting never
-/// holds a lock that producers or the flusher need.
+/// holds a lock that producers or the flusher need, and the waiting thread never
+/// runs a flush itself, so a slow sync cannot hold it past its own bound:
+/// [`wait_timeout`](Self::wait_timeout) returns by its timeout, and
+/// [`wait`](Self::wait) by the request's deadline (plus the watcher's tick).
 #[derive(Debug)]
 pub struct DurabilityHandle {
     inner: Inner,
 }
 
+#[derive(Debug)]
 enum Inner {
     Ready(Option<FlushResult>),
-    Pending(Arc<Completion>, Option<SharedHelper>),
+    Pending(Arc<Completion>),
 }
 
-impl std::fmt::Debug for Inner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Inner::Ready(r) => f.debug_tuple("Ready").field(r).finish(),
-            Inner::Pending(c, h) => {
-                f.debug_struct("Pending").field("completion", c).field("helper", &h.is_some()).finish()
-            }
-        }
-    }
-}
+/// How long a blocking wait sleeps before it looks again. Every request is
+/// completed by someone (the flusher, the deadline watcher, or shutdown), so this
+/// only bounds each sleep; it is not a polling interval.
+const WAIT_SLICE: Duration = Duration::from_millis(100);
 
 impl DurabilityHandle {
     /// A handle that is already resolved (async flush, or an immediate rejection).
@@ -100,27 +86,14 @@ impl DurabilityHandle {
     }
 
     pub(crate) fn pending(completion: Arc<Completion>) -> Self {
-        DurabilityHandle { inner: Inner::Pending(completion, None) }
-    }
-
-    /// A pending handle whose blocking waits first try `helper`.
-    pub(crate) fn pending_with_helper(completion: Arc<Completion>, helper: SharedHelper) -> Self {
-        DurabilityHandle { inner: Inner::Pending(completion, Some(helper)) }
-    }
-
-    /// Adds a helper to a pending handle.
-    pub(crate) fn with_helper(self, helper: SharedHelper) -> Self {
-        match self.inner {
-            Inner::Pending(c, _) => Self::pending_with_helper(c, helper),
-            ready => DurabilityHandle { inner: ready },
-        }
+        DurabilityHandle { inner: Inner::Pending(completion) }
     }
 
     /// True once the result is known.
     pub fn is_done(&self) -> bool {
         match &self.inner {
             Inner::Ready(_) => true,
-            Inner::Pending(c, _) => c.is_complete(),
+            Inner::Pending(c) => c.is_complete(),
         }
     }
 
@@ -128,30 +101,24 @@ impl DurabilityHandle {
     pub fn try_result(&self) -> Option<FlushResult> {
         match &self.inner {
             Inner::Ready(r) => r.clone(),
-            Inner::Pending(c, _) => lock(&c.state).result.clone(),
+            Inner::Pending(c) => lock(&c.state).result.clone(),
         }
     }
 
-    /// Blocks until the request completes. Under group commit the waiting thread
-    /// may itself run the flush round that completes it (no thread hand-off).
+    /// Blocks until the request completes: durable, failed, stopped, or timed out
+    /// at its deadline (`sync_flush_timeout_ms` after it was submitted).
     pub fn wait(self) -> FlushResult {
         match self.inner {
             Inner::Ready(r) => r.expect("a ready handle holds its result until consumed"),
-            Inner::Pending(c, helper) => loop {
-                if let Some(result) = lock(&c.state).result.clone() {
-                    return result;
+            Inner::Pending(c) => {
+                let mut state = lock(&c.state);
+                loop {
+                    if let Some(result) = state.result.clone() {
+                        return result;
+                    }
+                    state = wait_timeout(&c.cond, state, WAIT_SLICE);
                 }
-                if let Some(help) = &helper {
-                    help.lead();
-                }
-                let state = lock(&c.state);
-                if let Some(result) = state.result.clone() {
-                    return result;
-                }
-                // Someone else is flushing (it, or the service thread, completes us),
-                // or our round could not cover us yet: wait a little, never spin.
-                drop(wait_timeout(&c.cond, state, Duration::from_millis(1)));
-            },
+            }
         }
     }
 
@@ -160,21 +127,21 @@ impl DurabilityHandle {
     pub fn wait_timeout(&self, timeout: Duration) -> Option<FlushResult> {
         match &self.inner {
             Inner::Ready(r) => r.clone(),
-            Inner::Pending(c, helper) => {
-                if let Some(help) = helper {
-                    help.lead();
-                }
-                let deadline = std::time::Instant::now() + timeout;
+            Inner::Pending(c) => {
+                // A timeout too large for an `Instant` means no bound at all.
+                let deadline = std::time::Instant::now().checked_add(timeout);
                 let mut state = lock(&c.state);
                 loop {
                     if let Some(result) = state.result.clone() {
                         return Some(result);
                     }
                     let now = std::time::Instant::now();
-                    if now >= deadline {
-                        return None;
-                    }
-                    state = wait_timeout(&c.cond, state, deadline - now);
+                    let slice = match deadline {
+                        Some(deadline) if now >= deadline => return None,
+                        Some(deadline) => deadline - now,
+                        None => WAIT_SLICE,
+                    };
+                    state = wait_timeout(&c.cond, state, slice);
                 }
             }
         }
@@ -187,17 +154,12 @@ impl Future for DurabilityHandle {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<FlushResult> {
         match &mut self.get_mut().inner {
             Inner::Ready(r) => Poll::Ready(r.take().expect("DurabilityHandle polled after completion")),
-            Inner::Pending(c, helper) => {
+            Inner::Pending(c) => {
                 let mut state = lock(&c.state);
                 match state.result.clone() {
                     Some(result) => Poll::Ready(result),
                     None => {
                         state.waker = Some(cx.waker().clone());
-                        drop(state);
-                        // A task must not block its executor by leading a round.
-                        if let Some(help) = helper {
-                            help.wake();
-                        }
                         Poll::Pending
                     }
                 }
@@ -234,6 +196,12 @@ mod tests {
         let c = Completion::new();
         let handle = DurabilityHandle::pending(Arc::clone(&c));
         assert!(handle.wait_timeout(Duration::from_millis(1)).is_none());
+        let other = Arc::clone(&c);
+        let completer = std::thread::spawn(move || other.complete(Ok(())));
+        assert!(matches!(handle.wait_timeout(Duration::MAX), Some(Ok(()))), "an unbounded wait, no overflow");
+        completer.join().unwrap();
+        let c = Completion::new();
+        let handle = DurabilityHandle::pending(Arc::clone(&c));
         c.complete(Ok(()));
         assert!(matches!(handle.wait_timeout(Duration::from_millis(1)), Some(Ok(()))));
     }

@@ -30,13 +30,13 @@ fn loom_wakeup_is_never_lost() {
     });
 }
 
-/// Two producers append and wait for durability while the flusher runs the
-/// service thread's loop (`wait_for_running`, then `run_round`) until both are
-/// acknowledged. With `leading`, waiters may run rounds themselves
-/// (`put_request_leading`); without, they only wake the service. Checks: nothing is
-/// acknowledged above the flushed offset, the flushed offset never moves back, and
-/// every waiter is answered (a lost wake-up or a missed hand-off deadlocks).
-fn two_producers_and_the_service_loop(leading: bool, preemption_bound: usize) {
+/// Two producers append, submit and wait for durability the way `SyncFlush` does
+/// (queue the request, wake the service), while the flusher runs the service
+/// thread's loop (`wait_for_running`, then `run_round`) until both are
+/// acknowledged. Checks: nothing is acknowledged above the flushed offset, the
+/// flushed offset never moves back, and every waiter is answered (a lost wake-up
+/// deadlocks).
+fn two_producers_and_the_service_loop(preemption_bound: usize) {
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(preemption_bound);
     builder.check(move || {
@@ -53,20 +53,10 @@ fn two_producers_and_the_service_loop(leading: bool, preemption_bound: usize) {
                 let (gc, target, state) = (Arc::clone(&gc), target.clone(), Arc::clone(&state));
                 thread::spawn(move || {
                     let end = target.append(10);
-                    let handle = if leading {
-                        gc.put_request_leading(end, Arc::clone(&state))
-                    } else {
-                        let handle = gc.put_request(end);
-                        state.wakeup();
-                        handle
-                    };
+                    let handle = gc.put_request(end);
+                    state.wakeup();
                     handle.wait().unwrap();
                     assert!(target.flushed_where() >= end, "acknowledged before flushed");
-                    if leading {
-                        // A producer that led its own round leaves the service loop
-                        // asleep; let it notice that everyone is done.
-                        state.wakeup();
-                    }
                 })
             })
             .collect();
@@ -86,10 +76,5 @@ fn two_producers_and_the_service_loop(leading: bool, preemption_bound: usize) {
 
 #[test]
 fn loom_group_commit_acknowledges_only_flushed_offsets() {
-    two_producers_and_the_service_loop(false, 3);
-}
-
-#[test]
-fn loom_leading_waiters_are_always_answered() {
-    two_producers_and_the_service_loop(true, 2);
+    two_producers_and_the_service_loop(3);
 }

@@ -133,9 +133,15 @@ impl FlushStrategy for SyncFlush {
     }
 
     fn submit(&self, next_offset: u64) -> DurabilityHandle {
-        // No wake-up here: a blocking waiter leads its own round, a future wakes
-        // the service when first polled, and the service runs every interval anyway.
-        self.core.put_request_leading(next_offset, Arc::clone(&self.state))
+        // The service thread runs every round; the waiter only waits, so a slow
+        // sync never holds it past its deadline. A wake-up while the service is
+        // mid-round makes it start the next round at once, so requests that arrive
+        // during a sync are batched into the following one.
+        let handle = self.core.put_request(next_offset);
+        if !handle.is_done() {
+            self.state.wakeup();
+        }
+        handle
     }
 
     fn is_sync(&self) -> bool {

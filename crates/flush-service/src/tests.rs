@@ -369,3 +369,39 @@ fn async_flush_failure_is_reported() {
     flush.shutdown();
     assert!(flush.failure().is_some());
 }
+
+/// A sync that takes far longer than the waiters' bounds.
+fn slow_sync_flush(latency: Duration, sync_flush_timeout_ms: u64) -> (Arc<MemoryTarget>, SyncFlush) {
+    let target = MemoryTarget::new();
+    target.set_flush_latency(latency);
+    let config = FlushConfig { sync_flush_timeout_ms, ..FlushConfig::default() };
+    let flush = SyncFlush::start(target.clone(), Arc::new(SystemClock::new()), &config, false, None).unwrap();
+    (target, flush)
+}
+
+#[test]
+fn wait_timeout_returns_by_its_timeout_during_a_slow_sync() {
+    // A waiter once led the group-commit round itself and sat in the 3 s sync,
+    // returning `Some(Ok)` after 3 s from a 100 ms wait.
+    let (target, flush) = slow_sync_flush(Duration::from_secs(3), 60_000);
+    let submitted = std::time::Instant::now();
+    let handle = flush.submit(target.append(100));
+    assert!(handle.wait_timeout(Duration::from_millis(100)).is_none(), "the sync cannot be done yet");
+    let waited = submitted.elapsed();
+    assert!(waited < Duration::from_millis(1500), "a 100 ms wait took {waited:?}");
+    assert!(settle(handle).is_ok(), "the request itself completes once the sync is done");
+    flush.shutdown();
+}
+
+#[test]
+fn wait_returns_timeout_at_the_deadline_during_a_slow_sync() {
+    // RocketMQ answers FLUSH_DISK_TIMEOUT after syncFlushTimeout at most; the
+    // waiter must not be held by a flush in progress.
+    let (target, flush) = slow_sync_flush(Duration::from_secs(3), 200);
+    let submitted = std::time::Instant::now();
+    let result = flush.submit(target.append(100)).wait();
+    let waited = submitted.elapsed();
+    assert!(matches!(result, Err(FlushError::Timeout { timeout_ms: 200, .. })), "{result:?}");
+    assert!(waited < Duration::from_millis(1500), "a 200 ms deadline answered after {waited:?}");
+    flush.shutdown();
+}
