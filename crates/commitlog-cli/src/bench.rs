@@ -39,20 +39,21 @@ pub struct BenchArgs {
     /// Directory for the logs (kept afterwards); default: a temporary one, removed.
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Record body size in bytes.
-    #[arg(long, default_value_t = 1024)]
+    /// Record body size in bytes (1 to 1 GiB; at most what fits in a segment).
+    #[arg(long, default_value_t = 1024, value_parser = crate::args::count_in::<usize>(1 << 30))]
     record_size: usize,
-    /// Producer threads per mode.
-    #[arg(long, default_value_t = 4)]
+    /// Producer threads per mode (1 to 1024).
+    #[arg(long, default_value_t = 4, value_parser = crate::args::count_in::<usize>(1024))]
     producers: usize,
-    /// Records per mode (the run stops at this count or the duration, whichever first).
-    #[arg(long, default_value_t = 200_000)]
+    /// Records per mode, 1 to 100 million (the run stops at this count or the
+    /// duration, whichever first).
+    #[arg(long, default_value_t = 200_000, value_parser = crate::args::count_in::<u64>(100_000_000))]
     count: u64,
-    /// Longest run per mode, in seconds.
-    #[arg(long, default_value_t = 8.0)]
-    duration_secs: f64,
-    /// Segment size in bytes.
-    #[arg(long, default_value_t = 64 << 20)]
+    /// Longest run per mode, in seconds (positive, at most a day).
+    #[arg(long, default_value = "8", value_parser = crate::args::duration_secs)]
+    duration_secs: Duration,
+    /// Segment size in bytes (a multiple of 4096 below 4 GiB).
+    #[arg(long, default_value_t = 64 << 20, value_parser = crate::args::segment_size)]
     segment_size: usize,
     /// Modes to run (repeat or comma-separate); default: all.
     #[arg(long, value_enum, value_delimiter = ',')]
@@ -111,16 +112,16 @@ fn run_mode(mode: Mode, args: &BenchArgs, dir: &std::path::Path) -> Result<ModeR
     }
     let mut config = log_config(dir, flush, pool, Some(args.segment_size))?;
     if args.record_size > config.max_message_size {
-        return Err(CliError::Input(format!(
+        return Err(CliError::Usage(format!(
             "--record-size {} exceeds the limit {} for this segment size",
             args.record_size, config.max_message_size
         )));
     }
     config.max_message_size = config.max_message_size.max(args.record_size);
     let log = CommitLog::open(dir, config)?;
-    let producers = args.producers.max(1);
+    let producers = args.producers;
     let per_producer = args.count.div_ceil(producers as u64);
-    let deadline = Instant::now() + Duration::from_secs_f64(args.duration_secs);
+    let deadline = Instant::now() + args.duration_secs;
     let done = Arc::new(AtomicU64::new(0));
     let bar = ProgressBar::new(per_producer * producers as u64);
     bar.set_style(

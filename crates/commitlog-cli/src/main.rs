@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use commitlog::{CommitLogConfig, FlushDiskType};
 
+mod args;
 mod bench;
 mod inspect_cmds;
 mod produce;
@@ -59,6 +60,8 @@ enum CliError {
         source: std::io::Error,
     },
     Input(String),
+    /// Arguments that cannot work together (exit 2, like clap's own usage errors).
+    Usage(String),
     /// `verify` found this many problems (already printed).
     Problems(usize),
 }
@@ -68,7 +71,7 @@ impl std::fmt::Display for CliError {
         match self {
             CliError::Log(e) => write!(f, "{e}"),
             CliError::Io { context, source } => write!(f, "{context}: {source}"),
-            CliError::Input(message) => write!(f, "{message}"),
+            CliError::Input(message) | CliError::Usage(message) => write!(f, "{message}"),
             CliError::Problems(n) => write!(f, "{n} problem(s) found"),
         }
     }
@@ -100,7 +103,7 @@ fn log_config(
     };
     let size = match (existing, segment_size) {
         (Some(e), Some(asked)) if e != asked => {
-            return Err(CliError::Input(format!(
+            return Err(CliError::Usage(format!(
                 "{} has {e}-byte segments, not --segment-size {asked}",
                 dir.display()
             )));
@@ -144,6 +147,10 @@ fn main() -> ExitCode {
         Err(CliError::Problems(n)) => {
             eprintln!("commitlog: {n} problem(s) found");
             ExitCode::from(3)
+        }
+        Err(CliError::Usage(message)) => {
+            eprintln!("commitlog: usage error: {message}");
+            ExitCode::from(2)
         }
         Err(e) => {
             eprintln!("commitlog: error: {e}");

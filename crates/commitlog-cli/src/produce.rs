@@ -24,7 +24,7 @@ pub struct ProduceArgs {
     #[arg(long)]
     pool: bool,
     /// Segment size for a new log (existing logs keep theirs).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = crate::args::segment_size)]
     segment_size: Option<usize>,
 }
 

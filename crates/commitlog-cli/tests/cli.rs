@@ -222,7 +222,7 @@ fn bad_input_gets_one_line_errors_and_non_zero_exits() {
     // A conflicting segment size.
     assert_clean_failure(
         &run_in(&["produce", "--dir", l, "--segment-size", "131072"], b"b\n"),
-        1,
+        2,
         "65536-byte segments",
     );
     // An oversized record.
@@ -338,4 +338,64 @@ fn bench_runs_every_mode_and_prints_json() {
         run(&["bench", "--count", "500", "--mode", "async", "--record-size", "64", "--segment-size", "1048576"]);
     assert!(table.status.success());
     assert!(text(&table.stdout).contains("rec/s"));
+}
+
+#[test]
+fn bad_numeric_arguments_are_usage_errors_not_panics() {
+    let cases: &[&[&str]] = &[
+        &["bench", "--duration-secs", "NaN"],
+        &["bench", "--duration-secs=-1"],
+        &["bench", "--duration-secs", "inf"],
+        &["bench", "--duration-secs", "0"],
+        &["bench", "--producers", "0"],
+        &["bench", "--count", "0"],
+        &["bench", "--record-size", "0"],
+        &["bench", "--segment-size", "1000"],
+        &["bench", "--segment-size", "18446744073709551615"],
+        &["bench", "--record-size", "70000", "--segment-size", "65536"],
+        &["produce", "--dir", "/nonexistent", "--segment-size", "5"],
+        &["consume", "--dir", "/nonexistent", "--from", "-1"],
+    ];
+    for args in cases {
+        let out = run(args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+/// Runs the tool with a time limit: a hang is a failure, not a stuck test.
+fn run_bounded(args: &[&str], stdin: &[u8], limit: std::time::Duration) -> Output {
+    let mut child =
+        commitlog().args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let _ = child.stdin.take().unwrap().write_all(stdin);
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > limit {
+            child.kill().unwrap();
+            panic!("commitlog {args:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_segment_named_near_the_end_of_the_offset_space_is_an_error_not_a_hang() {
+    // 18446744073709547520 = 2^64 - 4096: the segment's end overflows u64. This once
+    // passed `verify` and made `produce` spin forever on wrapped offsets.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    std::fs::create_dir_all(dir.path().join("commitlog")).unwrap();
+    std::fs::write(dir.path().join("commitlog").join("18446744073709547520"), vec![0u8; 4096]).unwrap();
+    let limit = std::time::Duration::from_secs(20);
+    let out = run_bounded(&["verify", "--dir", d], b"", limit);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("18446744073709547520"), "{}", text(&out.stdout));
+    let out = run_bounded(&["produce", "--dir", d, "--segment-size", "4096"], b"x\n", limit);
+    assert_clean_failure(&out, 1, "18446744073709547520");
+    for cmd in ["recover", "stat", "consume"] {
+        let out = run_bounded(&[cmd, "--dir", d], b"", limit);
+        assert!(!text(&out.stderr).contains("panicked"), "{cmd}: {}", text(&out.stderr));
+    }
 }

@@ -5,6 +5,9 @@ use flush_service::FlushConfig;
 use crate::format::HEADER_SIZE;
 use crate::Error;
 
+/// Most write buffers a pool may have (RocketMQ's default is 5).
+pub const MAX_POOL_BUFFERS: usize = 1024;
+
 /// When an append is acknowledged (RocketMQ's `flushDiskType`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "snake_case"))]
@@ -94,14 +97,22 @@ impl CommitLogConfig {
         if self.max_message_size == 0 {
             return invalid("max_message_size must be positive".into());
         }
-        if self.max_message_size + 2 * HEADER_SIZE > size {
+        if self.max_message_size.checked_add(2 * HEADER_SIZE).is_none_or(|needed| needed > size) {
             return invalid(format!(
                 "max_message_size {} plus two {HEADER_SIZE}-byte headers must fit in a segment of {size} bytes",
                 self.max_message_size
             ));
         }
-        if self.transient_store_pool_enable && self.transient_store_pool_size == 0 {
-            return invalid("transient_store_pool_size must be positive when the pool is enabled".into());
+        if self.transient_store_pool_enable {
+            let buffers = self.transient_store_pool_size;
+            if buffers == 0 || buffers > MAX_POOL_BUFFERS {
+                return invalid(format!(
+                    "transient_store_pool_size {buffers} must be between 1 and {MAX_POOL_BUFFERS} when the pool is enabled"
+                ));
+            }
+            if buffers.checked_mul(size).is_none_or(|bytes| isize::try_from(bytes).is_err()) {
+                return invalid(format!("{buffers} write buffers of {size} bytes do not fit in the address space"));
+            }
         }
         if self.checkpoint_interval_ms == 0 {
             return invalid("checkpoint_interval_ms must be positive".into());
@@ -182,5 +193,25 @@ impl CommitLogConfigBuilder {
     pub fn build(self) -> Result<CommitLogConfig, Error> {
         self.config.validate()?;
         Ok(self.config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extreme_values_are_invalid_config_not_panics() {
+        let max_message = CommitLogConfig::builder().max_message_size(usize::MAX).build();
+        assert!(matches!(max_message, Err(Error::InvalidConfig { .. })), "{max_message:?}");
+        let near = CommitLogConfig::builder().max_message_size(usize::MAX - HEADER_SIZE).build();
+        assert!(matches!(near, Err(Error::InvalidConfig { .. })));
+        let size = CommitLogConfig::builder().mapped_file_size_commit_log(usize::MAX).build();
+        assert!(matches!(size, Err(Error::InvalidConfig { .. })));
+        let pool = CommitLogConfig::builder().transient_store_pool(true, usize::MAX).build();
+        assert!(matches!(pool, Err(Error::InvalidConfig { .. })));
+        let ok =
+            CommitLogConfig::builder().mapped_file_size_commit_log(1 << 20).max_message_size((1 << 20) - 64).build();
+        assert!(ok.is_ok(), "the largest body that fits with two headers is valid");
     }
 }

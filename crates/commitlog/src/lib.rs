@@ -48,7 +48,7 @@ mod log;
 mod recovery;
 
 pub use checkpoint::Checkpoint;
-pub use config::{CommitLogConfig, CommitLogConfigBuilder, FlushDiskType};
+pub use config::{CommitLogConfig, CommitLogConfigBuilder, FlushDiskType, MAX_POOL_BUFFERS};
 pub use error::{Error, PutMessageStatus};
 pub use flush_service::{DurabilityHandle, FlushConfig, FlushError, FlushStats};
 pub use log::{AppendResult, BatchAppendResult, CommitLog, Record, Records, ABORT_FILE, LOCK_FILE, SEGMENT_DIR};

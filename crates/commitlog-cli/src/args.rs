@@ -1,0 +1,60 @@
+//! Value parsers for numeric arguments: a bad value is a usage error (exit 2)
+//! naming the argument, never a panic or a run with a nonsense value.
+
+use std::time::Duration;
+
+/// Largest run the benchmark accepts, in seconds (a day).
+const MAX_DURATION_SECS: f64 = 86_400.0;
+
+/// A duration in seconds: finite, positive, at most a day.
+pub fn duration_secs(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s.parse().map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if !secs.is_finite() || secs <= 0.0 || secs > MAX_DURATION_SECS {
+        return Err(format!("must be a positive number of seconds, at most {MAX_DURATION_SECS}"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())
+}
+
+/// A segment size in bytes: a positive multiple of 4096 below 4 GiB (record
+/// sizes are 32-bit).
+pub fn segment_size(s: &str) -> Result<usize, String> {
+    let bytes: u64 = s.parse().map_err(|_| format!("`{s}` is not a number of bytes"))?;
+    if bytes == 0 || !bytes.is_multiple_of(4096) || bytes >= 1 << 32 {
+        return Err("must be a positive multiple of 4096 below 4 GiB".into());
+    }
+    usize::try_from(bytes).map_err(|_| "too large for this machine".into())
+}
+
+/// A count of at least one, at most `max`.
+pub fn count_in<T>(max: u64) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
+where
+    T: TryFrom<u64>,
+{
+    move |s| {
+        let n: u64 = s.parse().map_err(|_| format!("`{s}` is not a whole number"))?;
+        if n == 0 || n > max {
+            return Err(format!("must be between 1 and {max}"));
+        }
+        T::try_from(n).map_err(|_| "too large for this machine".to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_numbers_are_refused_with_a_reason() {
+        for bad in ["NaN", "-1", "0", "inf", "1e300", "x", ""] {
+            assert!(duration_secs(bad).is_err(), "{bad}");
+        }
+        assert_eq!(duration_secs("0.5").unwrap(), Duration::from_millis(500));
+        for bad in ["0", "4095", "4097", "4294967296", "-4096", "99999999999999999999999"] {
+            assert!(segment_size(bad).is_err(), "{bad}");
+        }
+        assert_eq!(segment_size("65536").unwrap(), 65536);
+        let producers = count_in::<usize>(1024);
+        assert!(producers("0").is_err() && producers("1025").is_err() && producers("-3").is_err());
+        assert_eq!(producers("16").unwrap(), 16);
+    }
+}
