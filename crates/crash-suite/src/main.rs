@@ -1,7 +1,8 @@
 //! The crash-consistency and fault suite: `cargo xtask crash [--soak]`.
 //!
 //! Layers (docs/durability.md): 1 corruption matrix, 2 simulated power loss with
-//! planted bugs, 3 real SIGKILLs, 4 sync failure, 5 disk full. Layers 6 (fuzzing)
+//! planted bugs, 2b crashes over several generations (recover, append, crash
+//! again), 3 real SIGKILLs, 4 sync failure, 5 disk full. Layers 6 (fuzzing)
 //! and 7 (loom models) are run by `cargo xtask crash` around this binary. Each
 //! layer prints one line with its figure; the exit code is non-zero if any fails.
 
@@ -14,6 +15,7 @@ use mapped_file::planted::{activate, Bug};
 mod common;
 mod corruption;
 mod disk_full;
+mod generations;
 mod kill;
 mod power_loss;
 mod sync_failure;
@@ -43,6 +45,9 @@ fn main() -> ExitCode {
         _ => {}
     }
     let soak = args.iter().any(|a| a == "--soak");
+    // `--only LAYER` runs one layer (for working on it); CI runs them all.
+    let only = arg(&args, "--only");
+    let layer_wanted = |name: &str| only.as_deref().is_none_or(|o| o == name);
     let seed: u64 = arg(&args, "--seed").and_then(|s| s.parse().ok()).unwrap_or(0x5EED);
     let scale = if soak { 20 } else { 1 };
     let mut failed = false;
@@ -51,110 +56,155 @@ fn main() -> ExitCode {
         failed |= !ok;
     };
 
-    // 1. Corruption matrix.
-    let t0 = Instant::now();
-    let mut c = corruption::Tally::default();
-    for s in 0..scale as u64 {
-        let t = corruption::run(seed + s, soak);
-        c.cases += t.cases;
-        c.panics += t.panics;
-        c.garbage += t.garbage;
-        c.silent_below_checkpoint += t.silent_below_checkpoint;
-        c.unclear_errors += t.unclear_errors;
-        if c.kinds.is_empty() {
-            c.kinds = t.kinds;
+    if layer_wanted("corruption") {
+        // 1. Corruption matrix.
+        let t0 = Instant::now();
+        let mut c = corruption::Tally::default();
+        for s in 0..scale as u64 {
+            let t = corruption::run(seed + s, soak);
+            c.cases += t.cases;
+            c.panics += t.panics;
+            c.garbage += t.garbage;
+            c.silent_below_checkpoint += t.silent_below_checkpoint;
+            c.unclear_errors += t.unclear_errors;
+            if c.kinds.is_empty() {
+                c.kinds = t.kinds;
+            }
         }
+        let kinds: Vec<String> = c.kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        report(
+            c.panics + c.garbage + c.silent_below_checkpoint + c.unclear_errors == 0,
+            format!(
+                "corruption: {} cases ({}), {} panics, {} garbage records, {} silent losses below the checkpoint, {} unclear errors ({:.1?})",
+                c.cases,
+                kinds.join(", "),
+                c.panics,
+                c.garbage,
+                c.silent_below_checkpoint,
+                c.unclear_errors,
+                t0.elapsed()
+            ),
+        );
     }
-    let kinds: Vec<String> = c.kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
-    report(
-        c.panics + c.garbage + c.silent_below_checkpoint + c.unclear_errors == 0,
-        format!(
-            "corruption: {} cases ({}), {} panics, {} garbage records, {} silent losses below the checkpoint, {} unclear errors ({:.1?})",
-            c.cases,
-            kinds.join(", "),
-            c.panics,
-            c.garbage,
-            c.silent_below_checkpoint,
-            c.unclear_errors,
-            t0.elapsed()
-        ),
-    );
 
-    // 2. Simulated power loss, then the planted bugs.
-    let t0 = Instant::now();
-    let mut p = power_loss::Tally::default();
-    // Enough runs for the crash-state floor, however quickly flushes happen.
-    let target_states = 110_000 * scale as u64;
-    let mut seeds = 0u64;
-    while (seeds < 24 * scale as u64 || p.states < target_states) && seeds < 2000 * scale as u64 {
-        p.add(power_loss::run_seed(seed + seeds, 48, seeds % 3 == 2, false));
-        seeds += 1;
+    if layer_wanted("power-loss") {
+        // 2. Simulated power loss, then the planted bugs.
+        let t0 = Instant::now();
+        let mut p = power_loss::Tally::default();
+        // Enough runs for the crash-state floor, however quickly flushes happen.
+        let target_states = 110_000 * scale as u64;
+        let mut seeds = 0u64;
+        while (seeds < 24 * scale as u64 || p.states < target_states) && seeds < 2000 * scale as u64 {
+            p.add(power_loss::run_seed(seed + seeds, 48, seeds % 3 == 2, false));
+            seeds += 1;
+        }
+        let mut caught = 0;
+        let bugs = [Bug::AckBeforeSync, Bug::RetryAfterFailedSync, Bug::RecoveryWithoutCrc];
+        for bug in bugs {
+            activate(Some(bug));
+            let hit = (0..12).any(|s| {
+                power_loss::run_seed(seed + 1000 + s, 16, bug == Bug::RetryAfterFailedSync, true).violations() > 0
+            });
+            activate(None);
+            if hit {
+                caught += 1;
+            } else {
+                println!("power-loss: planted bug {bug:?} was NOT caught");
+            }
+        }
+        report(
+            p.violations() == 0 && p.states >= 100_000 * scale as u64 && caught == bugs.len(),
+            format!(
+                "power-loss: {} crash states over {seeds} runs, {} acked records, {} acked lost, {} garbage, {} failed recoveries, {caught}/{} planted bugs caught ({:.1?})",
+                p.states,
+                p.acked,
+                p.lost,
+                p.garbage,
+                p.open_errors,
+                bugs.len(),
+                t0.elapsed()
+            ),
+        );
     }
-    let mut caught = 0;
-    let bugs = [Bug::AckBeforeSync, Bug::RetryAfterFailedSync, Bug::RecoveryWithoutCrc];
-    for bug in bugs {
-        activate(Some(bug));
-        let hit = (0..12).any(|s| {
-            power_loss::run_seed(seed + 1000 + s, 16, bug == Bug::RetryAfterFailedSync, true).violations() > 0
-        });
+
+    if layer_wanted("generations") {
+        // 2b. Several generations: what a recovery cut never comes back.
+        let t0 = Instant::now();
+        let mut g = generations::Tally::default();
+        let gen_seeds = 100 * scale as u64;
+        for s in 0..gen_seeds {
+            g.add(generations::run_seed(seed + 5000 + s, 50));
+        }
+        activate(Some(Bug::TruncateLeavesTail));
+        let planted_caught = (0..20).any(|s| generations::run_seed(seed + 9000 + s, 50).violations() > 0);
         activate(None);
-        if hit {
-            caught += 1;
-        } else {
-            println!("power-loss: planted bug {bug:?} was NOT caught");
+        if !planted_caught {
+            println!(
+                "generations: planted bug TruncateLeavesTail (recovery leaves bytes after the end) was NOT caught"
+            );
         }
+        report(
+            g.violations() == 0 && g.states >= 5000 * scale as u64 && g.cuts > 0 && g.second_crashes > 0 && planted_caught,
+            format!(
+                "generations: {} states crash -> recover -> append -> shutdown or crash ({} crashed again) -> recover, {} recoveries cut bytes, {} acked, {} resurrected, {} out of order, {} acked lost, {} garbage, {} failed opens, planted bug (recovery leaves bytes after the end) {} ({:.1?})",
+                g.states,
+                g.second_crashes,
+                g.cuts,
+                g.acked,
+                g.resurrected,
+                g.misordered,
+                g.lost,
+                g.garbage,
+                g.open_errors,
+                if planted_caught { "caught" } else { "NOT caught" },
+                t0.elapsed()
+            ),
+        );
     }
-    report(
-        p.violations() == 0 && p.states >= 100_000 * scale as u64 && caught == bugs.len(),
-        format!(
-            "power-loss: {} crash states over {seeds} runs, {} acked records, {} acked lost, {} garbage, {} failed recoveries, {caught}/{} planted bugs caught ({:.1?})",
-            p.states,
-            p.acked,
-            p.lost,
-            p.garbage,
-            p.open_errors,
-            bugs.len(),
-            t0.elapsed()
-        ),
-    );
 
-    // 3. Real SIGKILLs.
-    let t0 = Instant::now();
-    let k = kill::run(seed, 200 * scale);
-    report(
-        k.lost + k.garbage == 0 && k.acked > 0,
-        format!(
-            "kill: {} SIGKILLs, {} acked records, {} acked lost, {} garbage ({:.1?})",
-            k.kills,
-            k.acked,
-            k.lost,
-            k.garbage,
-            t0.elapsed()
-        ),
-    );
+    if layer_wanted("kill") {
+        // 3. Real SIGKILLs.
+        let t0 = Instant::now();
+        let k = kill::run(seed, 200 * scale);
+        report(
+            k.lost + k.garbage == 0 && k.acked > 0,
+            format!(
+                "kill: {} SIGKILLs, {} acked records, {} acked lost, {} garbage ({:.1?})",
+                k.kills,
+                k.acked,
+                k.lost,
+                k.garbage,
+                t0.elapsed()
+            ),
+        );
+    }
 
-    // 4. Sync failure.
-    let t0 = Instant::now();
-    let f = sync_failure::run(seed, 50 * scale);
-    report(
-        f.acked_after + f.lost == 0 && f.refused_clearly == f.failures_injected,
-        format!(
-            "sync-failure: {} injected sync errors, {} acked before them, {} acked after, {} lost after restart, {}/{} refused further writes clearly ({:.1?})",
-            f.failures_injected,
-            f.acked_before,
-            f.acked_after,
-            f.lost,
-            f.refused_clearly,
-            f.failures_injected,
-            t0.elapsed()
-        ),
-    );
+    if layer_wanted("sync-failure") {
+        // 4. Sync failure.
+        let t0 = Instant::now();
+        let f = sync_failure::run(seed, 50 * scale);
+        report(
+            f.acked_after + f.lost == 0 && f.refused_clearly == f.failures_injected,
+            format!(
+                "sync-failure: {} injected sync errors, {} acked before them, {} acked after, {} lost after restart, {}/{} refused further writes clearly ({:.1?})",
+                f.failures_injected,
+                f.acked_before,
+                f.acked_after,
+                f.lost,
+                f.refused_clearly,
+                f.failures_injected,
+                t0.elapsed()
+            ),
+        );
+    }
 
-    // 5. Disk full.
-    match disk_full::run() {
-        disk_full::Outcome::Passed { detail } => report(true, format!("disk-full: an error, not SIGBUS: {detail}")),
-        disk_full::Outcome::Failed { detail } => report(false, format!("disk-full: FAILED: {detail}")),
-        disk_full::Outcome::Skipped { reason } => report(true, format!("disk-full: skipped: {reason}")),
+    if layer_wanted("disk-full") {
+        // 5. Disk full.
+        match disk_full::run() {
+            disk_full::Outcome::Passed { detail } => report(true, format!("disk-full: an error, not SIGBUS: {detail}")),
+            disk_full::Outcome::Failed { detail } => report(false, format!("disk-full: FAILED: {detail}")),
+            disk_full::Outcome::Skipped { reason } => report(true, format!("disk-full: skipped: {reason}")),
+        }
     }
 
     if failed {

@@ -1,0 +1,238 @@
+//! Layer 2b: crashes over several generations of one log. A crash state is
+//! recovered, appended to, and then shut down cleanly or crashed again, and
+//! recovered once more:
+//!
+//! ```text
+//! gen 1 appends ──crash──► gen 2 recovers, appends ──shutdown or crash──► gen 3 recovers
+//! ```
+//!
+//! Records have one fixed size per run, so new records end exactly where old ones
+//! start: whatever gen 2's recovery cut and did not erase would be valid again at
+//! its own offset. Checks on gen 3: below gen 2's recovered end, exactly the
+//! records gen 2 recovered; above it, only gen 2's records, in append order and
+//! gap-free; every record gen 2 had acknowledged is there; no garbage. Gen 2's
+//! recovery itself must return a gap-free prefix of gen 1's appends.
+
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use commitlog::{Checkpoint, CommitLog, FlushDiskType};
+use mapped_file::sim::SimSnapshot;
+use mapped_file::SimStorage;
+
+use crate::common::*;
+
+const SEGMENT: usize = 16 * 1024;
+/// Producer ids in the bodies: which generation wrote a record.
+const GEN1: u32 = 1;
+const GEN2: u32 = 2;
+
+/// Tally of a run.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Tally {
+    /// Gen-3 recoveries checked.
+    pub states: u64,
+    /// Gen-2 states that ended in a second crash (the rest shut down cleanly).
+    pub second_crashes: u64,
+    /// Records gen 2's recoveries cut (bytes truncated > 0).
+    pub cuts: u64,
+    /// Records gen 2 acknowledged.
+    pub acked: u64,
+    /// Records that came back after a recovery had discarded them.
+    pub resurrected: u64,
+    /// Records out of append order, or a gap.
+    pub misordered: u64,
+    /// Acknowledged records missing.
+    pub lost: u64,
+    /// Records whose bytes were never written.
+    pub garbage: u64,
+    /// Opens that failed.
+    pub open_errors: u64,
+}
+
+impl Tally {
+    pub fn violations(&self) -> u64 {
+        self.resurrected + self.misordered + self.lost + self.garbage + self.open_errors
+    }
+
+    pub fn add(&mut self, o: Tally) {
+        self.states += o.states;
+        self.second_crashes += o.second_crashes;
+        self.cuts += o.cuts;
+        self.acked += o.acked;
+        self.resurrected += o.resurrected;
+        self.misordered += o.misordered;
+        self.lost += o.lost;
+        self.garbage += o.garbage;
+        self.open_errors += o.open_errors;
+    }
+}
+
+/// Producer id and sequence number of a body made by [`body`].
+fn who(bytes: &[u8]) -> (u32, u64) {
+    let producer = u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes"));
+    let seq = u64::from_le_bytes(bytes[4..12].try_into().expect("8 bytes"));
+    (producer, seq)
+}
+
+/// Every record of a log, or `None` if iteration ended in an error.
+fn records(log: &CommitLog) -> Option<Vec<(u64, Vec<u8>)>> {
+    log.iter_from(log.min_offset()).map(|r| r.ok().map(|r| (r.offset, r.body.to_vec()))).collect()
+}
+
+/// Runs every write and sync of `work` against `sim`, returning the snapshots taken
+/// after each event.
+fn record_events(sim: &SimStorage, work: impl FnOnce()) -> Vec<SimSnapshot> {
+    let (tx, rx) = mpsc::sync_channel(64);
+    let collector = std::thread::spawn(move || rx.into_iter().collect::<Vec<_>>());
+    sim.set_snapshot_sink(Some(tx));
+    work();
+    sim.set_snapshot_sink(None);
+    collector.join().expect("collector")
+}
+
+/// One seed: a gen-1 workload, then `states` gen-2/gen-3 continuations of crash
+/// states picked from it.
+pub fn run_seed(seed: u64, states: usize) -> Tally {
+    let mut rng = Rng(seed);
+    let body_len = [68usize, 200, 480][rng.range(0, 3) as usize];
+    let mut tally = Tally::default();
+
+    // Gen 1: appends with a flush every few records, so crash states hold both
+    // durable records and unsynced sectors after them.
+    let dir1 = scratch();
+    let sim1 = SimStorage::new();
+    let log =
+        CommitLog::open_with_storage(dir1.path(), config(SEGMENT, FlushDiskType::AsyncFlush), Arc::new(sim1.clone()))
+            .expect("open gen 1");
+    let count = rng.range(40, 160);
+    let flush_every = rng.range(3, 12);
+    let snapshots = record_events(&sim1, || {
+        for seq in 0..count {
+            log.append(&body(GEN1, seq, body_len)).expect("append gen 1");
+            if seq % flush_every == flush_every - 1 {
+                log.flush_all().expect("flush gen 1");
+            }
+        }
+    });
+    drop(log);
+
+    for _ in 0..states {
+        let snapshot = &snapshots[rng.range(0, snapshots.len() as u64) as usize];
+        let mask = rng.next();
+        tally.add(continue_from(snapshot, mask, body_len, &mut rng));
+    }
+    tally
+}
+
+/// A crash image of `snapshot`: each dirty sector kept by a bit of `mask` (or a
+/// generator seeded with it when there are more than 64), files moved into `dir`.
+fn image(snapshot: &SimSnapshot, dir: &std::path::Path, mask: u64) -> SimStorage {
+    let segments = dir.join(commitlog::SEGMENT_DIR);
+    if snapshot.dirty_sectors() <= 64 {
+        snapshot.crash_image(&segments, |n| mask >> n & 1 == 1)
+    } else {
+        let mut r = Rng(mask);
+        snapshot.crash_image(&segments, |_| r.next() & 1 == 1)
+    }
+}
+
+fn continue_from(snapshot: &SimSnapshot, mask: u64, body_len: usize, rng: &mut Rng) -> Tally {
+    let mut tally = Tally { states: 1, ..Tally::default() };
+
+    // Gen 2: recover the crash image (abort marker, no checkpoint: a full scan).
+    let dir2 = scratch();
+    let sim2 = image(snapshot, dir2.path(), mask);
+    std::fs::write(dir2.path().join(commitlog::ABORT_FILE), b"0").expect("abort marker");
+    let Ok(log) =
+        CommitLog::open_with_storage(dir2.path(), config(SEGMENT, FlushDiskType::SyncFlush), Arc::new(sim2.clone()))
+    else {
+        tally.open_errors += 1;
+        return tally;
+    };
+    if log.recovery_report().bytes_truncated > 0 {
+        tally.cuts += 1;
+    }
+    let Some(recovered) = records(&log) else {
+        tally.garbage += 1;
+        return tally;
+    };
+    // A gap-free prefix of gen 1's appends, nothing else.
+    for (i, (_, b)) in recovered.iter().enumerate() {
+        if !is_self_consistent(b) {
+            tally.garbage += 1;
+        } else if who(b) != (GEN1, i as u64) {
+            tally.misordered += 1;
+        }
+    }
+    let end2 = log.max_offset();
+
+    // Gen 2 appends, each acknowledged durable; then a clean shutdown or a crash.
+    let appends = rng.range(1, 12);
+    let acked: std::sync::Mutex<Vec<(u64, u64)>> = Default::default();
+    let events = record_events(&sim2, || {
+        for seq in 0..appends {
+            let Ok(put) = log.append(&body(GEN2, seq, body_len)) else { break };
+            if put.durability.wait().is_ok() {
+                acked.lock().expect("acked").push((put.wrote_offset, sim2.event_count()));
+            }
+        }
+    });
+    let acked = acked.into_inner().expect("acked");
+    tally.acked = acked.len() as u64;
+    let crash = rng.next().is_multiple_of(2) && !events.is_empty();
+    let dir3 = scratch();
+    let (sim3, acked_then): (SimStorage, Vec<u64>) = if crash {
+        tally.second_crashes += 1;
+        let at = &events[rng.range(0, events.len() as u64) as usize];
+        // The checkpoint as it stood then: written once at open (its interval is an
+        // hour), so the file on disk now is that one.
+        if let Ok(Some(cp)) = Checkpoint::load(dir2.path()) {
+            cp.store(dir3.path()).expect("checkpoint");
+        }
+        std::fs::write(dir3.path().join(commitlog::ABORT_FILE), b"0").expect("abort marker");
+        let sim3 = image(at, dir3.path(), rng.next());
+        drop(log);
+        (sim3, acked.iter().filter(|(_, e)| *e <= at.event).map(|(o, _)| *o).collect())
+    } else {
+        if log.shutdown().is_err() {
+            tally.open_errors += 1;
+            return tally;
+        }
+        drop(log);
+        (sim2, acked.iter().map(|(o, _)| *o).collect())
+    };
+    let dir3 = if crash { dir3 } else { dir2 };
+
+    // Gen 3.
+    let Ok(log) = CommitLog::open_with_storage(dir3.path(), config(SEGMENT, FlushDiskType::SyncFlush), Arc::new(sim3))
+    else {
+        tally.open_errors += 1;
+        return tally;
+    };
+    let Some(now) = records(&log) else {
+        tally.garbage += 1;
+        return tally;
+    };
+    let mut next_gen2 = 0u64;
+    let mut below = Vec::new();
+    for (offset, b) in &now {
+        if !is_self_consistent(b) {
+            tally.garbage += 1;
+        } else if *offset < end2 {
+            below.push((*offset, b.clone()));
+        } else if who(b).0 != GEN2 {
+            tally.resurrected += 1;
+        } else if who(b).1 != next_gen2 {
+            tally.misordered += 1;
+        } else {
+            next_gen2 += 1;
+        }
+    }
+    if below != recovered {
+        tally.resurrected += 1;
+    }
+    tally.lost += acked_then.iter().filter(|o| !now.iter().any(|(offset, _)| offset == *o)).count() as u64;
+    let _ = log.shutdown();
+    tally
+}
