@@ -46,17 +46,34 @@ fn main() {
 
 /// Runs `cargo <args>` with extra environment variables, failing on a non-zero exit.
 fn cargo(args: &[&str], envs: &[(&str, &str)]) -> Result<(), String> {
+    run_cargo(args, envs, false).map(drop)
+}
+
+/// As [`cargo`], but captures standard output (and echoes it) for the caller to read.
+fn cargo_output(args: &[&str], envs: &[(&str, &str)]) -> Result<String, String> {
+    run_cargo(args, envs, true)
+}
+
+/// Runs cargo, timing it; with `capture`, standard output is collected (and
+/// echoed) and returned, else it streams and the result is empty.
+fn run_cargo(args: &[&str], envs: &[(&str, &str)], capture: bool) -> Result<String, String> {
     let started = Instant::now();
     eprintln!("xtask: cargo {}", args.join(" "));
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(args)
-        .envs(envs.iter().copied())
-        .status()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    let mut command = Command::new(cargo);
+    command.args(args).envs(envs.iter().copied());
+    let (status, stdout) = if capture {
+        let out =
+            command.stderr(std::process::Stdio::inherit()).output().map_err(|e| format!("cannot run cargo: {e}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        print!("{stdout}");
+        (out.status, stdout)
+    } else {
+        (command.status().map_err(|e| format!("cannot run cargo: {e}"))?, String::new())
+    };
     eprintln!("xtask: cargo {} took {:.1?}", args[0], started.elapsed());
     if status.success() {
-        Ok(())
+        Ok(stdout)
     } else {
         Err(format!("`cargo {}` failed ({status})", args.join(" ")))
     }
@@ -116,27 +133,6 @@ fn passed_count(output: &str) -> Option<u64> {
         .filter_map(|rest| rest.split(' ').next()?.parse().ok())
         .collect();
     (!counts.is_empty()).then(|| counts.iter().sum())
-}
-
-/// As [`cargo`], but captures standard output (and echoes it) for the caller to read.
-fn cargo_output(args: &[&str], envs: &[(&str, &str)]) -> Result<String, String> {
-    let started = Instant::now();
-    eprintln!("xtask: cargo {}", args.join(" "));
-    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args(args)
-        .envs(envs.iter().copied())
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    print!("{stdout}");
-    eprintln!("xtask: cargo {} took {:.1?}", args[0], started.elapsed());
-    if out.status.success() {
-        Ok(stdout)
-    } else {
-        Err(format!("`cargo {}` failed ({})", args.join(" "), out.status))
-    }
 }
 
 /// The suite's layers 1-5 (the crash-suite binary), then 7 (loom), each printing

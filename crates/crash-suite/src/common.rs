@@ -4,6 +4,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use commitlog::{CommitLog, CommitLogConfig, FlushConfig, FlushDiskType};
+use mapped_file::sim::SimSnapshot;
+use mapped_file::SimStorage;
 
 /// SplitMix64: small, deterministic, seedable.
 #[derive(Debug, Clone)]
@@ -137,4 +139,17 @@ pub fn patch(path: &Path, at: u64, bytes: &[u8]) {
     use std::os::unix::fs::FileExt;
     let file = std::fs::OpenOptions::new().write(true).open(path).expect("open");
     file.write_all_at(bytes, at).expect("write");
+}
+
+/// A crash image of `snapshot` for a store directory `dir`: each dirty sector is
+/// kept by a bit of `mask` (by a generator seeded with it when there are more than
+/// 64), and the segment files are moved into `dir/commitlog/`.
+pub fn crash_image(snapshot: &SimSnapshot, dir: &Path, mask: u64) -> SimStorage {
+    let segments = dir.join(commitlog::SEGMENT_DIR);
+    if snapshot.dirty_sectors() <= 64 {
+        snapshot.crash_image(&segments, |n| mask >> n & 1 == 1)
+    } else {
+        let mut r = Rng(mask);
+        snapshot.crash_image(&segments, |_| r.next() & 1 == 1)
+    }
 }

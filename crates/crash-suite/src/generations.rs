@@ -125,24 +125,12 @@ pub fn run_seed(seed: u64, states: usize) -> Tally {
     tally
 }
 
-/// A crash image of `snapshot`: each dirty sector kept by a bit of `mask` (or a
-/// generator seeded with it when there are more than 64), files moved into `dir`.
-fn image(snapshot: &SimSnapshot, dir: &std::path::Path, mask: u64) -> SimStorage {
-    let segments = dir.join(commitlog::SEGMENT_DIR);
-    if snapshot.dirty_sectors() <= 64 {
-        snapshot.crash_image(&segments, |n| mask >> n & 1 == 1)
-    } else {
-        let mut r = Rng(mask);
-        snapshot.crash_image(&segments, |_| r.next() & 1 == 1)
-    }
-}
-
 fn continue_from(snapshot: &SimSnapshot, mask: u64, body_len: usize, rng: &mut Rng) -> Tally {
     let mut tally = Tally { states: 1, ..Tally::default() };
 
     // Gen 2: recover the crash image (abort marker, no checkpoint: a full scan).
     let dir2 = scratch();
-    let sim2 = image(snapshot, dir2.path(), mask);
+    let sim2 = crash_image(snapshot, dir2.path(), mask);
     std::fs::write(dir2.path().join(commitlog::ABORT_FILE), b"0").expect("abort marker");
     let Ok(log) =
         CommitLog::open_with_storage(dir2.path(), config(SEGMENT, FlushDiskType::SyncFlush), Arc::new(sim2.clone()))
@@ -191,7 +179,7 @@ fn continue_from(snapshot: &SimSnapshot, mask: u64, body_len: usize, rng: &mut R
             cp.store(dir3.path()).expect("checkpoint");
         }
         std::fs::write(dir3.path().join(commitlog::ABORT_FILE), b"0").expect("abort marker");
-        let sim3 = image(at, dir3.path(), rng.next());
+        let sim3 = crash_image(at, dir3.path(), rng.next());
         drop(log);
         (sim3, acked.iter().filter(|(_, e)| *e <= at.event).map(|(o, _)| *o).collect())
     } else {

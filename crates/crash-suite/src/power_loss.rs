@@ -127,13 +127,7 @@ fn crash_states(snapshot: &SimSnapshot, acked: &[u64], images: usize, rng: &mut 
     };
     for mask in masks {
         let dir = scratch();
-        let segments = dir.path().join(commitlog::SEGMENT_DIR);
-        let image = if dirty <= 64 {
-            snapshot.crash_image(&segments, |n| mask >> n & 1 == 1)
-        } else {
-            let mut r = Rng(mask);
-            snapshot.crash_image(&segments, |_| r.next() & 1 == 1)
-        };
+        let image = crash_image(snapshot, dir.path(), mask);
         tally.states += 1;
         // A crash leaves the abort marker; no checkpoint, so recovery scans it all.
         std::fs::write(dir.path().join(commitlog::ABORT_FILE), b"0").expect("abort marker");
