@@ -142,7 +142,8 @@ pub enum PutMessageStatus {
     ServiceNotAvailable,
     /// Not stored: too large, or an empty batch.
     MessageIllegal,
-    /// Not stored: a new segment could not be created (e.g. disk full).
+    /// Not stored: a new segment could not be created (disk full, the offset space
+    /// exhausted, or its preparation still running after the wait).
     CreateMappedFileFailed,
     /// Not stored: another error.
     UnknownError,
@@ -166,8 +167,11 @@ impl PutMessageStatus {
                 PutMessageStatus::MessageIllegal
             }
             Error::NotWriteable { .. } | Error::Shutdown => PutMessageStatus::ServiceNotAvailable,
-            Error::Queue(QueueError::File(MappedFileError::Create { .. }))
-            | Error::File(MappedFileError::Create { .. }) => PutMessageStatus::CreateMappedFileFailed,
+            Error::Queue(QueueError::File(MappedFileError::Create { .. } | MappedFileError::OffsetOverflow { .. }))
+            | Error::Queue(QueueError::PreallocationTimedOut { .. })
+            | Error::File(MappedFileError::Create { .. } | MappedFileError::OffsetOverflow { .. }) => {
+                PutMessageStatus::CreateMappedFileFailed
+            }
             _ => PutMessageStatus::UnknownError,
         }
     }

@@ -249,3 +249,30 @@ fn records_after_a_lost_header_never_come_back_after_new_appends() {
         log.shutdown().unwrap();
     }
 }
+
+#[test]
+fn the_end_of_the_offset_space_is_a_clear_error_not_a_wrap() {
+    // The last segment that fits below u64::MAX; rolling past it must fail with a
+    // typed error, never wrap offsets around to 0.
+    let last_start = (u64::MAX / 4096 - 1) * 4096;
+    let dir = tempfile::tempdir().unwrap();
+    let sim = mapped_file::SimStorage::new();
+    sim.write_file(&dir.path().join(commitlog::SEGMENT_DIR).join(format!("{last_start:020}")), &[0; 4096]);
+    let config = commitlog::CommitLogConfig::builder()
+        .mapped_file_size_commit_log(4096)
+        .max_message_size(1024)
+        .preallocate_next_segment(false)
+        .build()
+        .unwrap();
+    let log = CommitLog::open_with_storage(dir.path(), config, std::sync::Arc::new(sim)).unwrap();
+    assert_eq!(log.max_offset(), last_start);
+    let err = loop {
+        match log.append(&[7; 1000]) {
+            Ok(put) => assert!(put.wrote_offset >= last_start, "offsets wrapped to {}", put.wrote_offset),
+            Err(err) => break err,
+        }
+    };
+    assert_eq!(commitlog::PutMessageStatus::from_error(&err), commitlog::PutMessageStatus::CreateMappedFileFailed);
+    assert!(err.to_string().contains("overflow"), "{err}");
+    assert_eq!(log.iter_from(last_start).count(), 3, "what fitted is readable");
+}
