@@ -369,15 +369,19 @@ fn run_bounded(args: &[&str], stdin: &[u8], limit: std::time::Duration) -> Outpu
     let mut child =
         commitlog().args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let _ = child.stdin.take().unwrap().write_all(stdin);
-    let started = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if started.elapsed() > limit {
-            child.kill().unwrap();
-            panic!("commitlog {args:?} did not finish within {limit:?}");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    let pid = child.id();
+    let (done, finished) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let out = child.wait_with_output();
+        let _ = done.send(());
+        out
+    });
+    if finished.recv_timeout(limit).is_err() {
+        // SIGKILL the hung child (its pid cannot be reused while we have not reaped it).
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        panic!("commitlog {args:?} did not finish within {limit:?}");
     }
-    child.wait_with_output().unwrap()
+    waiter.join().unwrap().unwrap()
 }
 
 #[test]
