@@ -145,7 +145,7 @@ fn run_mode(mode: Mode, args: &BenchArgs, dir: &std::path::Path) -> Result<ModeR
                     let put = log.append(&body)?;
                     append.push(t0.elapsed().as_nanos() as u64);
                     if wait {
-                        put.durability.wait().map_err(|e| commitlog::Error::NotWriteable { cause: e.to_string() })?;
+                        put.durability.wait()?;
                         ack.push(t0.elapsed().as_nanos() as u64);
                     }
                     done.fetch_add(1, Ordering::Relaxed);

@@ -25,7 +25,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                 for i in 0..1000 {
                     let put = log.append(format!("producer {p} record {i}").as_bytes())?;
                     // Returns once the record is durable; many producers share one sync.
-                    put.durability.wait().map_err(|e| commitlog::Error::NotWriteable { cause: e.to_string() })?;
+                    put.durability.wait()?;
                 }
                 Ok(())
             })

@@ -1,4 +1,5 @@
-//! The checkpoint file: how far the log is known durable, written crash-safely.
+//! The checkpoint: how far the log is known durable, written crash-safely, and the
+//! service that rewrites it.
 //!
 //! ```text
 //! 0          8                16                     24        28
@@ -7,19 +8,28 @@
 //! +----------+----------------+----------------------+---------+
 //! ```
 //!
-//! Written as `checkpoint.tmp`, fsynced, renamed over `checkpoint`, then the
-//! directory is fsynced: a crash leaves either the old or the new checkpoint, never
-//! a mix. The flushed offset only ever comes from a flush that succeeded, so it is
-//! never ahead of durable data.
+//! Written through [`Storage::replace_small`] (for `MmapStorage`: a temporary
+//! file, fsync, rename, directory fsync): a crash leaves either the old or the new
+//! checkpoint, never a mix. The flushed offset only ever comes from a flush that
+//! succeeded, so it is never ahead of durable data; recovery treats damage below it
+//! as corruption, never as a torn tail.
 
-use std::fs::{self, File};
-use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
+use flush_service::{FlushedReport, ServiceState, ServiceThread};
+use mapped_file::Storage;
+
+use crate::store::io_err;
 use crate::Error;
 
 const MAGIC: &[u8; 8] = b"CLCKPT01";
 const LEN: usize = 28;
+
+/// Name of the checkpoint file in the store directory.
+pub const CHECKPOINT_FILE: &str = "checkpoint";
 
 /// The checkpoint's content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -33,10 +43,11 @@ pub struct Checkpoint {
 impl Checkpoint {
     /// The checkpoint file of a store directory.
     pub fn path(dir: &Path) -> PathBuf {
-        dir.join("checkpoint")
+        dir.join(CHECKPOINT_FILE)
     }
 
-    fn encode(&self) -> [u8; LEN] {
+    /// The file's bytes.
+    pub fn encode(&self) -> [u8; LEN] {
         let mut out = [0u8; LEN];
         out[..8].copy_from_slice(MAGIC);
         out[8..16].copy_from_slice(&self.flushed_offset.to_le_bytes());
@@ -46,68 +57,120 @@ impl Checkpoint {
         out
     }
 
-    /// Reads the checkpoint of `dir`: `None` if there is none; an error naming the
-    /// file if it is damaged.
-    pub fn load(dir: &Path) -> Result<Option<Checkpoint>, Error> {
-        let path = Self::path(dir);
-        let bytes = match fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(Error::Io { path, source }),
-        };
-        let damaged = |reason| Err(Error::Checkpoint { path: path.clone(), reason });
-        if bytes.len() != LEN {
+    /// Parses a checkpoint file's bytes; `path` names it in the error.
+    pub fn decode(bytes: &[u8], path: &Path) -> Result<Checkpoint, Error> {
+        let damaged = |reason| Err(Error::Checkpoint { path: path.to_path_buf(), reason });
+        let Ok(bytes) = <&[u8; LEN]>::try_from(bytes) else {
             return damaged("wrong length");
-        }
+        };
         if &bytes[..8] != MAGIC {
             return damaged("not a checkpoint file (bad magic)");
         }
+        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
         let crc = u32::from_le_bytes(bytes[24..28].try_into().expect("4 bytes"));
         if crc != crc32c::crc32c(&bytes[..24]) {
             return damaged("CRC mismatch");
         }
-        Ok(Some(Checkpoint {
-            flushed_offset: u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes")),
-            physic_msg_timestamp: u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")),
-        }))
+        Ok(Checkpoint { flushed_offset: word(8), physic_msg_timestamp: word(16) })
+    }
+
+    /// Reads the checkpoint of `dir`: `None` if there is none; an error naming the
+    /// file if it is damaged.
+    pub fn load(storage: &dyn Storage, dir: &Path) -> Result<Option<Checkpoint>, Error> {
+        let path = Self::path(dir);
+        match storage.read_small(&path).map_err(io_err(&path))? {
+            None => Ok(None),
+            Some(bytes) => Self::decode(&bytes, &path).map(Some),
+        }
     }
 
     /// Writes the checkpoint of `dir` crash-safely.
-    pub fn store(&self, dir: &Path) -> Result<(), Error> {
-        let tmp = dir.join("checkpoint.tmp");
+    pub fn store(&self, storage: &dyn Storage, dir: &Path) -> Result<(), Error> {
         let path = Self::path(dir);
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| Error::Io { path, source }
-        };
-        let mut file = File::create(&tmp).map_err(io(&tmp))?;
-        file.write_all(&self.encode()).map_err(io(&tmp))?;
-        file.sync_all().map_err(io(&tmp))?;
-        drop(file);
-        fs::rename(&tmp, &path).map_err(io(&path))?;
-        // The rename must survive a power cut too.
-        mapped_file::sync_dir(dir).map_err(io(dir))
+        storage.replace_small(&path, &self.encode()).map_err(io_err(&path))
     }
+}
+
+/// What the next checkpoint will say: fed by every successful flush, written by
+/// the checkpoint service and at shutdown.
+#[derive(Debug, Default)]
+pub(crate) struct CheckpointState {
+    flushed: AtomicU64,
+    timestamp: AtomicU64,
+    stored: AtomicU64,
+}
+
+impl CheckpointState {
+    /// A flush succeeded up to `report.flushed_where`.
+    pub(crate) fn record(&self, report: FlushedReport) {
+        self.timestamp.fetch_max(report.store_timestamp, Ordering::AcqRel);
+        self.flushed.fetch_max(report.flushed_where, Ordering::AcqRel);
+    }
+
+    /// Writes the checkpoint if the flushed offset moved since the last write (or
+    /// always, with `force`).
+    pub(crate) fn persist(&self, storage: &dyn Storage, dir: &Path, force: bool) -> Result<(), Error> {
+        let flushed = self.flushed.load(Ordering::Acquire);
+        if !force && flushed == self.stored.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let checkpoint =
+            Checkpoint { flushed_offset: flushed, physic_msg_timestamp: self.timestamp.load(Ordering::Acquire) };
+        checkpoint.store(storage, dir)?;
+        self.stored.store(flushed, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// RocketMQ's `StoreCheckpoint` flush: rewrites the checkpoint every `interval`
+/// when the flushed offset moved. Errors are logged; the next round retries, and
+/// shutdown's final write reports its own.
+pub(crate) fn start_service(
+    state: Arc<CheckpointState>,
+    storage: Arc<dyn Storage>,
+    dir: PathBuf,
+    interval: Duration,
+) -> std::io::Result<ServiceThread> {
+    ServiceThread::spawn("CheckpointService", ServiceState::new(), move |s| {
+        while !s.is_stopped() {
+            s.sleep(interval);
+            if let Err(err) = state.persist(&*storage, &dir, false) {
+                tracing::error!(%err, "writing the checkpoint failed");
+            }
+        }
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mapped_file::SimStorage;
 
     #[test]
     fn round_trips_and_detects_damage() {
-        let dir = tempfile::tempdir().unwrap();
-        assert_eq!(Checkpoint::load(dir.path()).unwrap(), None);
+        let storage = SimStorage::new();
+        let dir = Path::new("/store");
+        assert_eq!(Checkpoint::load(&storage, dir).unwrap(), None);
         let cp = Checkpoint { flushed_offset: 123, physic_msg_timestamp: 456 };
-        cp.store(dir.path()).unwrap();
-        assert_eq!(Checkpoint::load(dir.path()).unwrap(), Some(cp));
-        assert!(!dir.path().join("checkpoint.tmp").exists());
-        let mut bytes = fs::read(Checkpoint::path(dir.path())).unwrap();
+        cp.store(&storage, dir).unwrap();
+        assert_eq!(Checkpoint::load(&storage, dir).unwrap(), Some(cp));
+        let mut bytes = storage.file_bytes(&Checkpoint::path(dir)).unwrap();
         bytes[9] ^= 1;
-        fs::write(Checkpoint::path(dir.path()), &bytes).unwrap();
-        let err = Checkpoint::load(dir.path()).unwrap_err();
+        storage.write_file(&Checkpoint::path(dir), &bytes);
+        let err = Checkpoint::load(&storage, dir).unwrap_err();
         assert!(err.to_string().contains("CRC mismatch"), "{err}");
-        fs::write(Checkpoint::path(dir.path()), b"short").unwrap();
-        assert!(Checkpoint::load(dir.path()).is_err());
+        storage.write_file(&Checkpoint::path(dir), b"short");
+        assert!(Checkpoint::load(&storage, dir).is_err());
+    }
+
+    #[test]
+    fn the_real_storage_replaces_the_file_and_leaves_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = mapped_file::MmapStorage::lock(dir.path()).unwrap();
+        Checkpoint { flushed_offset: 1, physic_msg_timestamp: 2 }.store(&storage, dir.path()).unwrap();
+        let cp = Checkpoint { flushed_offset: 3, physic_msg_timestamp: 4 };
+        cp.store(&storage, dir.path()).unwrap();
+        assert_eq!(Checkpoint::load(&storage, dir.path()).unwrap(), Some(cp));
+        assert!(!dir.path().join("checkpoint.tmp").exists());
     }
 }

@@ -2,9 +2,10 @@
 
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use flush_service::{FlushError, StartError};
-use mapped_file::MappedFileError;
+use mapped_file::{MappedFileError, SyncFailure};
 use segment_queue::QueueError;
 
 use crate::format::Invalid;
@@ -80,10 +81,11 @@ pub enum Error {
     EmptyBatch,
     /// The log refuses writes after a storage error (`SERVICE_NOT_AVAILABLE`):
     /// nothing is acknowledged after a failed sync.
-    #[error("commit log is not writeable after a storage error: {cause}")]
+    #[error("commit log is not writeable after a failed sync")]
     NotWriteable {
-        /// The first error.
-        cause: String,
+        /// The first failed sync: the log's one failure latch.
+        #[source]
+        cause: Arc<SyncFailure>,
     },
     /// The log was shut down.
     #[error("commit log is shut down")]
@@ -120,6 +122,10 @@ pub enum Error {
     /// A segment error.
     #[error(transparent)]
     File(#[from] MappedFileError),
+    /// A durability request failed (timed out, the flush failed, or the services
+    /// stopped).
+    #[error(transparent)]
+    Durability(#[from] FlushError),
     /// The flush services could not start.
     #[error(transparent)]
     Start(#[from] StartError),

@@ -5,8 +5,11 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::format::{parse, Invalid, Parsed};
-use crate::log::{ABORT_FILE, LOCK_FILE, SEGMENT_DIR};
+use mapped_file::MappedFileError;
+use segment_queue::{check_layout, ListedSegment, QueueError};
+
+pub use crate::scan::{scan_segment, SegmentScan};
+use crate::store::{ABORT_FILE, LOCK_FILE, SEGMENT_DIR};
 use crate::{Checkpoint, Error};
 
 /// One segment file.
@@ -85,121 +88,36 @@ pub fn list_segments(dir: &Path) -> Result<Listing, Error> {
     sizes.sort_unstable();
     listing.segment_size = sizes.get(sizes.len() / 2).copied().unwrap_or(0);
     let size = listing.segment_size;
-    // A segment that would end past `u64::MAX` cannot hold an addressable byte;
-    // it is reported and left out, so nothing computes offsets inside it.
-    let (segments, overflowing): (Vec<SegmentFile>, Vec<SegmentFile>) = std::mem::take(&mut listing.segments)
-        .into_iter()
-        .partition(|s| s.start_offset.checked_add(size.max(s.len)).is_some());
-    listing.segments = segments;
-    for seg in overflowing {
-        listing.problems.push(Problem {
-            path: seg.path,
-            offset: Some(seg.start_offset),
-            message: format!(
-                "starts at {}: {} bytes from there overflow the 64-bit offset space",
-                seg.start_offset,
-                size.max(seg.len)
-            ),
-        });
+    // The rules `SegmentQueue::load` enforces, in its words.
+    let listed: Vec<ListedSegment> = listing
+        .segments
+        .iter()
+        .map(|s| ListedSegment { start_offset: s.start_offset, path: s.path.clone(), len: s.len })
+        .collect();
+    for problem in check_layout(&listed, size) {
+        let path = problem_path(&problem);
+        let offset = listed.iter().find(|s| s.path == path).map(|s| s.start_offset);
+        listing.problems.push(Problem { path, offset, message: problem.to_string() });
     }
-    let count = listing.segments.len();
-    for (i, seg) in listing.segments.iter().enumerate() {
-        if seg.len != size && !(seg.len == 0 && i + 1 == count) {
-            listing.problems.push(Problem {
-                path: seg.path.clone(),
-                offset: Some(seg.start_offset),
-                message: format!("has {} bytes, other segments have {size}", seg.len),
-            });
-        }
-        if size > 0 && !seg.start_offset.is_multiple_of(size) {
-            listing.problems.push(Problem {
-                path: seg.path.clone(),
-                offset: Some(seg.start_offset),
-                message: format!("start offset is not a multiple of the segment size {size}"),
-            });
-        }
-        if let Some(prev) = i.checked_sub(1).map(|p| &listing.segments[p]) {
-            if prev.start_offset + size != seg.start_offset {
-                listing.problems.push(Problem {
-                    path: seg.path.clone(),
-                    offset: Some(seg.start_offset),
-                    message: format!("gap: the previous segment ends at {}", prev.start_offset + size),
-                });
-            }
-        }
-    }
+    // A segment that would end past `u64::MAX` cannot hold an addressable byte; it
+    // is reported (above) and left out, so nothing computes offsets inside it.
+    listing.segments.retain(|s| s.start_offset.checked_add(size.max(s.len)).is_some());
     Ok(listing)
 }
 
-/// What a segment holds, from its first byte.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SegmentScan {
-    /// Valid records.
-    pub records: u64,
-    /// Offset of the first valid record.
-    pub first_offset: Option<u64>,
-    /// Offset of the last valid record.
-    pub last_offset: Option<u64>,
-    /// Where the valid data ends.
-    pub end_offset: u64,
-    /// True if the segment ends with a valid blank (the log continues in the next).
-    pub ends_with_blank: bool,
-    /// The invalid record that stopped the scan, if any.
-    pub invalid: Option<(u64, Invalid)>,
+fn problem_path(problem: &QueueError) -> PathBuf {
+    match problem {
+        QueueError::WrongSize { path, .. } | QueueError::Misaligned { path, .. } | QueueError::Gap { path, .. } => {
+            path.clone()
+        }
+        QueueError::File(MappedFileError::OffsetOverflow { path, .. }) => path.clone(),
+        _ => PathBuf::new(),
+    }
 }
 
 /// Reads a segment file into memory.
 pub fn read_segment(segment: &SegmentFile) -> Result<Vec<u8>, Error> {
     fs::read(&segment.path).map_err(|source| Error::Io { path: segment.path.clone(), source })
-}
-
-/// Calls `visit(offset, timestamp_ms, body)` for each valid record of a segment's
-/// bytes from `from` (a file-relative record start), and reports where it stopped.
-pub fn scan_segment(bytes: &[u8], start_offset: u64, from: usize, visit: impl FnMut(u64, u64, &[u8])) -> SegmentScan {
-    scan_segment_checked(bytes, start_offset, from, true, visit)
-}
-
-/// [`scan_segment`] with the CRC check as a parameter (recovery's planted-bug switch).
-pub(crate) fn scan_segment_checked(
-    bytes: &[u8],
-    start_offset: u64,
-    from: usize,
-    check_crc: bool,
-    mut visit: impl FnMut(u64, u64, &[u8]),
-) -> SegmentScan {
-    let mut out = SegmentScan {
-        records: 0,
-        first_offset: None,
-        last_offset: None,
-        end_offset: start_offset + from as u64,
-        ends_with_blank: false,
-        invalid: None,
-    };
-    let mut pos = from;
-    while pos < bytes.len() {
-        let offset = start_offset + pos as u64;
-        match parse(&bytes[pos..], offset, check_crc) {
-            Parsed::Record { total, timestamp_ms } => {
-                visit(offset, timestamp_ms, &bytes[pos + crate::format::HEADER_SIZE..pos + total]);
-                out.records += 1;
-                out.first_offset.get_or_insert(offset);
-                out.last_offset = Some(offset);
-                pos += total;
-            }
-            Parsed::Blank => {
-                out.ends_with_blank = true;
-                out.end_offset = start_offset + bytes.len() as u64;
-                return out;
-            }
-            Parsed::End => break,
-            Parsed::Invalid(reason) => {
-                out.invalid = Some((offset, reason));
-                break;
-            }
-        }
-    }
-    out.end_offset = start_offset + pos as u64;
-    out
 }
 
 /// The files beside the segments.
@@ -219,7 +137,13 @@ pub struct StoreFiles {
 
 /// Reads the checkpoint, abort marker and lock state without changing anything.
 pub fn store_files(dir: &Path) -> StoreFiles {
-    let (checkpoint, checkpoint_problem) = match Checkpoint::load(dir) {
+    let path = Checkpoint::path(dir);
+    let loaded = match fs::read(&path) {
+        Ok(bytes) => Checkpoint::decode(&bytes, &path).map(Some),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(Error::Io { path, source }),
+    };
+    let (checkpoint, checkpoint_problem) = match loaded {
         Ok(c) => (c, None),
         Err(e) => (None, Some(e.to_string())),
     };

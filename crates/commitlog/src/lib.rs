@@ -39,17 +39,25 @@
 
 #![forbid(unsafe_code)]
 
+mod append;
 mod checkpoint;
 mod config;
 mod error;
 pub mod format;
 pub mod inspect;
 mod log;
+mod queue_target;
+mod read;
 mod recovery;
+mod scan;
+mod store;
 
-pub use checkpoint::Checkpoint;
+pub use append::{AppendResult, BatchAppendResult};
+pub use checkpoint::{Checkpoint, CHECKPOINT_FILE};
 pub use config::{CommitLogConfig, CommitLogConfigBuilder, FlushDiskType, MAX_POOL_BUFFERS};
 pub use error::{Error, PutMessageStatus};
 pub use flush_service::{DurabilityHandle, FlushConfig, FlushError, FlushStats};
-pub use log::{AppendResult, BatchAppendResult, CommitLog, Record, Records, ABORT_FILE, LOCK_FILE, SEGMENT_DIR};
+pub use log::CommitLog;
+pub use read::{Record, Records};
 pub use recovery::{scan, RecoveryReport, ScanEnd};
+pub use store::{ABORT_FILE, LOCK_FILE, SEGMENT_DIR};

@@ -4,7 +4,7 @@
 use segment_queue::SegmentQueue;
 
 use crate::format::Invalid;
-use crate::inspect::scan_segment_checked;
+use crate::scan::scan_segment_checked;
 use crate::Error;
 
 /// What recovery found and did.

@@ -96,7 +96,7 @@ fn write_store(dir: &Path, files: &[FileSpec], cp: &Option<Result<Checkpoint, Ve
         std::fs::write(segments.join(&spec.name), &bytes).unwrap();
     }
     match cp {
-        Some(Ok(cp)) => cp.store(dir).unwrap(),
+        Some(Ok(cp)) => std::fs::write(Checkpoint::path(dir), cp.encode()).unwrap(),
         Some(Err(garbage)) => std::fs::write(Checkpoint::path(dir), garbage).unwrap(),
         None => {}
     }

@@ -6,7 +6,7 @@ mod common;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 
-use commitlog::{Checkpoint, CommitLog, CommitLogConfig, Error, FlushDiskType};
+use commitlog::{CommitLog, CommitLogConfig, Error, FlushDiskType};
 use common::*;
 
 /// Appenders race `shutdown()` many times; every `Ok` must end at or below the
@@ -46,7 +46,8 @@ fn appends_racing_shutdown(config: CommitLogConfig, rounds: usize) {
         log.shutdown().unwrap();
         let ok: Vec<(u64, u64)> = producers.into_iter().flat_map(|p| p.join().unwrap()).collect();
         assert!(matches!(log.append(b"late"), Err(Error::Shutdown)));
-        let flushed = Checkpoint::load(dir.path()).unwrap().expect("checkpoint written").flushed_offset;
+        let flushed =
+            commitlog::inspect::store_files(dir.path()).checkpoint.expect("checkpoint written").flushed_offset;
         let past: Vec<&(u64, u64)> = ok.iter().filter(|(_, end)| *end > flushed).collect();
         assert!(past.is_empty(), "round {round}: acknowledged appends past the final flush at {flushed}: {past:?}");
         drop(log);
@@ -89,7 +90,7 @@ fn a_second_shutdown_returns_after_the_first_finished() {
     let second = std::thread::spawn(move || other.shutdown());
     log.shutdown().unwrap();
     second.join().unwrap().unwrap();
-    assert!(Checkpoint::load(dir.path()).unwrap().unwrap().flushed_offset >= put.next_offset());
+    assert!(commitlog::inspect::store_files(dir.path()).checkpoint.unwrap().flushed_offset >= put.next_offset());
     assert!(matches!(log.flush_all(), Err(Error::Shutdown)));
     assert!(matches!(log.delete_segments_before(u64::MAX, 1), Err(Error::Shutdown)));
 }

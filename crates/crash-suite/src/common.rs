@@ -141,15 +141,18 @@ pub fn patch(path: &Path, at: u64, bytes: &[u8]) {
     file.write_all_at(bytes, at).expect("write");
 }
 
-/// A crash image of `snapshot` for a store directory `dir`: each dirty sector is
-/// kept by a bit of `mask` (by a generator seeded with it when there are more than
-/// 64), and the segment files are moved into `dir/commitlog/`.
-pub fn crash_image(snapshot: &SimSnapshot, dir: &Path, mask: u64) -> SimStorage {
-    let segments = dir.join(commitlog::SEGMENT_DIR);
+/// The store directory of the simulated layers. Every file of the store (segments,
+/// checkpoint, abort marker) lives in the `SimStorage`; nothing touches the disk.
+pub const SIM_STORE: &str = "/sim-store";
+
+/// A crash image of `snapshot`: each dirty sector is kept by a bit of `mask` (by a
+/// generator seeded with it when there are more than 64). Every file keeps its
+/// path, the checkpoint and abort marker as they stood at that point.
+pub fn crash_image(snapshot: &SimSnapshot, mask: u64) -> SimStorage {
     if snapshot.dirty_sectors() <= 64 {
-        snapshot.crash_image(&segments, |n| mask >> n & 1 == 1)
+        snapshot.crash_image(|n| mask >> n & 1 == 1)
     } else {
         let mut r = Rng(mask);
-        snapshot.crash_image(&segments, |_| r.next() & 1 == 1)
+        snapshot.crash_image(|_| r.next() & 1 == 1)
     }
 }

@@ -16,7 +16,7 @@
 use std::sync::mpsc;
 use std::sync::Arc;
 
-use commitlog::{Checkpoint, CommitLog, FlushDiskType};
+use commitlog::{CommitLog, FlushDiskType};
 use mapped_file::sim::SimSnapshot;
 use mapped_file::SimStorage;
 
@@ -100,10 +100,9 @@ pub fn run_seed(seed: u64, states: usize) -> Tally {
 
     // Gen 1: appends with a flush every few records, so crash states hold both
     // durable records and unsynced sectors after them.
-    let dir1 = scratch();
     let sim1 = SimStorage::new();
     let log =
-        CommitLog::open_with_storage(dir1.path(), config(SEGMENT, FlushDiskType::AsyncFlush), Arc::new(sim1.clone()))
+        CommitLog::open_with_storage(SIM_STORE, config(SEGMENT, FlushDiskType::AsyncFlush), Arc::new(sim1.clone()))
             .expect("open gen 1");
     let count = rng.range(40, 160);
     let flush_every = rng.range(3, 12);
@@ -128,12 +127,10 @@ pub fn run_seed(seed: u64, states: usize) -> Tally {
 fn continue_from(snapshot: &SimSnapshot, mask: u64, body_len: usize, rng: &mut Rng) -> Tally {
     let mut tally = Tally { states: 1, ..Tally::default() };
 
-    // Gen 2: recover the crash image (abort marker, no checkpoint: a full scan).
-    let dir2 = scratch();
-    let sim2 = crash_image(snapshot, dir2.path(), mask);
-    std::fs::write(dir2.path().join(commitlog::ABORT_FILE), b"0").expect("abort marker");
+    // Gen 2: recover the crash image (its abort marker and checkpoint included).
+    let sim2 = crash_image(snapshot, mask);
     let Ok(log) =
-        CommitLog::open_with_storage(dir2.path(), config(SEGMENT, FlushDiskType::SyncFlush), Arc::new(sim2.clone()))
+        CommitLog::open_with_storage(SIM_STORE, config(SEGMENT, FlushDiskType::SyncFlush), Arc::new(sim2.clone()))
     else {
         tally.open_errors += 1;
         return tally;
@@ -169,17 +166,10 @@ fn continue_from(snapshot: &SimSnapshot, mask: u64, body_len: usize, rng: &mut R
     let acked = acked.into_inner().expect("acked");
     tally.acked = acked.len() as u64;
     let crash = rng.next().is_multiple_of(2) && !events.is_empty();
-    let dir3 = scratch();
     let (sim3, acked_then): (SimStorage, Vec<u64>) = if crash {
         tally.second_crashes += 1;
         let at = &events[rng.range(0, events.len() as u64) as usize];
-        // The checkpoint as it stood then: written once at open (its interval is an
-        // hour), so the file on disk now is that one.
-        if let Ok(Some(cp)) = Checkpoint::load(dir2.path()) {
-            cp.store(dir3.path()).expect("checkpoint");
-        }
-        std::fs::write(dir3.path().join(commitlog::ABORT_FILE), b"0").expect("abort marker");
-        let sim3 = crash_image(at, dir3.path(), rng.next());
+        let sim3 = crash_image(at, rng.next());
         drop(log);
         (sim3, acked.iter().filter(|(_, e)| *e <= at.event).map(|(o, _)| *o).collect())
     } else {
@@ -190,10 +180,9 @@ fn continue_from(snapshot: &SimSnapshot, mask: u64, body_len: usize, rng: &mut R
         drop(log);
         (sim2, acked.iter().map(|(o, _)| *o).collect())
     };
-    let dir3 = if crash { dir3 } else { dir2 };
 
     // Gen 3.
-    let Ok(log) = CommitLog::open_with_storage(dir3.path(), config(SEGMENT, FlushDiskType::SyncFlush), Arc::new(sim3))
+    let Ok(log) = CommitLog::open_with_storage(SIM_STORE, config(SEGMENT, FlushDiskType::SyncFlush), Arc::new(sim3))
     else {
         tally.open_errors += 1;
         return tally;

@@ -99,7 +99,7 @@ fn main() -> ExitCode {
             seeds += 1;
         }
         let mut caught = 0;
-        let bugs = [Bug::AckBeforeSync, Bug::RetryAfterFailedSync, Bug::RecoveryWithoutCrc];
+        let bugs = [Bug::AckBeforeSync, Bug::RetryAfterFailedSync, Bug::RecoveryWithoutCrc, Bug::CheckpointAheadOfData];
         for bug in bugs {
             activate(Some(bug));
             let hit = (0..12).any(|s| {

@@ -39,7 +39,7 @@ pub fn run(seed: u64, cases: usize) -> Tally {
                     Ok(()) => acked.push(put.wrote_offset),
                     Err(_) => failed_seen = true,
                 },
-                Err(Error::NotWriteable { cause }) if !cause.is_empty() => {
+                Err(Error::NotWriteable { cause }) if cause.source.raw_os_error().is_some() => {
                     tally.refused_clearly += 1;
                     break;
                 }

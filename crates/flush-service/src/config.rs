@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::policy::PolicyChoice;
+
 /// Flush-service configuration. Every field is a RocketMQ `MessageStoreConfig` knob
 /// (`flushIntervalCommitLog` → `flush_interval_commit_log_ms`, ...).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +36,9 @@ pub struct FlushConfig {
     pub group_commit_interval_ms: u64,
     /// Bound on joining a service thread at shutdown (RocketMQ: 5 min for flushers).
     pub service_join_time_ms: u64,
+    /// The policy the async flush and commit services ask when to act (RocketMQ's
+    /// rule by default). Sync flush has no policy.
+    pub policy: PolicyChoice,
 }
 
 impl Default for FlushConfig {
@@ -51,6 +56,7 @@ impl Default for FlushConfig {
             wake_flush_when_put_message: false,
             group_commit_interval_ms: 10,
             service_join_time_ms: 5 * 60 * 1000,
+            policy: PolicyChoice::RocketMq,
         }
     }
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::error::TargetError;
 use crate::handle::{Completion, DurabilityHandle};
-use crate::sync::{lock, Arc, AtomicBool, AtomicU64, Mutex, Ordering};
+use crate::sync::{lock, Arc, AtomicU64, Mutex, Ordering};
 use crate::{FlushError, FlushTarget, FlushedCallback, FlushedReport};
 
 /// RocketMQ's `RETRY_TIMES_OVER`: final flush attempts on shutdown.
@@ -88,7 +88,7 @@ struct Counters {
 
 /// The group-commit core, without threads: producers call
 /// [`put_request`](Self::put_request); a service thread (or a test) calls
-/// [`swap`](Self::swap), [`do_commit`](Self::do_commit) and
+/// [`swap`](Self::swap), [`flush_swapped`](Self::flush_swapped) and
 /// [`expire`](Self::expire).
 pub struct GroupCommit {
     target: Arc<dyn FlushTarget>,
@@ -100,9 +100,6 @@ pub struct GroupCommit {
     /// the service thread, or shutdown's drain. Never by a waiting producer, whose
     /// wait must end by its own deadline however long a sync takes.
     round: Mutex<()>,
-    failure: Mutex<Option<TargetError>>,
-    /// Set once `failure` is; lets the put path check without locking.
-    failed: AtomicBool,
     counters: Counters,
     on_flushed: Option<FlushedCallback>,
 }
@@ -128,8 +125,6 @@ impl GroupCommit {
             write: Mutex::new(WriteList::default()),
             inflight: Mutex::new(VecDeque::new()),
             round: Mutex::new(()),
-            failure: Mutex::new(None),
-            failed: AtomicBool::new(false),
             counters: Counters::default(),
             on_flushed,
         }
@@ -162,11 +157,12 @@ impl GroupCommit {
         DurabilityHandle::pending(completion)
     }
 
-    /// One round: swap, then [`do_commit`](Self::do_commit), holding the round lock.
+    /// One round: swap, then [`flush_swapped`](Self::flush_swapped), holding the
+    /// round lock.
     pub fn run_round(&self) -> usize {
         let _round = lock(&self.round);
         self.swap();
-        self.do_commit()
+        self.flush_swapped()
     }
 
     /// Moves queued requests to the in-flight list (RocketMQ's `swapRequests`, run
@@ -183,14 +179,16 @@ impl GroupCommit {
         lock(&self.write).requests.len() + lock(&self.inflight).len()
     }
 
-    /// One round: commit (if configured) and flush once, then complete every
-    /// in-flight request the flush covered. Requests not covered stay in flight
-    /// (or time out). Flushes even with no request, so bytes of producers that do
-    /// not wait (`wait_store_msg_ok = false`) become durable too. Returns the
-    /// number of requests acknowledged.
-    pub fn do_commit(&self) -> usize {
-        if self.failure().is_some() {
-            self.fail_all();
+    /// The second half of a round (RocketMQ's `doCommit`, which flushes despite its
+    /// name): commit write buffers (if configured) and flush once, then complete
+    /// every in-flight request the flush covered. Requests not covered stay in
+    /// flight (or time out). Flushes even with no request, so bytes of producers
+    /// that do not wait (`wait_store_msg_ok = false`) become durable too. Returns
+    /// the number of requests acknowledged.
+    #[doc(alias = "do_commit")]
+    pub fn flush_swapped(&self) -> usize {
+        if let Some(source) = self.failure() {
+            self.fail_all(&source);
             return 0;
         }
         let result = if self.config.commit_before_flush {
@@ -208,11 +206,10 @@ impl GroupCommit {
                 acknowledged
             }
             Err(source) => {
+                // The target latched (its contract): `failure()` reports it from now
+                // on, so later requests fail at once without a flag of our own.
                 tracing::error!(error = %source, "group commit flush failed; failing every waiting request");
-                *lock(&self.failure) = Some(source);
-                // Release: whoever sees the flag sees the error stored before it.
-                self.failed.store(true, Ordering::Release);
-                self.fail_all();
+                self.fail_all(&source);
                 0
             }
         }
@@ -251,16 +248,13 @@ impl GroupCommit {
         }
     }
 
-    fn fail_all(&self) {
-        let Some(source) = lock(&self.failure).clone() else {
-            return;
-        };
+    fn fail_all(&self, source: &TargetError) {
         self.swap();
         let failed: Vec<Request> = lock(&self.inflight).drain(..).collect();
         for request in failed {
             if request
                 .completion
-                .complete(Err(FlushError::Failed { offset: request.next_offset, source: Arc::clone(&source) }))
+                .complete(Err(FlushError::Failed { offset: request.next_offset, source: Arc::clone(source) }))
             {
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
             }
@@ -301,7 +295,7 @@ impl GroupCommit {
             if lock(&self.inflight).is_empty() && self.failure().is_some() {
                 break;
             }
-            self.do_commit();
+            self.flush_swapped();
             if lock(&self.inflight).is_empty() {
                 break;
             }
@@ -333,12 +327,10 @@ impl GroupCommit {
         lock(&self.write).closed
     }
 
-    /// The first flush error, if any. Lock-free while there is none.
+    /// The target's latched failure, if any ([`FlushTarget::failure`]): the one
+    /// record of a failed sync, kept by the storage, not copied here.
     pub fn failure(&self) -> Option<TargetError> {
-        if !self.failed.load(Ordering::Acquire) {
-            return None;
-        }
-        lock(&self.failure).clone()
+        self.target.failure()
     }
 
     /// Counters.

@@ -53,7 +53,9 @@ pub use error::{FlushError, StartError, TargetError};
 pub use group_commit::{GroupCommit, GroupCommitConfig, GroupCommitStats, RETRY_TIMES_OVER};
 pub use handle::{DurabilityHandle, FlushResult};
 pub use periodic::{CommittedCallback, Periodic, PeriodicAction, PeriodicConfig, RunOutcome};
-pub use policy::{Decision, DirtyBytesOrAgePolicy, FlushPolicy, PolicyInput, RocketMqPolicy};
+pub use policy::{
+    Decision, DirtyBytesOrAgePolicy, FlushPolicy, PolicyChoice, PolicyFactory, PolicyInput, RocketMqPolicy,
+};
 pub use service::{ServiceState, ServiceThread};
 pub use strategy::{AsyncFlush, FlushStats, FlushStrategy, SyncFlush};
 pub use target::FlushTarget;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::group_commit::RETRY_TIMES_OVER;
 use crate::policy::{Decision, FlushPolicy, PolicyInput};
-use crate::sync::{lock, Arc, AtomicBool, AtomicU64, Mutex, Ordering};
+use crate::sync::{lock, Arc, AtomicU64, Mutex, Ordering};
 use crate::{FlushTarget, FlushedCallback, FlushedReport, TargetError};
 
 /// What a periodic service does when its policy says so.
@@ -63,9 +63,6 @@ pub struct Periodic {
     on_flushed: Option<FlushedCallback>,
     on_committed: Option<CommittedCallback>,
     runs: AtomicU64,
-    failure: Mutex<Option<TargetError>>,
-    /// Set once `failure` is; lets the put path check without locking.
-    failed: AtomicBool,
 }
 
 impl std::fmt::Debug for Periodic {
@@ -116,8 +113,6 @@ impl Periodic {
             on_flushed,
             on_committed,
             runs: AtomicU64::new(0),
-            failure: Mutex::new(None),
-            failed: AtomicBool::new(false),
         }
     }
 
@@ -136,12 +131,9 @@ impl Periodic {
         self.runs.load(Ordering::Relaxed)
     }
 
-    /// The first error, if the action ever failed. Lock-free while there is none.
+    /// The target's latched failure, if any ([`FlushTarget::failure`]).
     pub fn failure(&self) -> Option<TargetError> {
-        if !self.failed.load(Ordering::Acquire) {
-            return None;
-        }
-        lock(&self.failure).clone()
+        self.target.failure()
     }
 
     fn pending_bytes(&self) -> u64 {
@@ -188,13 +180,9 @@ impl Periodic {
         let to = match result {
             Ok(to) => to,
             Err(err) => {
-                let mut failure = lock(&self.failure);
-                if failure.is_none() {
-                    tracing::error!(action = ?self.action, error = %err, "periodic service failed; the store refuses writes from now on");
-                    *failure = Some(Arc::clone(&err));
-                    // Release: whoever sees the flag sees the error stored before it.
-                    self.failed.store(true, Ordering::Release);
-                }
+                // The target latched (its contract), so the store refuses writes
+                // from now on; nothing to record here.
+                tracing::error!(action = ?self.action, error = %err, "periodic service failed; the store refuses writes from now on");
                 return Err(err);
             }
         };

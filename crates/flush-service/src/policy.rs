@@ -4,7 +4,11 @@
 //! [`RocketMqPolicy`] is RocketMQ's rule and the default; [`DirtyBytesOrAgePolicy`]
 //! is an example of another. See `docs/flush-policies.md` for how to add one.
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::FlushConfig;
 
 /// What a policy sees when asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +93,111 @@ impl FlushPolicy for DirtyBytesOrAgePolicy {
         }
     }
 }
+
+/// What the async services need from a policy provider: a fresh policy for the
+/// flush service and one for the commit service, each time services start.
+///
+/// Implement it to ship a policy to users of the `commitlog` facade without
+/// forking it: put it in [`FlushConfig::policy`] as [`PolicyChoice::Custom`].
+pub trait PolicyFactory: Send + Sync + fmt::Debug + 'static {
+    /// The policy of the flush service (`FlushRealTimeService`).
+    fn flush_policy(&self, config: &FlushConfig) -> Box<dyn FlushPolicy>;
+    /// The policy of the write-buffer commit service (`CommitRealTimeService`).
+    fn commit_policy(&self, config: &FlushConfig) -> Box<dyn FlushPolicy>;
+}
+
+/// Which policy the async services run, chosen in [`FlushConfig::policy`].
+///
+/// With the `serde` feature the built-in choices read from configuration files
+/// (`policy = { kind = "dirty_bytes_or_age", max_dirty_bytes = 8388608, max_age_ms = 200 }`);
+/// `Custom` is code only.
+#[derive(Clone, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(tag = "kind", rename_all = "snake_case")
+)]
+pub enum PolicyChoice {
+    /// RocketMQ's rule ([`RocketMqPolicy`]) with the config's least-pages and
+    /// thorough-interval knobs, for both services. The default.
+    #[default]
+    RocketMq,
+    /// [`DirtyBytesOrAgePolicy`] for the flush service with these bounds; RocketMQ's
+    /// rule for the commit service.
+    DirtyBytesOrAge {
+        /// Flush once this many bytes are pending.
+        max_dirty_bytes: u64,
+        /// Flush once bytes have been pending this long (ms).
+        max_age_ms: u64,
+    },
+    /// A policy from outside this crate.
+    #[cfg_attr(feature = "serde", serde(skip))]
+    Custom(Arc<dyn PolicyFactory>),
+}
+
+impl PolicyChoice {
+    /// The flush service's policy for `config`.
+    pub fn flush_policy(&self, config: &FlushConfig) -> Box<dyn FlushPolicy> {
+        match self {
+            PolicyChoice::RocketMq => Box::new(rocketmq_flush_policy(config)),
+            PolicyChoice::DirtyBytesOrAge { max_dirty_bytes, max_age_ms } => Box::new(DirtyBytesOrAgePolicy {
+                max_dirty_bytes: *max_dirty_bytes,
+                max_age: Duration::from_millis(*max_age_ms),
+            }),
+            PolicyChoice::Custom(factory) => factory.flush_policy(config),
+        }
+    }
+
+    /// The commit service's policy for `config`.
+    pub fn commit_policy(&self, config: &FlushConfig) -> Box<dyn FlushPolicy> {
+        match self {
+            PolicyChoice::RocketMq | PolicyChoice::DirtyBytesOrAge { .. } => Box::new(RocketMqPolicy::new(
+                config.commit_commit_log_least_pages,
+                Duration::from_millis(config.commit_commit_log_thorough_interval_ms),
+            )),
+            PolicyChoice::Custom(factory) => factory.commit_policy(config),
+        }
+    }
+}
+
+fn rocketmq_flush_policy(config: &FlushConfig) -> RocketMqPolicy {
+    RocketMqPolicy::new(
+        config.flush_commit_log_least_pages,
+        Duration::from_millis(config.flush_commit_log_thorough_interval_ms),
+    )
+}
+
+impl fmt::Debug for PolicyChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PolicyChoice::RocketMq => f.write_str("RocketMq"),
+            PolicyChoice::DirtyBytesOrAge { max_dirty_bytes, max_age_ms } => f
+                .debug_struct("DirtyBytesOrAge")
+                .field("max_dirty_bytes", max_dirty_bytes)
+                .field("max_age_ms", max_age_ms)
+                .finish(),
+            PolicyChoice::Custom(factory) => f.debug_tuple("Custom").field(factory).finish(),
+        }
+    }
+}
+
+/// Built-in choices compare by value; custom ones are equal only to themselves
+/// (the same factory).
+impl PartialEq for PolicyChoice {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (PolicyChoice::RocketMq, PolicyChoice::RocketMq) => true,
+            (
+                PolicyChoice::DirtyBytesOrAge { max_dirty_bytes: a, max_age_ms: b },
+                PolicyChoice::DirtyBytesOrAge { max_dirty_bytes: c, max_age_ms: d },
+            ) => a == c && b == d,
+            (PolicyChoice::Custom(a), PolicyChoice::Custom(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for PolicyChoice {}
 
 #[cfg(test)]
 mod tests {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::group_commit::{GroupCommit, GroupCommitConfig, GroupCommitStats};
 use crate::periodic::{Periodic, PeriodicConfig};
-use crate::policy::{FlushPolicy, RocketMqPolicy};
+use crate::policy::FlushPolicy;
 use crate::service::{ServiceState, ServiceThread};
 use crate::sync::{lock, Arc, Mutex};
 use crate::{DurabilityHandle, FlushConfig, FlushTarget, FlushedCallback, StartError, TargetError};
@@ -193,8 +193,8 @@ impl fmt::Debug for AsyncFlush {
 }
 
 impl AsyncFlush {
-    /// Starts the async services with RocketMQ's policies. `with_write_buffer`
-    /// adds the commit service.
+    /// Starts the async services with the policies `config.policy` chooses
+    /// (RocketMQ's by default). `with_write_buffer` adds the commit service.
     pub fn start(
         target: Arc<dyn FlushTarget>,
         clock: Arc<dyn Clock>,
@@ -202,16 +202,8 @@ impl AsyncFlush {
         with_write_buffer: bool,
         on_flushed: Option<FlushedCallback>,
     ) -> Result<Self, StartError> {
-        let flush_policy = Box::new(RocketMqPolicy::new(
-            config.flush_commit_log_least_pages,
-            FlushConfig::ms(config.flush_commit_log_thorough_interval_ms),
-        ));
-        let commit_policy = with_write_buffer.then(|| {
-            Box::new(RocketMqPolicy::new(
-                config.commit_commit_log_least_pages,
-                FlushConfig::ms(config.commit_commit_log_thorough_interval_ms),
-            )) as Box<dyn FlushPolicy>
-        });
+        let flush_policy = config.policy.flush_policy(config);
+        let commit_policy = with_write_buffer.then(|| config.policy.commit_policy(config));
         Self::start_with_policies(target, clock, config, flush_policy, commit_policy, on_flushed)
     }
 

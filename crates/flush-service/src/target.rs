@@ -1,7 +1,6 @@
-//! What the flush services flush: a small trait, implemented for the segment queue
-//! and by an in-crate test double.
-
-use segment_queue::SegmentQueue;
+//! What the flush services flush: a small trait. The storage side implements it
+//! (the `commitlog` facade adapts its segment queue); this crate implements it only
+//! for its in-memory test double.
 
 use crate::error::TargetError;
 use crate::sync::Arc;
@@ -10,8 +9,11 @@ use crate::sync::Arc;
 ///
 /// Contract:
 /// - `flush` returns the new `flushed_where`; `Ok` means every byte below it is
-///   durable. After one `Err`, every later `flush` must fail too (a failed sync is
-///   final); the services never report a request durable after an error.
+///   durable. After one `Err`, every later `flush` and `commit` must fail too (a
+///   failed sync is final, fsyncgate) and [`failure`](Self::failure) must return
+///   the error: the target owns the one failure latch, and the services keep no
+///   copy, so a failure seen by anyone (a service, a manual flush, shutdown) stops
+///   everyone. The services never report a request durable after an error.
 /// - `commit` moves bytes from write buffers into the flushable range and returns
 ///   the new `committed_where`. Without write buffers it is a no-op.
 /// - Offsets never move backwards while a service runs.
@@ -32,6 +34,9 @@ pub trait FlushTarget: Send + Sync + 'static {
     /// Store timestamp (ms) of the newest data the last flush covered, for the
     /// checkpoint's physical timestamp.
     fn store_timestamp(&self) -> u64;
+    /// The first failure, once any flush or commit (by anyone) failed; `None`
+    /// before. Once `Some`, always `Some`. Cheap: the put path asks it.
+    fn failure(&self) -> Option<TargetError>;
 }
 
 impl<T: FlushTarget + ?Sized> FlushTarget for Arc<T> {
@@ -56,28 +61,7 @@ impl<T: FlushTarget + ?Sized> FlushTarget for Arc<T> {
     fn store_timestamp(&self) -> u64 {
         (**self).store_timestamp()
     }
-}
-
-impl FlushTarget for SegmentQueue {
-    fn flush(&self, least_pages: usize) -> Result<u64, TargetError> {
-        SegmentQueue::flush(self, least_pages).map(|p| p.to).map_err(|e| Arc::new(e) as TargetError)
-    }
-    fn commit(&self, least_pages: usize) -> Result<u64, TargetError> {
-        SegmentQueue::commit(self, least_pages).map(|p| p.to).map_err(|e| Arc::new(e) as TargetError)
-    }
-    fn flushed_where(&self) -> u64 {
-        SegmentQueue::flushed_where(self)
-    }
-    fn committed_where(&self) -> u64 {
-        SegmentQueue::committed_where(self)
-    }
-    fn unflushed_bytes(&self) -> u64 {
-        self.remain_how_many_data_to_flush()
-    }
-    fn uncommitted_bytes(&self) -> u64 {
-        self.remain_how_many_data_to_commit()
-    }
-    fn store_timestamp(&self) -> u64 {
-        SegmentQueue::store_timestamp(self)
+    fn failure(&self) -> Option<TargetError> {
+        (**self).failure()
     }
 }

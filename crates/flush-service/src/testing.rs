@@ -104,6 +104,9 @@ impl FlushTarget for MemoryTarget {
 
     fn commit(&self, least_pages: usize) -> Result<u64, TargetError> {
         self.commits.fetch_add(1, Ordering::AcqRel);
+        if self.latched.load(Ordering::Acquire) {
+            return Err(Arc::new(InjectedFailure));
+        }
         let wrote = self.wrote.load(Ordering::Acquire);
         let done = self.committed.load(Ordering::Acquire);
         if due(done, wrote, least_pages) {
@@ -130,5 +133,9 @@ impl FlushTarget for MemoryTarget {
 
     fn store_timestamp(&self) -> u64 {
         self.flushed_where()
+    }
+
+    fn failure(&self) -> Option<TargetError> {
+        self.latched.load(Ordering::Acquire).then(|| Arc::new(InjectedFailure) as TargetError)
     }
 }

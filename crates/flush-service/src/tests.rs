@@ -1,11 +1,8 @@
 //! Deterministic tests of the services' cores: a manual clock, the in-memory
-//! target (or a real segment queue on simulated storage), no sleeps.
+//! target, no sleeps. The same services over the real segment queue are tested
+//! where the adapter lives, in the `commitlog` crate.
 
-use std::path::Path;
 use std::time::Duration;
-
-use mapped_file::{SimStorage, Storage};
-use segment_queue::{QueueConfig, SegmentQueue};
 
 use crate::sync::Arc;
 use crate::testing::MemoryTarget;
@@ -40,7 +37,7 @@ fn concurrent_requests_are_batched_into_one_flush() {
     assert_eq!(handles.len(), 1024);
     assert!(handles.iter().all(|h| !h.is_done()), "nothing acknowledged before a flush");
     gc.swap();
-    assert_eq!(gc.do_commit(), 1024);
+    assert_eq!(gc.flush_swapped(), 1024);
     assert_eq!(target.flushes(), 1, "one flush for 1024 requests");
     for h in handles {
         assert!(settle(h).is_ok());
@@ -55,11 +52,11 @@ fn requests_not_yet_swapped_wait_for_the_next_round() {
     let first = gc.put_request(target.append(10));
     gc.swap();
     let second = gc.put_request(target.append(10)); // arrives after the swap
-    gc.do_commit();
+    gc.flush_swapped();
     assert!(first.is_done());
     assert!(!second.is_done(), "not in flight yet, even though the flush happened to cover it");
     gc.swap();
-    gc.do_commit();
+    gc.flush_swapped();
     assert!(settle(second).is_ok());
 }
 
@@ -70,7 +67,7 @@ fn a_request_past_its_deadline_times_out_never_silently() {
     let gc = group_commit(target.clone(), clock.clone(), false);
     let handle = gc.put_request(target.append(4096));
     gc.swap();
-    gc.do_commit();
+    gc.flush_swapped();
     assert!(!handle.is_done());
     clock.advance(Duration::from_millis(4999));
     assert_eq!(gc.expire(), 0);
@@ -101,13 +98,13 @@ fn without_commit_before_flush_a_write_buffer_times_out_every_request() {
     let broken = group_commit(target.clone(), clock.clone(), false);
     let handle = broken.put_request(target.append(100));
     broken.swap();
-    broken.do_commit();
+    broken.flush_swapped();
     assert!(!handle.is_done());
 
     let fixed = group_commit(target.clone(), clock, true);
     let handle = fixed.put_request(target.append(100));
     fixed.swap();
-    assert_eq!(fixed.do_commit(), 1);
+    assert_eq!(fixed.flush_swapped(), 1);
     assert!(settle(handle).is_ok());
     assert_eq!(target.flushed_where(), 200);
 }
@@ -118,89 +115,19 @@ fn a_flush_error_fails_every_waiter_and_every_later_request() {
     let gc = group_commit(target.clone(), clock(), false);
     let ok = gc.put_request(target.append(10));
     gc.swap();
-    gc.do_commit();
+    gc.flush_swapped();
     assert!(settle(ok).is_ok());
 
     let waiting: Vec<_> = (0..5).map(|_| gc.put_request(target.append(10))).collect();
     target.fail_flushes();
     gc.swap();
-    assert_eq!(gc.do_commit(), 0);
+    assert_eq!(gc.flush_swapped(), 0);
     for h in waiting {
         assert!(matches!(settle(h), Err(FlushError::Failed { .. })), "never Ok after a failed flush");
     }
     assert!(matches!(settle(gc.put_request(target.append(10))), Err(FlushError::Failed { .. })), "latched");
     assert!(gc.failure().is_some());
     assert_eq!(gc.stats().acknowledged, 1);
-}
-
-#[test]
-fn a_request_spanning_two_segments_is_acknowledged_by_one_round() {
-    // RocketMQ #3408: with a record that ends in the next segment, flushing only
-    // the segment holding flushedWhere left the request unsatisfied.
-    let sim = SimStorage::new();
-    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
-    let config = QueueConfig { preallocate_next_segment: false, ..QueueConfig::new(8192) };
-    let queue = Arc::new(SegmentQueue::load(storage, Path::new("/gc"), config, None).unwrap());
-    let gc = group_commit(queue.clone(), clock(), false);
-    let first = queue.get_last_mapped_file(0).unwrap();
-    first.append_bytes(0, &[1; 5000]).unwrap();
-    gc.put_request(5000);
-    gc.swap();
-    gc.do_commit();
-    // Tail of segment 0 plus the head of segment 1 belong to one request.
-    first.append_bytes(0, &[2; 3192]).unwrap();
-    let second = queue.get_last_mapped_file(0).unwrap();
-    second.append_bytes(0, &[3; 100]).unwrap();
-    let handle = gc.put_request(8192 + 100);
-    gc.swap();
-    assert_eq!(gc.do_commit(), 1);
-    assert!(settle(handle).is_ok());
-    assert_eq!(queue.flushed_where(), 8292);
-    assert_eq!(sim.dirty_sectors(), 0, "acknowledged bytes really are durable");
-}
-
-#[test]
-fn in_sync_mode_nothing_is_acknowledged_before_its_bytes_are_durable() {
-    // Through the real queue on simulated storage: after a power cut that loses
-    // every unsynced byte, every acknowledged byte is still there.
-    let sim = SimStorage::new();
-    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
-    let config = QueueConfig { preallocate_next_segment: false, ..QueueConfig::new(8192) };
-    let queue = Arc::new(SegmentQueue::load(storage, Path::new("/ack"), config, None).unwrap());
-    let gc = group_commit(queue.clone(), clock(), false);
-    let mut model = Vec::new();
-    let mut acked = 0u64;
-    for i in 1..=30u8 {
-        let file = queue.get_last_mapped_file(0).unwrap();
-        let end = match file.append_bytes(0, &[i; 1000]).unwrap() {
-            mapped_file::Appended::Written { wrote_offset, bytes, .. } => wrote_offset + bytes as u64,
-            mapped_file::Appended::DoesNotFit { remaining } => {
-                file.append_with(0, |_, t| {
-                    t.fill(0xEE);
-                    mapped_file::AppendStatus::Written { bytes: t.len(), value: () }
-                })
-                .unwrap();
-                model.extend(std::iter::repeat_n(0xEE, remaining));
-                continue;
-            }
-        };
-        model.extend([i; 1000]);
-        let handle = gc.put_request(end);
-        if i.is_multiple_of(3) {
-            gc.swap();
-            gc.do_commit();
-            assert!(settle(handle).is_ok());
-            acked = end;
-        }
-    }
-    assert!(acked > 8192, "the test spans segments");
-    sim.crash_losing_unsynced();
-    for file in queue.segments() {
-        let from = file.file_from_offset() as usize;
-        let durable = sim.file_bytes(file.path()).unwrap();
-        let upto = (acked as usize).saturating_sub(from).min(durable.len());
-        assert_eq!(&durable[..upto], &model[from..from + upto], "acknowledged bytes lost in {}", file.path().display());
-    }
 }
 
 #[test]

@@ -2,6 +2,9 @@
 
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::latch::SyncFailure;
 
 /// Errors of a [`MappedFile`](crate::MappedFile), each naming the file.
 #[derive(Debug, thiserror::Error)]
@@ -52,28 +55,19 @@ pub enum MappedFileError {
         /// The file's size.
         actual: u64,
     },
-    /// A sync failed; the file is latched from now on.
-    #[error("sync of {} bytes [{from}, {to}) failed: {source}", path.display())]
-    SyncFailed {
-        /// The file.
-        path: PathBuf,
-        /// Absolute start of the range that was being synced.
-        from: u64,
-        /// Absolute end of that range.
-        to: u64,
-        /// The OS error.
-        #[source]
-        source: io::Error,
-    },
-    /// An earlier sync failed; the file refuses appends, commits and flushes.
-    #[error("segment {} is latched after a failed sync ({kind:?}: {message})", path.display())]
+    /// A sync failed; the file (and every segment sharing its latch) is latched
+    /// from now on.
+    #[error(transparent)]
+    SyncFailed(Arc<SyncFailure>),
+    /// An earlier sync failed (here or in a segment sharing the latch); the file
+    /// refuses appends, commits, flushes and truncation.
+    #[error("segment {} refuses writes: an earlier sync failed", path.display())]
     Latched {
-        /// The file.
+        /// The file asked.
         path: PathBuf,
-        /// Kind of the first error.
-        kind: io::ErrorKind,
-        /// Text of the first error.
-        message: String,
+        /// The first failure.
+        #[source]
+        first: Arc<SyncFailure>,
     },
     /// The file was destroyed.
     #[error("segment {} was destroyed", path.display())]

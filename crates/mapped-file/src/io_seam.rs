@@ -1,15 +1,20 @@
-//! The I/O seam under a segment: [`Storage`] for the directory, [`SegmentIo`] for one
-//! segment, and the real implementation, [`MmapStorage`].
+//! The I/O seam under a log: [`Storage`] for its directory (segments and the small
+//! files beside them), [`SegmentIo`] for one segment, and the real implementation,
+//! [`MmapStorage`].
 //!
 //! The simulated implementation, [`SimStorage`](crate::sim::SimStorage), runs the
 //! same `MappedFile` logic over heap memory so tests can fail syncs and drop
-//! unsynced bytes.
+//! unsynced bytes. Every file a log writes goes through this seam, so a simulated
+//! power cut covers all of them.
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use crate::SegmentMemory;
 
@@ -66,11 +71,20 @@ pub trait SegmentIo: Send + Sync + fmt::Debug {
     fn remove(&self) -> io::Result<()>;
 }
 
-/// A directory of segment files.
+/// A directory of segment files, and the small files beside them (a checkpoint,
+/// markers).
 ///
-/// Contract: [`create`](Self::create) returns only once the new file has its full
-/// length allocated (a full disk is an error here, never a SIGBUS later) and its
-/// directory entry is durable; new bytes read as zero.
+/// Contract:
+/// - [`create`](Self::create) returns only once the new file has its full length
+///   allocated (a full disk is an error here, never a SIGBUS later) and its
+///   directory entry is durable; new bytes read as zero.
+/// - [`replace_small`](Self::replace_small) is atomic and durable: after a crash
+///   the file holds the old content or the new one, never a mix; once it returns,
+///   the new one. [`remove`](Self::remove) is durable once it returns.
+/// - The storage owns its files for as long as anything it mapped is alive: no
+///   other storage, in this process or another, maps or writes them meanwhile.
+///   [`MmapStorage`] enforces this with a lock file; the segment memory's
+///   soundness rests on it.
 pub trait Storage: Send + Sync + fmt::Debug {
     /// Creates `dir` and its parents if missing.
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
@@ -80,13 +94,120 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn create(&self, path: &Path, len: usize) -> io::Result<OpenedSegment>;
     /// Maps the first `len` bytes of an existing file.
     fn open(&self, path: &Path, len: usize) -> io::Result<OpenedSegment>;
-    /// Deletes a file that is not open as a segment (e.g. a zero-length leftover).
+    /// Deletes a file that is not open as a segment (a zero-length leftover, a
+    /// marker), durably.
     fn remove(&self, path: &Path) -> io::Result<()>;
+    /// The whole content of a small file; `Ok(None)` if it does not exist.
+    fn read_small(&self, path: &Path) -> io::Result<Option<Vec<u8>>>;
+    /// Replaces (or creates) a small file with `bytes`, atomically and durably.
+    fn replace_small(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
+    /// Gives the directory up: nothing is created, opened or written through this
+    /// storage afterwards (such calls fail). What is still mapped stays valid, and
+    /// the directory stays owned until the last mapping is gone. Idempotent.
+    fn release(&self) {}
 }
 
-/// The real storage: files preallocated with `fallocate` and mapped shared.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct MmapStorage;
+/// Name of the lock file [`MmapStorage`] holds in its directory.
+pub const LOCK_FILE: &str = "lock";
+
+/// Why [`MmapStorage::lock`] could not take a directory.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// Another storage (in this process or another) holds the directory.
+    #[error("{} is locked by another process or store (lock file {})", dir.display(), lock_file.display())]
+    Locked {
+        /// The directory.
+        dir: PathBuf,
+        /// Its lock file.
+        lock_file: PathBuf,
+    },
+    /// Creating the directory or the lock file, or locking it, failed.
+    #[error("cannot lock {}: {source}", path.display())]
+    Io {
+        /// The directory or lock file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The held `flock` of a directory. Every mapping made under it keeps a reference,
+/// so the lock outlives every byte a reader could still see.
+#[derive(Debug)]
+struct DirLock {
+    _file: File,
+}
+
+/// The real storage: files preallocated with `fallocate` and mapped shared, in one
+/// directory tree this storage holds an exclusive lock on.
+///
+/// Mapping a file shared is sound only while nobody else writes or truncates it:
+/// a change under a live `&[u8]` is undefined behaviour, a truncation a SIGBUS.
+/// So the mapping is made only here, under the lock: [`lock`](Self::lock) takes an
+/// exclusive `flock` on `<root>/lock` (the same lock in every process using this
+/// crate), every path must lie under the root, and each mapping keeps the lock
+/// alive until it is unmapped. What the lock cannot stop is a program that ignores
+/// it and writes the files directly, the caveat of every memory-mapped store.
+#[derive(Debug)]
+pub struct MmapStorage {
+    root: PathBuf,
+    lock: Mutex<Option<Arc<DirLock>>>,
+}
+
+impl MmapStorage {
+    /// Takes `root` for this storage: creates it if missing and takes an
+    /// exclusive lock on `<root>/lock` ([`LOCK_FILE`]), held until the storage is
+    /// [released](Storage::release) or dropped and every mapping made through it is
+    /// gone. Another storage over the same root, in any process, gets
+    /// [`LockError::Locked`].
+    pub fn lock(root: &Path) -> Result<Self, LockError> {
+        let io_err = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| LockError::Io { path, source }
+        };
+        fs::create_dir_all(root).map_err(io_err(root))?;
+        let lock_path = root.join(LOCK_FILE);
+        let file =
+            OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io_err(&lock_path))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(LockError::Locked { dir: root.to_path_buf(), lock_file: lock_path })
+            }
+            Err(fs::TryLockError::Error(source)) => return Err(LockError::Io { path: lock_path, source }),
+        }
+        Ok(MmapStorage { root: root.to_path_buf(), lock: Mutex::new(Some(Arc::new(DirLock { _file: file }))) })
+    }
+
+    /// The locked directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The lock, if still held, for a path that must lie under the root.
+    fn held(&self, path: &Path) -> io::Result<Arc<DirLock>> {
+        if !path.starts_with(&self.root) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is outside the locked directory {}", path.display(), self.root.display()),
+            ));
+        }
+        self.lock.lock().clone().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotConnected, format!("storage for {} was released", self.root.display()))
+        })
+    }
+
+    fn map(file: &File, len: usize, lock: Arc<DirLock>) -> io::Result<SegmentMemory> {
+        // SAFETY: `lock` is this storage's exclusive lock on the directory holding
+        // `file` (checked by `held`), and the mapping keeps it until unmapped: no
+        // other storage maps, writes or truncates the file meanwhile, and this
+        // storage never truncates a mapped file (segments keep their size for life).
+        let memory = unsafe { SegmentMemory::map_file(file, len)? };
+        Ok(memory.keeping_alive(lock))
+    }
+}
 
 /// Fsyncs a directory so that entries created or removed in it survive a power cut.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -123,10 +244,12 @@ fn preallocate(file: &File, len: usize) -> io::Result<()> {
 
 impl Storage for MmapStorage {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.held(dir)?;
         fs::create_dir_all(dir)
     }
 
     fn list(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
+        self.held(dir)?;
         let mut out = Vec::new();
         for entry in fs::read_dir(dir)? {
             let entry = entry?;
@@ -143,13 +266,14 @@ impl Storage for MmapStorage {
     }
 
     fn create(&self, path: &Path, len: usize) -> io::Result<OpenedSegment> {
+        let lock = self.held(path)?;
         let file = OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
         let setup = preallocate(&file, len)
             .and_then(|()| file.sync_all())
             // The new directory entry must survive a power cut, or recovery would
             // find a hole where this segment was.
             .and_then(|()| sync_dir(parent_of(path)))
-            .and_then(|()| SegmentMemory::map_file(&file, len));
+            .and_then(|()| Self::map(&file, len, lock));
         match setup {
             Ok(memory) => {
                 Ok(OpenedSegment { memory, io: Box::new(MmapSegment { path: path.to_path_buf(), _file: file }) })
@@ -164,18 +288,48 @@ impl Storage for MmapStorage {
     }
 
     fn open(&self, path: &Path, len: usize) -> io::Result<OpenedSegment> {
+        let lock = self.held(path)?;
         let file = OpenOptions::new().read(true).write(true).open(path)?;
         let actual = file.metadata()?.len();
         if actual < len as u64 {
             return Err(io::Error::new(io::ErrorKind::InvalidData, format!("file has {actual} bytes, expected {len}")));
         }
-        let memory = SegmentMemory::map_file(&file, len)?;
+        let memory = Self::map(&file, len, lock)?;
         Ok(OpenedSegment { memory, io: Box::new(MmapSegment { path: path.to_path_buf(), _file: file }) })
     }
 
     fn remove(&self, path: &Path) -> io::Result<()> {
+        self.held(path)?;
         fs::remove_file(path)?;
         sync_dir(parent_of(path))
+    }
+
+    fn read_small(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
+        self.held(path)?;
+        match fs::read(path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
+    fn replace_small(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        self.held(path)?;
+        // Write a temporary file, sync it, rename it over the old one, sync the
+        // directory: a crash leaves the old content or the new, never a mix.
+        let mut tmp_name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        tmp_name.push(".tmp");
+        let tmp = path.with_file_name(tmp_name);
+        let mut file = File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&tmp, path)?;
+        sync_dir(parent_of(path))
+    }
+
+    fn release(&self) {
+        self.lock.lock().take();
     }
 }
 

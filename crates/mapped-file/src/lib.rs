@@ -34,10 +34,9 @@
 //! # Ok::<(), mapped_file::MappedFileError>(())
 //! ```
 
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 pub use bytes::Bytes;
 use parking_lot::Mutex;
@@ -45,13 +44,15 @@ use transient_pool::WriteBuffer;
 
 mod error;
 mod io_seam;
+mod latch;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
 mod raw;
 pub mod sim;
 
 pub use error::MappedFileError;
-pub use io_seam::{epoch_ms, sync_dir, DirEntry, MmapStorage, OpenedSegment, SegmentIo, Storage};
+pub use io_seam::{epoch_ms, sync_dir, DirEntry, LockError, MmapStorage, OpenedSegment, SegmentIo, Storage, LOCK_FILE};
+pub use latch::{FailureLatch, SyncFailure};
 pub use raw::SegmentMemory;
 pub use sim::SimStorage;
 
@@ -168,13 +169,6 @@ pub fn is_due(done: usize, target: usize, file_size: usize, least_pages: usize) 
     target / OS_PAGE_SIZE - done / OS_PAGE_SIZE >= least_pages
 }
 
-/// The first sync failure of a file, kept forever.
-#[derive(Debug)]
-struct Latch {
-    kind: io::ErrorKind,
-    message: String,
-}
-
 /// One segment. `Send + Sync`: share it behind an `Arc`.
 #[derive(Debug)]
 pub struct MappedFile {
@@ -184,7 +178,7 @@ pub struct MappedFile {
     io: Box<dyn SegmentIo>,
     flushed: AtomicUsize,
     flush_lock: Mutex<()>,
-    latch: OnceLock<Latch>,
+    latch: Arc<FailureLatch>,
     destroyed: AtomicBool,
     store_timestamp: AtomicU64,
 }
@@ -237,7 +231,7 @@ impl MappedFile {
             io: opened.io,
             flushed: AtomicUsize::new(0),
             flush_lock: Mutex::new(()),
-            latch: OnceLock::new(),
+            latch: FailureLatch::new(),
             destroyed: AtomicBool::new(false),
             store_timestamp: AtomicU64::new(0),
         }
@@ -304,9 +298,26 @@ impl MappedFile {
         self.store_timestamp.store(store_timestamp_ms, Ordering::Release);
     }
 
-    /// True once a sync has failed; the file refuses everything after that.
+    /// True once a sync has failed (here, or in a segment sharing the latch); the
+    /// file refuses everything after that.
     pub fn is_latched(&self) -> bool {
-        self.latch.get().is_some()
+        self.latch.is_set()
+    }
+
+    /// The latch this file records sync failures in and obeys.
+    pub fn latch(&self) -> &Arc<FailureLatch> {
+        &self.latch
+    }
+
+    /// Makes the file record its sync failures in `latch`, and obey failures
+    /// recorded there by others: how a segment queue gives all its segments one
+    /// latch. A failure this file recorded before is carried over.
+    pub fn with_latch(mut self, latch: Arc<FailureLatch>) -> Self {
+        if let Some(first) = self.latch.get() {
+            latch.set((*first).clone());
+        }
+        self.latch = latch;
+        self
     }
 
     /// True once [`destroy`](Self::destroy) ran.
@@ -320,12 +331,8 @@ impl MappedFile {
     }
 
     fn check_usable(&self) -> Result<(), MappedFileError> {
-        if let Some(latch) = self.latch.get() {
-            return Err(MappedFileError::Latched {
-                path: self.path.clone(),
-                kind: latch.kind,
-                message: latch.message.clone(),
-            });
+        if let Some(first) = self.latch.get() {
+            return Err(MappedFileError::Latched { path: self.path.clone(), first });
         }
         if self.is_destroyed() {
             return Err(MappedFileError::Destroyed { path: self.path.clone() });
@@ -463,13 +470,16 @@ impl MappedFile {
     fn sync_or_latch(&self, from: usize, to: usize) -> Result<(), MappedFileError> {
         self.io.sync_range(self.region.memory(), from, to - from).map_err(|source| {
             tracing::error!(path = %self.path.display(), from, to, error = %source, "sync failed; segment latched");
-            let _ = self.latch.set(Latch { kind: source.kind(), message: source.to_string() });
-            MappedFileError::SyncFailed {
+            let failure = SyncFailure {
                 path: self.path.clone(),
                 from: self.file_from_offset + from as u64,
                 to: self.file_from_offset + to as u64,
-                source,
-            }
+                source: Arc::new(source),
+            };
+            // Whatever was recorded first stays the latch's cause; this caller
+            // still learns about its own failure.
+            self.latch.set(failure.clone());
+            MappedFileError::SyncFailed(Arc::new(failure))
         })
     }
 

@@ -18,6 +18,9 @@ pub enum Bug {
     /// `MappedFile::truncate` moves positions but leaves the bytes past the cut in
     /// place (and unsynced): what recovery cut can come back.
     TruncateLeavesTail = 8,
+    /// The commit log's checkpoint records the end of written data instead of the
+    /// end of durable data: recovery trusts bytes a power cut took.
+    CheckpointAheadOfData = 16,
 }
 
 static ACTIVE: AtomicU8 = AtomicU8::new(0);

@@ -10,8 +10,11 @@
 //!   alone above the committed position when a write buffer is attached), and
 //!   readers only read below the read position. The `unsafe fn` accessors below
 //!   state that contract; no raw pointer leaves this module.
-//! - The mapped file is never truncated while mapped (mmap hazard: SIGBUS), and the
-//!   store directory belongs to one process (the commit log's lock file).
+//! - The mapped file is never truncated, and never written except through this
+//!   mapping, while mapped (mmap hazard: SIGBUS, or bytes changing under a `&[u8]`):
+//!   the caller of the `unsafe` [`SegmentMemory::map_file`] promises it, and the one
+//!   caller, `MmapStorage`, keeps it by holding the directory's lock file for as
+//!   long as the mapping lives ([`SegmentMemory::keeping_alive`]).
 
 use std::fs::File;
 use std::io;
@@ -34,6 +37,8 @@ pub struct SegmentMemory {
     ptr: NonNull<u8>,
     len: usize,
     backing: Backing,
+    /// Dropped after `backing`: whatever must outlive the mapping (a directory lock).
+    _keep_alive: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl std::fmt::Debug for SegmentMemory {
@@ -54,17 +59,28 @@ unsafe impl Send for SegmentMemory {}
 unsafe impl Sync for SegmentMemory {}
 
 impl SegmentMemory {
-    /// Maps the first `len` bytes of `file` shared and read-write.
+    /// Maps the first `len` bytes of `file` shared and read-write. A zero `len` is
+    /// an `InvalidInput` error. Use `MmapStorage`, which calls this under its lock.
     ///
-    /// The caller must have sized the file to at least `len` bytes (preallocated);
-    /// a zero `len` is an `InvalidInput` error.
-    pub fn map_file(file: &File, len: usize) -> io::Result<Self> {
+    /// # Safety
+    /// For as long as the returned memory (or anything keeping it alive) exists, the
+    /// file must have at least `len` bytes and must not be written, truncated or
+    /// mapped writable by anyone else, in this process or another: readers get
+    /// `&[u8]` views of the mapping that must not change under them.
+    pub unsafe fn map_file(file: &File, len: usize) -> io::Result<Self> {
         if len == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "cannot map a zero-length segment"));
         }
         let map = memmap2::MmapOptions::new().len(len).map_raw(file)?;
         let ptr = NonNull::new(map.as_mut_ptr()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        Ok(SegmentMemory { ptr, len, backing: Backing::Mmap(map) })
+        Ok(SegmentMemory { ptr, len, backing: Backing::Mmap(map), _keep_alive: None })
+    }
+
+    /// Keeps `guard` alive until this memory is gone (unmapped after the mapping):
+    /// `MmapStorage` ties its directory lock to each mapping this way.
+    pub fn keeping_alive(mut self, guard: Arc<dyn std::any::Any + Send + Sync>) -> Self {
+        self._keep_alive = Some(guard);
+        self
     }
 
     /// Heap memory holding `bytes` (the simulated storage's page cache view).
@@ -76,7 +92,7 @@ impl SegmentMemory {
         let len = bytes.len();
         let raw = Box::into_raw(bytes.into_boxed_slice());
         let ptr = NonNull::new(raw.cast::<u8>()).expect("Box::into_raw is never null");
-        Ok(SegmentMemory { ptr, len, backing: Backing::Heap })
+        Ok(SegmentMemory { ptr, len, backing: Backing::Heap, _keep_alive: None })
     }
 
     /// Length in bytes.
@@ -488,12 +504,14 @@ mod tests {
         let path = dir.path().join("f");
         std::fs::write(&path, vec![3u8; 8192]).unwrap();
         let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
-        let mem = SegmentMemory::map_file(&file, 8192).unwrap();
+        // SAFETY: the test owns the file; nobody else writes or truncates it.
+        let mem = unsafe { SegmentMemory::map_file(&file, 8192) }.unwrap();
         assert!(mem.is_mapped());
         // SAFETY: single-threaded test.
         unsafe { mem.range_mut(0, 1)[0] = 9 };
         mem.sync_range(0, 1).unwrap();
         assert_eq!(std::fs::read(&path).unwrap()[0], 9);
-        assert!(SegmentMemory::map_file(&file, 0).is_err());
+        // SAFETY: as above.
+        assert!(unsafe { SegmentMemory::map_file(&file, 0) }.is_err());
     }
 }

@@ -13,7 +13,10 @@
 //! success and still does not persist them (until they are written again).
 //!
 //! File creation and removal are durable as soon as they return, as `MmapStorage`
-//! makes them with a directory fsync.
+//! makes them with a directory fsync. Small files (a checkpoint, markers) are
+//! replaced atomically and durably, as `MmapStorage` does with write, fsync, rename
+//! and a directory fsync: a crash keeps the last content they were given. Each
+//! replacement and removal is an event, so crash states fall between them too.
 //!
 //! For crash-state enumeration, [`SimStorage::set_snapshot_sink`] sends a
 //! [`SimSnapshot`] after every write and every sync: the durable image of each file
@@ -79,9 +82,9 @@ impl SimSnapshot {
     }
 
     /// A crash image: each dirty sector (numbered across files in order) is kept
-    /// if `keep(n)`; returns a storage holding exactly that image, with every file
-    /// moved into `dir` under its own name (so a recovery can run elsewhere).
-    pub fn crash_image(&self, dir: &Path, mut keep: impl FnMut(usize) -> bool) -> SimStorage {
+    /// if `keep(n)`; returns a storage holding exactly that image, every file (the
+    /// segments and the small files beside them) at its own path.
+    pub fn crash_image(&self, mut keep: impl FnMut(usize) -> bool) -> SimStorage {
         let storage = SimStorage::new();
         let mut n = 0;
         for file in &self.files {
@@ -93,8 +96,7 @@ impl SimSnapshot {
                 }
                 n += 1;
             }
-            let name = file.path.file_name().map(|n| dir.join(n)).unwrap_or_else(|| file.path.clone());
-            storage.write_file(&name, &bytes);
+            storage.write_file(&file.path, &bytes);
         }
         storage
     }
@@ -358,7 +360,24 @@ impl Storage for SimStorage {
         if state.fail_removes {
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
-        state.files.remove(path).map(|_| ()).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+        state.files.remove(path).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        state.event();
+        Ok(())
+    }
+
+    fn read_small(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
+        Ok(self.state.lock().files.get(path).map(|f| f.cache.clone()))
+    }
+
+    fn replace_small(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let mut state = self.state.lock();
+        if state.fail_all_syncs {
+            // The temporary file's fsync fails: the old content stays.
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        state.files.insert(path.to_path_buf(), SimFile::new(bytes.to_vec()));
+        state.event();
+        Ok(())
     }
 }
 
@@ -436,6 +455,7 @@ impl SegmentIo for SimSegment {
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
         state.files.remove(&self.path);
+        state.event();
         Ok(())
     }
 }

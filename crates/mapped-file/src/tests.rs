@@ -48,7 +48,8 @@ fn least_pages_decisions_follow_rocketmq() {
 #[test]
 fn append_read_and_flush_on_a_real_mapping() {
     let dir = tempfile::tempdir().unwrap();
-    let file = MappedFile::create(&MmapStorage, dir.path(), 1 << 20, SIZE).unwrap();
+    let storage = MmapStorage::lock(dir.path()).unwrap();
+    let file = MappedFile::create(&storage, dir.path(), 1 << 20, SIZE).unwrap();
     assert_eq!(file.path().file_name().unwrap(), "00000000000001048576");
     assert_eq!(std::fs::metadata(file.path()).unwrap().len(), SIZE as u64, "preallocated");
     assert_eq!(put(&file, b"abc"), 1 << 20);
@@ -63,7 +64,7 @@ fn append_read_and_flush_on_a_real_mapping() {
     // Reopen: the bytes are there; positions are the caller's to set.
     drop(file);
     let path = dir.path().join(file_name(1 << 20));
-    let file = MappedFile::open(&MmapStorage, &path, SIZE).unwrap();
+    let file = MappedFile::open(&storage, &path, SIZE).unwrap();
     assert_eq!(file.file_from_offset(), 1 << 20);
     file.set_positions(7).unwrap();
     assert_eq!(&file.read(0, 7).unwrap()[..], b"abcdefg");
@@ -72,11 +73,12 @@ fn append_read_and_flush_on_a_real_mapping() {
 #[test]
 fn creating_over_an_existing_file_or_beyond_the_disk_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
-    let _first = MappedFile::create(&MmapStorage, dir.path(), 0, SIZE).unwrap();
-    assert!(matches!(MappedFile::create(&MmapStorage, dir.path(), 0, SIZE), Err(MappedFileError::Create { .. })));
+    let storage = MmapStorage::lock(dir.path()).unwrap();
+    let _first = MappedFile::create(&storage, dir.path(), 0, SIZE).unwrap();
+    assert!(matches!(MappedFile::create(&storage, dir.path(), 0, SIZE), Err(MappedFileError::Create { .. })));
     // Far larger than any disk here: fallocate refuses up front, and no file is left.
     let huge = 1usize << 52;
-    let err = MappedFile::create(&MmapStorage, dir.path(), huge as u64, huge).unwrap_err();
+    let err = MappedFile::create(&storage, dir.path(), huge as u64, huge).unwrap_err();
     assert!(matches!(err, MappedFileError::Create { .. }), "{err}");
     assert!(!dir.path().join(file_name(huge as u64)).exists());
 }
@@ -84,12 +86,13 @@ fn creating_over_an_existing_file_or_beyond_the_disk_is_an_error() {
 #[test]
 fn opening_checks_name_and_size() {
     let dir = tempfile::tempdir().unwrap();
+    let storage = MmapStorage::lock(dir.path()).unwrap();
     let bad = dir.path().join("not-a-segment");
     std::fs::write(&bad, vec![0; SIZE]).unwrap();
-    assert!(matches!(MappedFile::open(&MmapStorage, &bad, SIZE), Err(MappedFileError::BadName { .. })));
+    assert!(matches!(MappedFile::open(&storage, &bad, SIZE), Err(MappedFileError::BadName { .. })));
     let short = dir.path().join(file_name(0));
     std::fs::write(&short, vec![0; 100]).unwrap();
-    let err = MappedFile::open(&MmapStorage, &short, SIZE).unwrap_err();
+    let err = MappedFile::open(&storage, &short, SIZE).unwrap_err();
     assert!(err.to_string().contains("00000000000000000000"), "{err}");
 }
 
@@ -168,7 +171,7 @@ fn failed_sync_latches_the_file() {
     put(&file, b"lost");
     storage.fail_nth_sync(1);
     let err = file.flush(0).unwrap_err();
-    assert!(matches!(err, MappedFileError::SyncFailed { from: 7, to: 11, .. }), "{err}");
+    assert!(matches!(&err, MappedFileError::SyncFailed(f) if (f.from, f.to) == (7, 11)), "{err}");
     assert_eq!(file.flushed_position(), 7, "flushed did not advance");
     assert!(file.is_latched());
     // The next sync would succeed, but the file must not believe it (fsyncgate).
@@ -220,9 +223,32 @@ fn views_keep_memory_alive_and_block_truncation_below_them() {
 }
 
 #[test]
+fn a_locked_directory_cannot_be_mapped_by_a_second_storage_until_every_mapping_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = MmapStorage::lock(dir.path()).unwrap();
+    let file = MappedFile::create(&storage, dir.path(), 0, SIZE).unwrap();
+    put(&file, b"seen");
+    let view = file.read(0, 4).unwrap();
+    assert!(matches!(MmapStorage::lock(dir.path()), Err(LockError::Locked { .. })));
+    // Paths outside the root are refused, whatever the caller passes.
+    let elsewhere = tempfile::tempdir().unwrap();
+    assert!(MappedFile::create(&storage, elsewhere.path(), 0, SIZE).is_err());
+    // Released: nothing new is mapped, but the live mapping keeps the lock.
+    storage.release();
+    assert!(MappedFile::create(&storage, dir.path(), SIZE as u64, SIZE).is_err());
+    drop(storage);
+    drop(file);
+    assert!(matches!(MmapStorage::lock(dir.path()), Err(LockError::Locked { .. })), "a view is still alive");
+    assert_eq!(&view[..], b"seen");
+    drop(view);
+    assert!(MmapStorage::lock(dir.path()).is_ok(), "the last mapping is gone");
+}
+
+#[test]
 fn warm_up_zeroes_and_syncs_only_an_unused_file() {
     let dir = tempfile::tempdir().unwrap();
-    let file = MappedFile::create(&MmapStorage, dir.path(), 0, SIZE).unwrap();
+    let storage = MmapStorage::lock(dir.path()).unwrap();
+    let file = MappedFile::create(&storage, dir.path(), 0, SIZE).unwrap();
     assert!(file.warm_up(false).unwrap());
     put(&file, b"x");
     assert!(!file.warm_up(false).unwrap(), "never on a file in use");

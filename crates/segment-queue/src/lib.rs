@@ -16,7 +16,7 @@
 //!
 //! let storage: Arc<dyn Storage> = Arc::new(SimStorage::new());
 //! let queue = SegmentQueue::load(storage, "/log".as_ref(), QueueConfig::new(4096), None)?;
-//! let file = queue.get_last_mapped_file(0)?;
+//! let file = queue.roll_to_writable_segment(0)?;
 //! file.append_bytes(0, b"hello")?;
 //! assert_eq!(queue.max_offset(), 5);
 //! assert_eq!(queue.flush(0)?.to, 5);
@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use mapped_file::{parse_file_name, Bytes, MappedFile, MappedFileError, Storage};
+use mapped_file::{parse_file_name, Bytes, FailureLatch, MappedFile, MappedFileError, Storage, SyncFailure};
 use parking_lot::{Mutex, RwLock};
 use transient_pool::{PoolError, TransientStorePool};
 
@@ -36,8 +36,11 @@ mod allocate;
 mod error;
 
 pub use error::QueueError;
+pub use layout::{check_layout, ListedSegment};
 
 use allocate::{Allocator, Taken};
+
+mod layout;
 
 /// What to do when a new segment needs a write buffer and the pool is empty.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -135,6 +138,8 @@ pub struct SegmentQueue {
     config: QueueConfig,
     storage: Arc<dyn Storage>,
     files: RwLock<Vec<Arc<MappedFile>>>,
+    /// Shared by every segment: one failed sync stops the whole queue.
+    latch: Arc<FailureLatch>,
     flushed_where: AtomicU64,
     committed_where: AtomicU64,
     store_timestamp: AtomicU64,
@@ -160,8 +165,9 @@ impl std::fmt::Debug for SegmentQueue {
 impl SegmentQueue {
     /// Opens the directory (creating it if missing) and loads its segments, sorted
     /// by name. Every file must be a segment: named by 20 digits, of the segment
-    /// size, aligned and consecutive; a zero-length *last* file is deleted as
-    /// RocketMQ does. Loaded segments are marked full; recovery then truncates with
+    /// size, aligned and consecutive ([`check_layout`]); a zero-length *last* file
+    /// is deleted as RocketMQ does. A file named [`mapped_file::LOCK_FILE`] is the
+    /// storage's lock, not a segment, and is left alone. Loaded segments are marked full; recovery then truncates with
     /// [`truncate_dirty_files`](Self::truncate_dirty_files). `flushed_where` and
     /// `committed_where` start at the end of the loaded data.
     pub fn load(
@@ -187,41 +193,33 @@ impl SegmentQueue {
         storage.create_dir_all(dir).map_err(dir_err)?;
         let mut entries = Vec::new();
         for entry in storage.list(dir).map_err(dir_err)? {
+            if entry.name == mapped_file::LOCK_FILE {
+                continue; // the storage's own lock, when the segments sit in its root
+            }
             let path = dir.join(&entry.name);
-            let offset =
+            let start_offset =
                 parse_file_name(&entry.name).ok_or_else(|| QueueError::MalformedName { path: path.clone() })?;
-            entries.push((offset, path, entry));
+            entries.push((ListedSegment { start_offset, path, len: entry.len }, entry.modified_ms));
         }
-        entries.sort_by_key(|(offset, _, _)| *offset);
+        entries.sort_by_key(|(listed, _)| listed.start_offset);
 
         let mut report = LoadReport::default();
-        if entries.last().is_some_and(|(_, _, e)| e.len == 0) {
-            let (_, path, _) = entries.pop().expect("checked non-empty");
-            tracing::warn!(path = %path.display(), "deleting zero-length last segment");
-            storage.remove(&path).map_err(|source| QueueError::Dir { path: path.clone(), source })?;
-            report.removed_empty_tail = Some(path);
+        if entries.last().is_some_and(|(listed, _)| listed.len == 0) {
+            let (listed, _) = entries.pop().expect("checked non-empty");
+            tracing::warn!(path = %listed.path.display(), "deleting zero-length last segment");
+            storage.remove(&listed.path).map_err(|source| QueueError::Dir { path: listed.path.clone(), source })?;
+            report.removed_empty_tail = Some(listed.path);
         }
+        let listed: Vec<ListedSegment> = entries.iter().map(|(listed, _)| listed.clone()).collect();
+        if let Some(problem) = check_layout(&listed, size as u64).into_iter().next() {
+            return Err(problem);
+        }
+        let latch = FailureLatch::new();
         let mut files = Vec::with_capacity(entries.len());
-        let mut expected_next: Option<u64> = None;
-        for (offset, path, entry) in entries {
-            if entry.len != size as u64 {
-                return Err(QueueError::WrongSize { path, expected: size as u64, actual: entry.len });
-            }
-            if !offset.is_multiple_of(size as u64) {
-                return Err(QueueError::Misaligned { path, offset, file_size: size as u64 });
-            }
-            if let Some(expected) = expected_next.filter(|&e| e != offset) {
-                return Err(QueueError::Gap { path, expected, found: offset });
-            }
-            let Some(end) = mapped_file::segment_end(offset, size) else {
-                return Err(
-                    MappedFileError::OffsetOverflow { path, file_from_offset: offset, file_size: size as u64 }.into()
-                );
-            };
-            expected_next = Some(end);
-            let file = MappedFile::open(&*storage, &path, size)?;
+        for (listed, modified_ms) in entries {
+            let file = MappedFile::open(&*storage, &listed.path, size)?.with_latch(Arc::clone(&latch));
             file.set_positions(size)?;
-            file.set_store_timestamp(entry.modified_ms);
+            file.set_store_timestamp(modified_ms);
             files.push(Arc::new(file));
         }
         report.segments = files.len();
@@ -240,6 +238,7 @@ impl SegmentQueue {
             config,
             storage,
             files: RwLock::new(files),
+            latch,
             flushed_where: AtomicU64::new(end),
             committed_where: AtomicU64::new(end),
             store_timestamp: AtomicU64::new(0),
@@ -255,6 +254,18 @@ impl SegmentQueue {
     /// The directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The first failed sync of any segment, if one failed: the queue's one
+    /// failure latch. Once set, every segment refuses appends, commits, flushes
+    /// and truncation, whoever asked for the sync that failed.
+    pub fn failure(&self) -> Option<Arc<SyncFailure>> {
+        self.latch.get()
+    }
+
+    /// The latch shared by every segment.
+    pub fn latch(&self) -> &Arc<FailureLatch> {
+        &self.latch
     }
 
     /// The segment size.
@@ -289,10 +300,17 @@ impl SegmentQueue {
 
     /// The segment to append to: the last one, or a new one when there is none or
     /// the last is full. With no segments the first starts at
-    /// `start_offset - start_offset % size`. The new segment gets a write buffer
-    /// when a pool is configured, and the next one is requested from the
-    /// preallocation thread.
-    pub fn get_last_mapped_file(&self, start_offset: u64) -> Result<Arc<MappedFile>, QueueError> {
+    /// `start_offset - start_offset % size`.
+    ///
+    /// Rolling does more than look up (hence the name, not RocketMQ's
+    /// `getLastMappedFile`): the new segment is taken from the preallocation
+    /// thread or created (and warmed, if configured), gets a write buffer when a
+    /// pool is configured, the earlier segments' write buffers are committed when
+    /// it has none (so readable data has no hole), and the segment after it is
+    /// requested from the preallocation thread.
+    #[doc(alias = "get_last_mapped_file")]
+    #[doc(alias = "getLastMappedFile")]
+    pub fn roll_to_writable_segment(&self, start_offset: u64) -> Result<Arc<MappedFile>, QueueError> {
         if let Some(last) = self.files.read().last().filter(|f| !f.is_full()) {
             return Ok(Arc::clone(last));
         }
@@ -362,7 +380,9 @@ impl SegmentQueue {
                 }
             }
         }
-        Ok(file)
+        // Joined only now: a prepared segment whose warm-up sync failed was
+        // deleted, never used, and lost nothing.
+        Ok(file.with_latch(Arc::clone(&self.latch)))
     }
 
     fn create_in_place(&self, offset: u64, size: usize) -> Result<MappedFile, QueueError> {
@@ -460,7 +480,7 @@ impl SegmentQueue {
     /// a full segment always is, the last one when `least_pages` pages are pending
     /// (0: any byte). Unlike RocketMQ, one call crosses segment boundaries, so a
     /// durability request spanning two segments is met by one flush (#3408).
-    /// Returns how far `flushed_where` moved. A sync error latches that segment
+    /// Returns how far `flushed_where` moved. A sync error latches the queue
     /// and is returned; `flushed_where` keeps the last good value.
     pub fn flush(&self, least_pages: usize) -> Result<QueueProgress, QueueError> {
         let _flush = self.flush_lock.lock();
@@ -640,6 +660,18 @@ impl SegmentQueue {
     pub fn shutdown(&self) {
         let allocator = self.allocator.lock().take();
         drop(allocator);
+    }
+
+    /// Closes the queue for good: [`shutdown`](Self::shutdown), then drops every
+    /// segment from the queue and [releases](Storage::release) the storage, so the
+    /// directory is free once the last zero-copy view of its data is dropped. The
+    /// queue is empty afterwards: reads find nothing, and appends fail because no
+    /// segment can be created.
+    pub fn close(&self) {
+        self.shutdown();
+        let _roll = self.roll_lock.lock();
+        self.files.write().clear();
+        self.storage.release();
     }
 }
 

@@ -22,7 +22,7 @@ fn dir() -> &'static Path {
 /// 0xFF) when it does not fit. Returns the absolute offset written at.
 fn append(queue: &SegmentQueue, data: &[u8]) -> u64 {
     loop {
-        let file = queue.get_last_mapped_file(0).unwrap();
+        let file = queue.roll_to_writable_segment(0).unwrap();
         match file.append_bytes(7, data).unwrap() {
             mapped_file::Appended::Written { wrote_offset, .. } => return wrote_offset,
             mapped_file::Appended::DoesNotFit { .. } => {
@@ -41,7 +41,7 @@ fn first_segment_starts_at_an_aligned_offset_and_rolls_over() {
     let (_sim, storage) = sim();
     let queue = SegmentQueue::load(storage, dir(), config(), None).unwrap();
     assert!(queue.last_mapped_file().is_none());
-    let first = queue.get_last_mapped_file(SIZE as u64 * 3 + 100).unwrap();
+    let first = queue.roll_to_writable_segment(SIZE as u64 * 3 + 100).unwrap();
     assert_eq!(first.file_from_offset(), SIZE as u64 * 3);
     assert_eq!(first.path(), dir().join(file_name(SIZE as u64 * 3)));
     for _ in 0..3 {
@@ -159,10 +159,10 @@ fn an_empty_pool_is_a_choice() {
     let _held = pool.try_borrow().unwrap();
     let strict = QueueConfig { pool_exhausted_policy: PoolExhaustedPolicy::Fail, ..config() };
     let queue = SegmentQueue::load(Arc::clone(&storage), dir(), strict, Some(pool.clone())).unwrap();
-    assert!(matches!(queue.get_last_mapped_file(0), Err(QueueError::PoolExhausted { pool_size: 1, offset: 0 })));
+    assert!(matches!(queue.roll_to_writable_segment(0), Err(QueueError::PoolExhausted { pool_size: 1, offset: 0 })));
     assert_eq!(queue.segment_count(), 0, "nothing half-made");
     let lenient = SegmentQueue::load(storage, Path::new("/q2"), config(), Some(pool)).unwrap();
-    let file = lenient.get_last_mapped_file(0).unwrap();
+    let file = lenient.roll_to_writable_segment(0).unwrap();
     assert!(!file.has_write_buffer());
 }
 
@@ -251,7 +251,7 @@ fn unflushed_files_are_not_deleted() {
 fn preallocation_prepares_the_next_segment() {
     let dir = tempfile::tempdir().unwrap();
     let config = QueueConfig { warm_mapped_file_enable: true, ..QueueConfig::new(SIZE) };
-    let queue = SegmentQueue::load(Arc::new(MmapStorage), dir.path(), config, None).unwrap();
+    let queue = SegmentQueue::load(Arc::new(MmapStorage::lock(dir.path()).unwrap()), dir.path(), config, None).unwrap();
     append(&queue, &[1; 10]);
     // The next segment appears on disk without any append asking for it.
     let next = dir.path().join(file_name(SIZE as u64));
@@ -276,7 +276,9 @@ fn preallocation_prepares_the_next_segment() {
 #[test]
 fn reload_after_clean_stop_reads_everything_back() {
     let dir = tempfile::tempdir().unwrap();
-    let queue = SegmentQueue::load(Arc::new(MmapStorage), dir.path(), QueueConfig::new(SIZE), None).unwrap();
+    let queue =
+        SegmentQueue::load(Arc::new(MmapStorage::lock(dir.path()).unwrap()), dir.path(), QueueConfig::new(SIZE), None)
+            .unwrap();
     let mut offsets = Vec::new();
     for i in 0..5u8 {
         offsets.push(append(&queue, &[i; 9000]));
@@ -285,7 +287,9 @@ fn reload_after_clean_stop_reads_everything_back() {
     let end = queue.max_offset();
     queue.shutdown();
     drop(queue);
-    let queue = SegmentQueue::load(Arc::new(MmapStorage), dir.path(), QueueConfig::new(SIZE), None).unwrap();
+    let queue =
+        SegmentQueue::load(Arc::new(MmapStorage::lock(dir.path()).unwrap()), dir.path(), QueueConfig::new(SIZE), None)
+            .unwrap();
     queue.truncate_dirty_files(end).unwrap();
     for (i, offset) in offsets.iter().enumerate() {
         assert_eq!(&queue.read(*offset, 9000).unwrap()[..], &[i as u8; 9000][..]);
@@ -415,7 +419,7 @@ fn a_failed_warm_up_leaves_no_half_made_segment_behind() {
         let config = QueueConfig { preallocate_next_segment: preallocate, warm_mapped_file_enable: true, ..config() };
         let queue = SegmentQueue::load(storage, dir(), config, None).unwrap();
         sim.fail_all_syncs(true);
-        let err = queue.get_last_mapped_file(0).unwrap_err();
+        let err = queue.roll_to_writable_segment(0).unwrap_err();
         assert!(matches!(err, QueueError::File(MappedFileError::SyncFailed { .. })), "{err}");
         assert!(sim.file_bytes(&dir().join(file_name(0))).is_none(), "half-made segment left behind");
         sim.fail_all_syncs(false);

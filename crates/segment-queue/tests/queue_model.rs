@@ -67,7 +67,7 @@ impl Harness {
             Op::Append { len, byte } => {
                 let data = vec![byte; len];
                 loop {
-                    let file = self.queue.get_last_mapped_file(self.model.len() as u64).unwrap();
+                    let file = self.queue.roll_to_writable_segment(self.model.len() as u64).unwrap();
                     match file.append_bytes(1, &data).unwrap() {
                         Appended::Written { wrote_offset, .. } => {
                             assert_eq!(wrote_offset, self.model.len() as u64);

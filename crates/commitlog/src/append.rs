@@ -1,0 +1,163 @@
+//! The append path: records placed under the put lock, which is also the shutdown
+//! barrier, and their durability requests submitted before it is released.
+
+use std::sync::atomic::Ordering;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use flush_service::DurabilityHandle;
+use mapped_file::{AppendStatus, Appended};
+
+use crate::format::{encode_blank, encode_record, parse, Parsed, HEADER_SIZE};
+use crate::{CommitLog, Error, PutMessageStatus};
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// The result of an append.
+#[derive(Debug)]
+pub struct AppendResult {
+    /// Absolute offset of the record (`wroteOffset`).
+    pub wrote_offset: u64,
+    /// Encoded size in bytes, header included (`wroteBytes`).
+    pub wrote_bytes: u64,
+    /// Store timestamp given to the record (ms since the Unix epoch).
+    pub store_timestamp_ms: u64,
+    /// Resolves when the record is durable (sync flush), or is already resolved
+    /// (async flush, or `wait_store_msg_ok = false`).
+    pub durability: DurabilityHandle,
+}
+
+impl AppendResult {
+    /// Offset right after the record.
+    pub fn next_offset(&self) -> u64 {
+        self.wrote_offset + self.wrote_bytes
+    }
+
+    /// Blocks until the durability handle resolves; returns RocketMQ's status.
+    pub fn wait_status(self) -> PutMessageStatus {
+        PutMessageStatus::from_flush(&self.durability.wait())
+    }
+}
+
+/// The result of a batch append.
+#[derive(Debug)]
+pub struct BatchAppendResult {
+    /// Offset of each record, in order.
+    pub offsets: Vec<u64>,
+    /// Encoded size of the whole batch.
+    pub wrote_bytes: u64,
+    /// Store timestamp shared by the batch.
+    pub store_timestamp_ms: u64,
+    /// Resolves when the whole batch is durable (sync flush).
+    pub durability: DurabilityHandle,
+}
+
+impl CommitLog {
+    /// Appends one record. Thread-safe; the put lock is held only to place and copy
+    /// the record (its CRC is computed before).
+    pub fn append(&self, body: &[u8]) -> Result<AppendResult, Error> {
+        self.check_writeable()?;
+        let max = self.inner.config.max_message_size;
+        if body.len() > max {
+            return Err(Error::RecordTooLarge { size: body.len(), max });
+        }
+        let body_crc = crc32c::crc32c(body);
+        let size = HEADER_SIZE + body.len();
+        let (wrote_offset, store_timestamp_ms, durability) = self.put(size, |out, offset, ts| {
+            encode_record(out, offset, ts, body, body_crc);
+        })?;
+        Ok(AppendResult { wrote_offset, wrote_bytes: size as u64, store_timestamp_ms, durability })
+    }
+
+    /// Appends several records under one lock, contiguously in one segment; one
+    /// durability handle covers them all.
+    pub fn append_batch<B: AsRef<[u8]>>(&self, bodies: &[B]) -> Result<BatchAppendResult, Error> {
+        self.check_writeable()?;
+        if bodies.is_empty() {
+            return Err(Error::EmptyBatch);
+        }
+        let max = self.inner.config.max_message_size;
+        let mut crcs = Vec::with_capacity(bodies.len());
+        let mut total = 0usize;
+        for body in bodies {
+            let body = body.as_ref();
+            if body.len() > max {
+                return Err(Error::RecordTooLarge { size: body.len(), max });
+            }
+            crcs.push(crc32c::crc32c(body));
+            total += HEADER_SIZE + body.len();
+        }
+        let segment_size = self.inner.config.mapped_file_size_commit_log;
+        if total + HEADER_SIZE > segment_size {
+            return Err(Error::BatchTooLarge { records: bodies.len(), bytes: total, segment_size });
+        }
+        let (first, store_timestamp_ms, durability) = self.put(total, |out, offset, ts| {
+            let mut pos = 0;
+            for (body, crc) in bodies.iter().zip(&crcs) {
+                pos += encode_record(&mut out[pos..], offset + pos as u64, ts, body.as_ref(), *crc);
+            }
+        })?;
+        let mut offsets = Vec::with_capacity(bodies.len());
+        let mut at = first;
+        for body in bodies {
+            offsets.push(at);
+            at += (HEADER_SIZE + body.as_ref().len()) as u64;
+        }
+        Ok(BatchAppendResult { offsets, wrote_bytes: total as u64, store_timestamp_ms, durability })
+    }
+
+    /// Places `size` bytes at the log's end under the put lock, rolling to a new
+    /// segment (after a blank record) when they do not fit with room for a blank,
+    /// and submits the durability request before the lock is released.
+    ///
+    /// The put lock is the shutdown barrier: `close` sets `shut_down`, then takes
+    /// the lock for the rest of shutdown. An append that holds the lock before that
+    /// has written and queued its request, so the final drain, flush and checkpoint
+    /// cover it; one that takes the lock after sees `shut_down` here and writes
+    /// nothing. No byte is written after the final flush or the lock file's release.
+    fn put(&self, size: usize, write: impl Fn(&mut [u8], u64, u64)) -> Result<(u64, u64, DurabilityHandle), Error> {
+        let _put = self.inner.put_lock.lock();
+        if self.inner.shut_down.load(Ordering::Acquire) {
+            return Err(Error::Shutdown);
+        }
+        let ts = now_ms();
+        // At most two tries: the current segment, then a fresh one.
+        for _ in 0..2 {
+            let file = self.inner.queue.roll_to_writable_segment(0)?;
+            let appended = file
+                .append_with(ts, |offset, tail| {
+                    if size + HEADER_SIZE <= tail.len() {
+                        write(&mut tail[..size], offset, ts);
+                        // Pair assertion: what we placed parses as records of `size`.
+                        assert!(
+                            matches!(parse(tail, offset, false), Parsed::Record { .. }),
+                            "encoded record does not parse"
+                        );
+                        AppendStatus::Written { bytes: size, value: true }
+                    } else {
+                        // Every record leaves room for a blank, so a tail is either
+                        // empty (a full segment) or at least a header long.
+                        if !tail.is_empty() {
+                            encode_blank(tail, offset, ts);
+                        }
+                        AppendStatus::Written { bytes: tail.len(), value: false }
+                    }
+                })
+                .map_err(|e| self.writeable_or(e.into()))?;
+            if let Appended::Written { wrote_offset, value: true, .. } = appended {
+                return Ok((wrote_offset, ts, self.durability(wrote_offset + size as u64)));
+            }
+        }
+        unreachable!("a fresh segment always holds a record that passed the size checks")
+    }
+
+    fn durability(&self, next_offset: u64) -> DurabilityHandle {
+        if self.inner.config.acknowledges_after_flush() {
+            self.inner.strategy.submit(next_offset)
+        } else {
+            self.inner.strategy.wake_on_put();
+            DurabilityHandle::resolved(Ok(()))
+        }
+    }
+}
