@@ -87,8 +87,11 @@ fn ci() -> Result<(), String> {
     cargo(&["doc", "--workspace", "--no-deps"], &[("RUSTDOCFLAGS", "-D warnings")])
 }
 
+/// The tests on what users get (default features, no planted bugs), then the one
+/// optional feature's own tests.
 fn test() -> Result<(), String> {
-    cargo(&["test", "--workspace", "--all-features"], &[])
+    cargo(&["test", "--workspace"], &[])?;
+    cargo(&["test", "-p", "commitlog", "--features", "serde", "--test", "config_toml"], &[])
 }
 
 fn proptest(args: &[String]) -> Result<(), String> {
@@ -135,15 +138,22 @@ fn passed_count(output: &str) -> Option<u64> {
     (!counts.is_empty()).then(|| counts.iter().sum())
 }
 
-/// The suite's layers 1-5 (the crash-suite binary), then 7 (loom), each printing
-/// one line with its figure. Layer 6, fuzzing, needs nightly and runs on its own
-/// (`cargo xtask fuzz`), so this stays on stable Rust.
+/// The suite's layers 1-5 (the crash-suite binary, built as users get the crates),
+/// the planted bugs (the same binary built with `--cfg planted_bugs` in its own
+/// target directory, so no other build contains them), then 7 (loom), each
+/// printing one line with its figure. Layer 6, fuzzing, needs nightly and runs on
+/// its own (`cargo xtask fuzz`), so this stays on stable Rust.
 fn crash(soak: bool) -> Result<(), String> {
     let mut args = vec!["run", "--release", "--quiet", "-p", "crash-suite", "--"];
     if soak {
         args.push("--soak");
     }
     cargo(&args, &[])?;
+    let rustflags = format!("{} --cfg planted_bugs", env::var("RUSTFLAGS").unwrap_or_default());
+    cargo(
+        &["run", "--release", "--quiet", "-p", "crash-suite", "--", "--planted"],
+        &[("RUSTFLAGS", rustflags.trim()), ("CARGO_TARGET_DIR", "target/planted")],
+    )?;
     let passed = loom()?;
     println!(
         "concurrency: {passed} loom models passed (no lost wake-up; no ack above the flushed offset, flushed offset monotonic, every waiter answered)"

@@ -56,7 +56,10 @@ pub use append::{AppendResult, BatchAppendResult};
 pub use checkpoint::{Checkpoint, CHECKPOINT_FILE};
 pub use config::{CommitLogConfig, CommitLogConfigBuilder, FlushDiskType, MAX_POOL_BUFFERS};
 pub use error::{Error, PutMessageStatus};
-pub use flush_service::{DurabilityHandle, FlushConfig, FlushError, FlushStats};
+pub use flush_service::{
+    Decision, DurabilityHandle, FlushConfig, FlushError, FlushPolicy, FlushStats, PolicyChoice, PolicyFactory,
+    PolicyInput,
+};
 pub use log::CommitLog;
 pub use read::{Record, Records};
 pub use recovery::{scan, RecoveryReport, ScanEnd};

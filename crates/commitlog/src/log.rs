@@ -300,12 +300,12 @@ impl Inner {
 /// What each successful flush reports to the checkpoint.
 fn flushed_callback(state: &Arc<CheckpointState>, queue: &Arc<SegmentQueue>) -> FlushedCallback {
     let state = Arc::clone(state);
-    #[cfg(feature = "planted-bugs")]
+    #[cfg(planted_bugs)]
     let queue = Arc::clone(queue);
-    #[cfg(not(feature = "planted-bugs"))]
+    #[cfg(not(planted_bugs))]
     let _ = queue;
     Arc::new(move |report: FlushedReport| {
-        #[cfg(feature = "planted-bugs")]
+        #[cfg(planted_bugs)]
         if mapped_file::planted::is_active(mapped_file::planted::Bug::CheckpointAheadOfData) {
             // The planted bug: checkpoint the end of written data, durable or not.
             return state.record(FlushedReport { flushed_where: queue.max_offset(), ..report });

@@ -24,3 +24,20 @@ fn config_reads_from_toml_with_defaults_for_missing_keys() {
     let back: CommitLogConfig = toml::from_str(&toml::to_string(&config).unwrap()).unwrap();
     assert_eq!(back, config);
 }
+
+#[test]
+fn the_flush_policy_is_chosen_in_the_config() {
+    use commitlog::PolicyChoice;
+    let text = r#"
+        [flush.policy]
+        kind = "dirty_bytes_or_age"
+        max_dirty_bytes = 8388608
+        max_age_ms = 200
+    "#;
+    let config: CommitLogConfig = toml::from_str(text).unwrap();
+    assert_eq!(config.flush.policy, PolicyChoice::DirtyBytesOrAge { max_dirty_bytes: 8 << 20, max_age_ms: 200 });
+    let back: CommitLogConfig = toml::from_str(&toml::to_string(&config).unwrap()).unwrap();
+    assert_eq!(back, config);
+    let default: CommitLogConfig = toml::from_str("").unwrap();
+    assert_eq!(default.flush.policy, PolicyChoice::RocketMq);
+}

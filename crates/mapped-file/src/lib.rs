@@ -45,7 +45,7 @@ use transient_pool::WriteBuffer;
 mod error;
 mod io_seam;
 mod latch;
-#[cfg(feature = "planted-bugs")]
+#[cfg(planted_bugs)]
 pub mod planted;
 mod raw;
 pub mod sim;
@@ -422,7 +422,7 @@ impl MappedFile {
         if !is_due(from, target, self.file_size(), least_pages) {
             return Ok(Progress { from, to: from });
         }
-        #[cfg(feature = "planted-bugs")]
+        #[cfg(planted_bugs)]
         if let Some(progress) = self.planted_flush(from, target)? {
             return Ok(progress);
         }
@@ -449,7 +449,7 @@ impl MappedFile {
 
     /// The planted flush bugs: claim durability without syncing, or retry a failed
     /// sync and believe the retry. `None` when no flush bug is switched on.
-    #[cfg(feature = "planted-bugs")]
+    #[cfg(planted_bugs)]
     fn planted_flush(&self, from: usize, target: usize) -> Result<Option<Progress>, MappedFileError> {
         use planted::{is_active, Bug};
         if is_active(Bug::AckBeforeSync) {
@@ -534,7 +534,7 @@ impl MappedFile {
     pub fn truncate(&self, pos: usize) -> Result<usize, MappedFileError> {
         self.check_usable()?;
         let _flush = self.flush_lock.lock();
-        #[cfg(feature = "planted-bugs")]
+        #[cfg(planted_bugs)]
         if planted::is_active(planted::Bug::TruncateLeavesTail) {
             self.reset(pos, false)?;
             self.flushed.fetch_min(pos, Ordering::AcqRel);

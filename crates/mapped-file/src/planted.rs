@@ -1,4 +1,4 @@
-//! Deliberate bugs for the crash suite (feature `planted-bugs`), off unless
+//! Deliberate bugs for the crash suite (built only with `--cfg planted_bugs`), off unless
 //! switched on at run time. A suite that never sees them caught proves nothing.
 
 use std::sync::atomic::{AtomicU8, Ordering};

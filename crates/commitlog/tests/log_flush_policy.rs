@@ -1,0 +1,71 @@
+//! A flush policy from outside the crates reaches the log through its config.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use commitlog::{
+    CommitLog, CommitLogConfig, Decision, FlushConfig, FlushDiskType, FlushPolicy, PolicyChoice, PolicyFactory,
+    PolicyInput,
+};
+
+/// Skips until asked `after` times, then flushes everything: a policy no built-in
+/// choice behaves like, so the test can tell it is the one running.
+struct EveryNth {
+    asked: Arc<AtomicU64>,
+    after: u64,
+}
+
+impl FlushPolicy for EveryNth {
+    fn decide(&mut self, _: &PolicyInput) -> Decision {
+        if self.asked.fetch_add(1, Ordering::AcqRel) + 1 >= self.after {
+            Decision::Run { least_pages: 0 }
+        } else {
+            Decision::Skip
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Factory {
+    flush_asked: Arc<AtomicU64>,
+    made: AtomicU64,
+}
+
+impl PolicyFactory for Factory {
+    fn flush_policy(&self, _: &FlushConfig) -> Box<dyn FlushPolicy> {
+        self.made.fetch_add(1, Ordering::AcqRel);
+        Box::new(EveryNth { asked: Arc::clone(&self.flush_asked), after: 3 })
+    }
+    fn commit_policy(&self, config: &FlushConfig) -> Box<dyn FlushPolicy> {
+        PolicyChoice::RocketMq.commit_policy(config)
+    }
+}
+
+#[test]
+fn a_custom_policy_in_the_config_decides_when_the_log_flushes() {
+    let factory = Arc::new(Factory::default());
+    let flush = FlushConfig {
+        flush_interval_commit_log_ms: 5,
+        policy: PolicyChoice::Custom(factory.clone()),
+        ..FlushConfig::default()
+    };
+    let config = CommitLogConfig::builder()
+        .mapped_file_size_commit_log(1 << 20)
+        .max_message_size(4096)
+        .flush_disk_type(FlushDiskType::AsyncFlush)
+        .flush(flush)
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log = CommitLog::open(dir.path(), config).unwrap();
+    assert_eq!(factory.made.load(Ordering::Acquire), 1, "the log asked the factory for its flush policy");
+    let end = log.append(b"flushed by the custom policy").unwrap().next_offset();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while log.flushed_offset() < end {
+        assert!(Instant::now() < deadline, "the custom policy never had the log flushed");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(factory.flush_asked.load(Ordering::Acquire) >= 3, "flushed only once the policy said so");
+    log.shutdown().unwrap();
+}

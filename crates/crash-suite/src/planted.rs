@@ -1,0 +1,54 @@
+//! The planted bugs, each switched on in turn: the layer meant to catch it must.
+//! Built only with `--cfg planted_bugs` (`cargo xtask crash` runs this as a second
+//! binary from its own target directory), so no other build contains them.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use mapped_file::planted::{activate, Bug};
+
+use crate::{generations, power_loss};
+
+/// A planted bug, the layer that must catch it, and the check that runs it.
+type Case = (Bug, &'static str, fn(u64, Bug) -> bool);
+
+/// Runs every planted bug against its layer; fails if any goes unnoticed.
+pub fn run(seed: u64) -> ExitCode {
+    let t0 = Instant::now();
+    let cases: [Case; 5] = [
+        (Bug::AckBeforeSync, "power-loss", power_loss_catches),
+        (Bug::RetryAfterFailedSync, "power-loss", power_loss_catches),
+        (Bug::RecoveryWithoutCrc, "power-loss", power_loss_catches),
+        (Bug::CheckpointAheadOfData, "power-loss", power_loss_catches),
+        (Bug::TruncateLeavesTail, "generations", generations_catches),
+    ];
+    let mut missed = Vec::new();
+    for (bug, layer, catches) in cases {
+        activate(Some(bug));
+        let caught = catches(seed, bug);
+        activate(None);
+        if !caught {
+            println!("planted bugs: {bug:?} was NOT caught by the {layer} layer");
+            missed.push(bug);
+        }
+    }
+    println!(
+        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; generations: truncation leaves the tail) ({:.1?})",
+        cases.len() - missed.len(),
+        cases.len(),
+        t0.elapsed()
+    );
+    if missed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn power_loss_catches(seed: u64, bug: Bug) -> bool {
+    (0..12).any(|s| power_loss::run_seed(seed + 1000 + s, 16, bug == Bug::RetryAfterFailedSync, true).violations() > 0)
+}
+
+fn generations_catches(seed: u64, _: Bug) -> bool {
+    (0..20).any(|s| generations::run_seed(seed + 9000 + s, 50).violations() > 0)
+}
