@@ -6,21 +6,27 @@
 //! cargo xtask test                       the test suite (what CI runs)
 //! cargo xtask proptest --cases N [--seed S]
 //!                                        the property tests (`prop_*`) with N cases, optimised build
-//! cargo xtask loom                       the loom models of the flush services (`--cfg loom`)
+//! cargo xtask loom                       the loom models: flush-service wake-ups and group commit,
+//!                                        mapped-file's append/commit/read/reset protocol (`--cfg loom`)
+//! cargo xtask miri                       the unit tests of transient-pool and mapped-file under Miri
+//!                                        (heap-backed memory; nightly with the miri component)
 //! cargo xtask crash [--soak]             the crash-consistency suite and loom (CI-sized, or hours with --soak)
 //! cargo xtask fuzz --seconds N           coverage-guided fuzzing of the recovery parser (nightly and
 //!                                        cargo-fuzz; not part of ci, its own CI job)
+//! cargo xtask msrv                       cargo check of the workspace on the declared rust-version
 //! cargo xtask bench-compare [--quick]    this project and the peer crates side by side; writes docs/benchmarks.md
 //! ```
 //!
 //! Dependencies: none beyond std, so it builds in seconds.
+
+#![forbid(unsafe_code)]
 
 use std::env;
 use std::process::{exit, Command};
 use std::time::Instant;
 
 const USAGE: &str =
-    "usage: cargo xtask <ci | test | proptest --cases N [--seed S] | loom | crash [--soak] | fuzz --seconds N | bench-compare [--quick]>";
+    "usage: cargo xtask <ci | test | proptest --cases N [--seed S] | loom | miri | crash [--soak] | fuzz --seconds N | msrv | bench-compare [--quick]>";
 
 fn main() {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -31,6 +37,8 @@ fn main() {
         Some("loom") => loom().map(|passed| println!("loom: {passed} models passed")),
         Some("crash") => crash(args.iter().any(|a| a == "--soak")),
         Some("fuzz") => seconds_arg(&args[1..]).and_then(fuzz),
+        Some("miri") => miri(),
+        Some("msrv") => msrv(),
         Some("bench-compare") => bench_compare(args.iter().any(|a| a == "--quick")),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
@@ -118,7 +126,7 @@ fn proptest(args: &[String]) -> Result<(), String> {
 /// Runs the loom models; returns how many passed, as the test runner counted them.
 fn loom() -> Result<u64, String> {
     let out = cargo_output(
-        &["test", "--release", "-p", "flush-service", "--lib", "--", "loom_"],
+        &["test", "--release", "-p", "flush-service", "-p", "mapped-file", "--lib", "--", "loom_"],
         &[("RUSTFLAGS", "--cfg loom"), ("CARGO_TARGET_DIR", "target/loom")],
     )?;
     let passed = passed_count(&out).ok_or("the loom run printed no test result")?;
@@ -156,8 +164,89 @@ fn crash(soak: bool) -> Result<(), String> {
     )?;
     let passed = loom()?;
     println!(
-        "concurrency: {passed} loom models passed (no lost wake-up; no ack above the flushed offset, flushed offset monotonic, every waiter answered)"
+        "concurrency: {passed} loom models passed (flush-service: no lost wake-up; no ack above the flushed offset, flushed offset monotonic, every waiter answered; mapped-file: readers see only whole appends and commits, no byte changes under a view)"
     );
+    Ok(())
+}
+
+/// Runs `rustup run <toolchain> cargo <args>`, failing on a non-zero exit; with
+/// `capture`, standard output is echoed and returned.
+fn rustup_cargo(toolchain: &str, args: &[&str], envs: &[(&str, &str)], capture: bool) -> Result<String, String> {
+    let started = Instant::now();
+    eprintln!("xtask: cargo +{toolchain} {}", args.join(" "));
+    let mut command = Command::new("rustup");
+    command.args(["run", toolchain, "cargo"]).args(args).envs(envs.iter().copied());
+    let (status, stdout) = if capture {
+        let out =
+            command.stderr(std::process::Stdio::inherit()).output().map_err(|e| format!("cannot run rustup: {e}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        print!("{stdout}");
+        (out.status, stdout)
+    } else {
+        (command.status().map_err(|e| format!("cannot run rustup: {e}"))?, String::new())
+    };
+    eprintln!("xtask: cargo +{toolchain} {} took {:.1?}", args[0], started.elapsed());
+    if status.success() {
+        Ok(stdout)
+    } else {
+        Err(format!("`cargo +{toolchain} {}` failed ({status})", args.join(" ")))
+    }
+}
+
+/// The unsafe code's own tests under Miri: the write buffers of transient-pool and
+/// the segment memory of mapped-file over heap memory (`SimStorage`). Tests that
+/// need real files, mappings or `mlock` are ignored there (Miri cannot run those
+/// system calls); the loom models cover the same protocol's interleavings.
+fn miri() -> Result<(), String> {
+    let has_miri = Command::new("rustup")
+        .args(["run", "nightly", "cargo", "miri", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_miri {
+        eprintln!("xtask: installing the miri component of the nightly toolchain");
+        let status = Command::new("rustup")
+            .args(["component", "add", "--toolchain", "nightly", "miri", "rust-src"])
+            .status()
+            .map_err(|e| format!("cannot run rustup: {e}"))?;
+        if !status.success() {
+            return Err("Miri needs the nightly toolchain with the miri component (rustup component add miri)".into());
+        }
+    }
+    let out = rustup_cargo(
+        "nightly",
+        &["miri", "test", "-p", "transient-pool", "-p", "mapped-file", "--lib"],
+        &[("MIRIFLAGS", "-Zmiri-disable-isolation"), ("CARGO_TARGET_DIR", "target/miri")],
+        true,
+    )?;
+    let passed = passed_count(&out).ok_or("the Miri run printed no test result")?;
+    println!(
+        "miri: {passed} unit tests of transient-pool and mapped-file passed under Miri (no undefined behaviour found)"
+    );
+    Ok(())
+}
+
+/// The workspace checked on the `rust-version` the manifests declare, so the
+/// declaration stays true. Installs that toolchain with rustup if it is missing.
+fn msrv() -> Result<(), String> {
+    let manifest = std::fs::read_to_string("Cargo.toml").map_err(|e| format!("cannot read Cargo.toml: {e}"))?;
+    let version = manifest
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("rust-version = "))
+        .map(|v| v.trim_matches('"').to_string())
+        .ok_or("Cargo.toml declares no rust-version")?;
+    let installed =
+        Command::new("rustup").args(["run", &version, "rustc", "--version"]).output().is_ok_and(|o| o.status.success());
+    if !installed {
+        let status = Command::new("rustup")
+            .args(["toolchain", "install", "--profile", "minimal", &version])
+            .status()
+            .map_err(|e| format!("cannot run rustup: {e}"))?;
+        if !status.success() {
+            return Err(format!("cannot install Rust {version}"));
+        }
+    }
+    rustup_cargo(&version, &["check", "--workspace", "--all-targets"], &[("CARGO_TARGET_DIR", "target/msrv")], false)?;
+    println!("msrv: the workspace builds on Rust {version}, its declared rust-version");
     Ok(())
 }
 

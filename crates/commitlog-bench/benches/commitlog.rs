@@ -2,6 +2,7 @@
 //! recovery, and segment roll-over. `cargo bench -p commitlog-bench`.
 //! `RECOVERY_BENCH_MB` sets the recovery log size (default 1024).
 
+#![forbid(unsafe_code)]
 // criterion's macros generate undocumented items.
 #![allow(missing_docs)]
 

@@ -1,5 +1,7 @@
 //! Helpers for the criterion benchmarks in `benches/` (`cargo bench -p commitlog-bench`).
 
+#![forbid(unsafe_code)]
+
 use std::path::Path;
 
 use commitlog::{CommitLog, CommitLogConfig, FlushDiskType};

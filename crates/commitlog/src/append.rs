@@ -7,11 +7,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use flush_service::DurabilityHandle;
 use mapped_file::{AppendStatus, Appended};
 
-use crate::format::{encode_blank, encode_record, parse, Parsed, HEADER_SIZE};
+use crate::format::{advance, encode_blank, encode_record, parse, Parsed, HEADER_SIZE};
 use crate::{CommitLog, Error, PutMessageStatus};
 
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The result of an append.
@@ -31,7 +31,8 @@ pub struct AppendResult {
 impl AppendResult {
     /// Offset right after the record.
     pub fn next_offset(&self) -> u64 {
-        self.wrote_offset + self.wrote_bytes
+        // A record lies inside one segment, inside the offset space.
+        self.wrote_offset.saturating_add(self.wrote_bytes)
     }
 
     /// Blocks until the durability handle resolves; returns RocketMQ's status.
@@ -63,7 +64,7 @@ impl CommitLog {
             return Err(Error::RecordTooLarge { size: body.len(), max });
         }
         let body_crc = crc32c::crc32c(body);
-        let size = HEADER_SIZE + body.len();
+        let size = HEADER_SIZE.saturating_add(body.len()); // `body.len() <= max_message_size`, validated to fit a segment
         let (wrote_offset, store_timestamp_ms, durability) = self.put(size, |out, offset, ts| {
             encode_record(out, offset, ts, body, body_crc);
         })?;
@@ -86,23 +87,24 @@ impl CommitLog {
                 return Err(Error::RecordTooLarge { size: body.len(), max });
             }
             crcs.push(crc32c::crc32c(body));
-            total += HEADER_SIZE + body.len();
+            total = total.saturating_add(HEADER_SIZE.saturating_add(body.len()));
+            // each `body.len() <= max`, as above
         }
         let segment_size = self.inner.config.mapped_file_size_commit_log;
-        if total + HEADER_SIZE > segment_size {
+        if total.saturating_add(HEADER_SIZE) > segment_size {
             return Err(Error::BatchTooLarge { records: bodies.len(), bytes: total, segment_size });
         }
         let (first, store_timestamp_ms, durability) = self.put(total, |out, offset, ts| {
-            let mut pos = 0;
+            let mut pos = 0usize;
             for (body, crc) in bodies.iter().zip(&crcs) {
-                pos += encode_record(&mut out[pos..], offset + pos as u64, ts, body.as_ref(), *crc);
+                pos = pos.saturating_add(encode_record(&mut out[pos..], advance(offset, pos), ts, body.as_ref(), *crc));
             }
         })?;
         let mut offsets = Vec::with_capacity(bodies.len());
         let mut at = first;
         for body in bodies {
             offsets.push(at);
-            at += (HEADER_SIZE + body.as_ref().len()) as u64;
+            at = advance(at, HEADER_SIZE.saturating_add(body.as_ref().len()));
         }
         Ok(BatchAppendResult { offsets, wrote_bytes: total as u64, store_timestamp_ms, durability })
     }
@@ -127,7 +129,7 @@ impl CommitLog {
             let file = self.inner.queue.roll_to_writable_segment(0)?;
             let appended = file
                 .append_with(ts, |offset, tail| {
-                    if size + HEADER_SIZE <= tail.len() {
+                    if size.saturating_add(HEADER_SIZE) <= tail.len() {
                         write(&mut tail[..size], offset, ts);
                         // Pair assertion: what we placed parses as records of `size`.
                         assert!(
@@ -146,7 +148,7 @@ impl CommitLog {
                 })
                 .map_err(|e| self.writeable_or(e.into()))?;
             if let Appended::Written { wrote_offset, value: true, .. } = appended {
-                return Ok((wrote_offset, ts, self.durability(wrote_offset + size as u64)));
+                return Ok((wrote_offset, ts, self.durability(advance(wrote_offset, size))));
             }
         }
         unreachable!("a fresh segment always holds a record that passed the size checks")

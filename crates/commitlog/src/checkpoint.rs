@@ -66,12 +66,14 @@ impl Checkpoint {
         if &bytes[..8] != MAGIC {
             return damaged("not a checkpoint file (bad magic)");
         }
-        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
         let crc = u32::from_le_bytes(bytes[24..28].try_into().expect("4 bytes"));
         if crc != crc32c::crc32c(&bytes[..24]) {
             return damaged("CRC mismatch");
         }
-        Ok(Checkpoint { flushed_offset: word(8), physic_msg_timestamp: word(16) })
+        Ok(Checkpoint {
+            flushed_offset: u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes")),
+            physic_msg_timestamp: u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")),
+        })
     }
 
     /// Reads the checkpoint of `dir`: `None` if there is none; an error naming the

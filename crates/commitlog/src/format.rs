@@ -14,7 +14,7 @@
 //! `[32, total)`, then `[0, 8)`, then `[12, 32)`. Body first means its CRC can be
 //! computed before the record's offset is known (outside the put lock) and only the
 //! 28 header bytes are added under it. Because it covers the record's absolute offset, a stale record left in a
-//! reused file fails the check at any other offset (RocketMQ #10017), and a torn
+//! reused file fails the check at any other offset (RocketMQ [#10017](https://github.com/apache/rocketmq/issues/10017)), and a torn
 //! header fails it too. A *blank* record (magic [`BLANK_MAGIC`], body length 0)
 //! pads the end of a segment; its `total` reaches the end of the segment and only
 //! its header is covered by the CRC. A zero `total` with zero magic marks the end
@@ -72,17 +72,31 @@ pub fn write_header(
 
 /// Encodes one record at `offset` into `out[..HEADER_SIZE + body.len()]`, with the
 /// body's CRC precomputed. Returns the record size.
+///
+/// # Panics
+/// If `out` is too short, or the record does not fit a `u32` length (a record
+/// lives in one segment, and segments are below 4 GiB: the config checks it).
 pub fn encode_record(out: &mut [u8], offset: u64, timestamp_ms: u64, body: &[u8], body_crc: u32) -> usize {
-    let total = HEADER_SIZE + body.len();
+    let total = HEADER_SIZE.checked_add(body.len()).expect("record length overflows");
     out[HEADER_SIZE..total].copy_from_slice(body);
-    write_header(out, RECORD_MAGIC, total as u32, offset, timestamp_ms, body.len() as u32, body_crc);
+    let total_u32 = u32::try_from(total).expect("a record fits in a segment, below 4 GiB");
+    let body_u32 = u32::try_from(body.len()).expect("a body fits in a segment, below 4 GiB");
+    write_header(out, RECORD_MAGIC, total_u32, offset, timestamp_ms, body_u32, body_crc);
     total
 }
 
 /// Encodes a blank record filling all of `out` (at least [`HEADER_SIZE`] bytes).
 pub fn encode_blank(out: &mut [u8], offset: u64, timestamp_ms: u64) {
     assert!(out.len() >= HEADER_SIZE, "a blank record needs a full header");
-    write_header(out, BLANK_MAGIC, out.len() as u32, offset, timestamp_ms, 0, 0);
+    let len = u32::try_from(out.len()).expect("a blank fills part of a segment, below 4 GiB");
+    write_header(out, BLANK_MAGIC, len, offset, timestamp_ms, 0, 0);
+}
+
+/// The absolute offset `by` bytes after `offset`, for distances inside one segment:
+/// a segment lies inside the offset space (checked when it is created or opened),
+/// so the sum does not overflow; saturating keeps a broken invariant from wrapping.
+pub(crate) fn advance(offset: u64, by: usize) -> u64 {
+    offset.saturating_add(u64::try_from(by).unwrap_or(u64::MAX))
 }
 
 /// Why bytes at an offset are not a valid record.
@@ -169,13 +183,15 @@ pub fn parse(bytes: &[u8], offset: u64, check_crc: bool) -> Parsed {
         return Parsed::Invalid(Invalid::WrongOffset(stored_offset));
     }
     let body_len = u32_at(bytes, BODY_LEN);
-    let expected_body = if magic == BLANK_MAGIC { 0 } else { len - HEADER_SIZE };
+    // `len >= HEADER_SIZE` (checked above).
+    let expected_body = if magic == BLANK_MAGIC { 0 } else { len.saturating_sub(HEADER_SIZE) };
     if body_len as usize != expected_body {
         return Parsed::Invalid(Invalid::BodyLength(body_len));
     }
     if check_crc {
         let stored = u32_at(bytes, CRC);
-        let body = &bytes[HEADER_SIZE..HEADER_SIZE + body_len as usize];
+        // `body_len == expected_body` here: the rest of a record, nothing for a blank.
+        let body = &bytes[HEADER_SIZE..][..expected_body];
         let computed = record_crc(&bytes[..HEADER_SIZE], crc32c::crc32c(body));
         if stored != computed {
             return Parsed::Invalid(Invalid::BadCrc { stored, computed });
@@ -189,6 +205,7 @@ pub fn parse(bytes: &[u8], offset: u64, check_crc: bool) -> Parsed {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)] // small, known test values
 mod tests {
     use super::*;
 
@@ -250,6 +267,7 @@ mod tests {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects)] // small, known test values
 mod fuzz {
     //! The parser under arbitrary input, inside the normal test suite (the
     //! coverage-guided fuzzer is `cargo xtask fuzz`).

@@ -38,6 +38,8 @@
 //! ```
 
 #![forbid(unsafe_code)]
+// Offsets parsed from untrusted bytes: no silent wrap-around, no truncating casts.
+#![warn(clippy::arithmetic_side_effects, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 mod append;
 mod checkpoint;

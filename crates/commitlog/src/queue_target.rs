@@ -40,6 +40,7 @@ impl FlushTarget for QueueTarget {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)] // small, known test values
 mod tests {
     //! The flush services over the real queue on simulated storage.
 
@@ -63,7 +64,7 @@ mod tests {
 
     #[test]
     fn a_request_spanning_two_segments_is_acknowledged_by_one_round() {
-        // RocketMQ #3408: with a record that ends in the next segment, flushing only
+        // RocketMQ #3408 (https://github.com/apache/rocketmq/issues/3408): with a record that ends in the next segment, flushing only
         // the segment holding flushedWhere left the request unsatisfied.
         let sim = SimStorage::new();
         let storage: Arc<dyn Storage> = Arc::new(sim.clone());

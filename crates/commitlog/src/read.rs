@@ -4,7 +4,7 @@
 use bytes::Bytes;
 
 use crate::config::FlushDiskType;
-use crate::format::{parse, Invalid, Parsed, HEADER_SIZE};
+use crate::format::{advance, parse, Invalid, Parsed, HEADER_SIZE};
 use crate::{CommitLog, Error};
 
 /// A record read from the log.
@@ -23,7 +23,8 @@ pub struct Record {
 impl Record {
     /// Offset of the next record (or blank) after this one.
     pub fn next_offset(&self) -> u64 {
-        self.offset + self.size
+        // A record lies inside one segment, inside the offset space.
+        self.offset.saturating_add(self.size)
     }
 }
 
@@ -67,7 +68,7 @@ impl CommitLog {
         let Some(file) = queue.find_mapped_file_by_offset(offset, false) else {
             return if offset == self.max_offset() { Ok(Slot::End) } else { Err(self.no_record(offset)) };
         };
-        let pos = (offset - file.file_from_offset()) as usize;
+        let pos = file.position_of(offset).expect("the segment found holds the offset");
         if pos >= file.read_position() {
             return Ok(Slot::End);
         }
@@ -75,7 +76,7 @@ impl CommitLog {
         match parse(&view, offset, true) {
             Parsed::Record { total, timestamp_ms } => {
                 let limit = self.read_limit();
-                if offset + total as u64 > limit {
+                if advance(offset, total) > limit {
                     return Err(Error::NotYetDurable { offset, flushed: limit });
                 }
                 Ok(Slot::Record(Record {
@@ -126,8 +127,12 @@ impl Iterator for Records {
                     return Some(Ok(record));
                 }
                 Ok(Slot::Blank) => {
-                    let size = self.log.config().mapped_file_size_commit_log as u64;
-                    self.next = self.next - self.next % size + size;
+                    // The log goes on at the start of the next segment; past the
+                    // end of the offset space there is none.
+                    match self.log.segment_queue().find_mapped_file_by_offset(self.next, false) {
+                        Some(file) => self.next = file.file_end(),
+                        None => self.done = true,
+                    }
                 }
                 Ok(Slot::End) => self.done = true,
                 Err(err) => {

@@ -59,9 +59,7 @@ fn check_crc() -> bool {
 /// checks. Read-only.
 pub fn scan(queue: &SegmentQueue, from: u64) -> Result<ScanEnd, Error> {
     let segments = queue.segments();
-    let size = queue.mapped_file_size() as u64;
-    let start =
-        segments.iter().position(|f| f.file_from_offset() <= from && from < f.file_from_offset() + size).unwrap_or(0);
+    let start = segments.iter().position(|f| f.holds(from)).unwrap_or(0);
     let mut out = ScanEnd { end_offset: segments.get(start).map_or(0, |f| f.file_from_offset()), ..ScanEnd::default() };
     for file in &segments[start..] {
         let base = file.file_from_offset();
@@ -69,14 +67,14 @@ pub fn scan(queue: &SegmentQueue, from: u64) -> Result<ScanEnd, Error> {
         let seg = scan_segment_checked(&data, base, 0, check_crc(), |_, timestamp_ms, _| {
             out.last_timestamp_ms = timestamp_ms
         });
-        out.records += seg.records;
+        out.records = out.records.saturating_add(seg.records);
         out.end_offset = seg.end_offset;
         if seg.invalid.is_some() {
             out.invalid = seg.invalid;
             break;
         }
         // Go on only past a segment whose records reach its end (a blank does).
-        if seg.end_offset < base + file.file_size() as u64 {
+        if seg.end_offset < file.file_end() {
             break;
         }
     }

@@ -1,7 +1,7 @@
 //! Walking a segment's bytes record by record: shared by recovery (over the
 //! mapping) and inspection (over a plain file read).
 
-use crate::format::{parse, Invalid, Parsed, HEADER_SIZE};
+use crate::format::{advance, parse, Invalid, Parsed, HEADER_SIZE};
 
 /// What a segment holds, from its first byte.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,24 +38,26 @@ pub(crate) fn scan_segment_checked(
         records: 0,
         first_offset: None,
         last_offset: None,
-        end_offset: start_offset + from as u64,
+        end_offset: advance(start_offset, from),
         ends_with_blank: false,
         invalid: None,
     };
     let mut pos = from;
     while pos < bytes.len() {
-        let offset = start_offset + pos as u64;
+        let offset = advance(start_offset, pos);
         match parse(&bytes[pos..], offset, check_crc) {
             Parsed::Record { total, timestamp_ms } => {
-                visit(offset, timestamp_ms, &bytes[pos + HEADER_SIZE..pos + total]);
-                out.records += 1;
+                // `parse` checked `HEADER_SIZE <= total <= bytes.len() - pos`.
+                let record = &bytes[pos..][..total];
+                visit(offset, timestamp_ms, &record[HEADER_SIZE..]);
+                out.records = out.records.saturating_add(1);
                 out.first_offset.get_or_insert(offset);
                 out.last_offset = Some(offset);
-                pos += total;
+                pos = pos.saturating_add(total); // at most `bytes.len()`, as above
             }
             Parsed::Blank => {
                 out.ends_with_blank = true;
-                out.end_offset = start_offset + bytes.len() as u64;
+                out.end_offset = advance(start_offset, bytes.len());
                 return out;
             }
             Parsed::End => break,
@@ -65,6 +67,6 @@ pub(crate) fn scan_segment_checked(
             }
         }
     }
-    out.end_offset = start_offset + pos as u64;
+    out.end_offset = advance(start_offset, pos);
     out
 }

@@ -7,6 +7,8 @@
 //! layer prints one line with its figure; the exit code is non-zero if any fails.
 //! `--planted` runs the planted bugs instead (a `--cfg planted_bugs` build only).
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;

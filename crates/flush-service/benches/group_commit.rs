@@ -2,6 +2,7 @@
 //! simulated sync latency: throughput (criterion) plus requests per flush and ack
 //! latency percentiles (printed after each group).
 
+#![forbid(unsafe_code)]
 // criterion's macros generate undocumented items.
 #![allow(missing_docs)]
 

@@ -6,7 +6,7 @@
 //! `notified` or, finding it clear, re-checks it under the mutex before sleeping.
 //! A wake-up that lands between the check and the sleep therefore blocks on the
 //! mutex until the waiter sleeps, and its notification reaches it. An idle service
-//! sleeps on the condition variable, never spins (ROCKETMQ-33).
+//! sleeps on the condition variable, never spins ([ROCKETMQ-33](https://issues.apache.org/jira/browse/ROCKETMQ-33)).
 
 use std::time::Duration;
 

@@ -91,7 +91,7 @@ fn the_watcher_also_times_out_requests_not_yet_swapped() {
 
 #[test]
 fn without_commit_before_flush_a_write_buffer_times_out_every_request() {
-    // RocketMQ #7523: the flush target is the committed position; flushing without
+    // RocketMQ #7523 (https://github.com/apache/rocketmq/issues/7523): the flush target is the committed position; flushing without
     // committing first covers nothing.
     let target = MemoryTarget::with_write_buffer();
     let clock = clock();

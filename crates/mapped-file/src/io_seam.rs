@@ -31,7 +31,7 @@ pub struct DirEntry {
 
 /// Milliseconds since the Unix epoch of a `SystemTime` (0 if before the epoch).
 pub fn epoch_ms(time: std::time::SystemTime) -> u64 {
-    time.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    time.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// A freshly created or opened segment: its memory and its I/O handle.
@@ -47,8 +47,9 @@ pub struct OpenedSegment {
 ///
 /// Contract:
 /// - [`note_written`](Self::note_written) is called with every byte range written
-///   into the memory, before it is published to readers; implementations that do not
-///   need it (a real mapping) leave the default no-op.
+///   into the memory, before it is published to readers. No caller has to remember
+///   it: the segment's memory is written in exactly one place, which calls it.
+///   Implementations that do not need it (a real mapping) leave the default no-op.
 /// - [`sync_range`](Self::sync_range) returns `Ok` only if every byte of the range
 ///   is durable. After it returns an error, the caller must treat the segment as
 ///   failed: a later `Ok` proves nothing (fsyncgate), and `MappedFile` latches.
@@ -199,6 +200,9 @@ impl MmapStorage {
         })
     }
 
+    // The one `unsafe` outside `raw.rs`: the mapping is made here because the lock
+    // that makes it sound is held here.
+    #[allow(unsafe_code)]
     fn map(file: &File, len: usize, lock: Arc<DirLock>) -> io::Result<SegmentMemory> {
         // SAFETY: `lock` is this storage's exclusive lock on the directory holding
         // `file` (checked by `held`), and the mapping keeps it until unmapped: no
@@ -232,9 +236,9 @@ fn preallocate(file: &File, len: usize) -> io::Result<()> {
             let zeros = vec![0u8; 1 << 20];
             let mut pos = 0usize;
             while pos < len {
-                let n = zeros.len().min(len - pos);
+                let n = zeros.len().min(len.saturating_sub(pos)); // `pos < len` in the loop
                 file.write_all_at(&zeros[..n], pos as u64)?;
-                pos += n;
+                pos = pos.saturating_add(n);
             }
             Ok(())
         }

@@ -34,6 +34,10 @@
 //! # Ok::<(), mapped_file::MappedFileError>(())
 //! ```
 
+#![deny(unsafe_code)]
+// Offsets and positions: no silent wrap-around, no truncating casts.
+#![warn(clippy::arithmetic_side_effects, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -47,8 +51,13 @@ mod io_seam;
 mod latch;
 #[cfg(planted_bugs)]
 pub mod planted;
+#[allow(unsafe_code)]
 mod raw;
 pub mod sim;
+mod sync;
+
+#[cfg(all(test, loom))]
+mod loom_models;
 
 pub use error::MappedFileError;
 pub use io_seam::{epoch_ms, sync_dir, DirEntry, LockError, MmapStorage, OpenedSegment, SegmentIo, Storage, LOCK_FILE};
@@ -152,7 +161,8 @@ pub struct Progress {
 impl Progress {
     /// Bytes the position moved.
     pub fn moved(&self) -> usize {
-        self.to - self.from
+        // `to >= from`: positions only move forward in a commit or flush.
+        self.to.saturating_sub(self.from)
     }
 }
 
@@ -166,7 +176,8 @@ pub fn is_due(done: usize, target: usize, file_size: usize, least_pages: usize) 
     if target == file_size || least_pages == 0 {
         return true;
     }
-    target / OS_PAGE_SIZE - done / OS_PAGE_SIZE >= least_pages
+    // `target > done` (checked above), so the page counts do not underflow.
+    (target / OS_PAGE_SIZE).saturating_sub(done / OS_PAGE_SIZE) >= least_pages
 }
 
 /// One segment. `Send + Sync`: share it behind an `Arc`.
@@ -175,7 +186,6 @@ pub struct MappedFile {
     path: PathBuf,
     file_from_offset: u64,
     region: Arc<Region>,
-    io: Box<dyn SegmentIo>,
     flushed: AtomicUsize,
     flush_lock: Mutex<()>,
     latch: Arc<FailureLatch>,
@@ -227,8 +237,7 @@ impl MappedFile {
         MappedFile {
             path,
             file_from_offset,
-            region: Arc::new(Region::new(opened.memory)),
-            io: opened.io,
+            region: Arc::new(Region::new(opened.memory, opened.io)),
             flushed: AtomicUsize::new(0),
             flush_lock: Mutex::new(()),
             latch: FailureLatch::new(),
@@ -250,6 +259,23 @@ impl MappedFile {
     /// Size in bytes.
     pub fn file_size(&self) -> usize {
         self.region.len()
+    }
+
+    /// Absolute offset one past the file's last byte (`fileFromOffset + fileSize`).
+    pub fn file_end(&self) -> u64 {
+        self.offset_at(self.file_size())
+    }
+
+    /// True when the absolute `offset` lies in this file: `[file_from_offset, file_end)`.
+    pub fn holds(&self, offset: u64) -> bool {
+        self.file_from_offset <= offset && offset < self.file_end()
+    }
+
+    /// The file position of the absolute `offset`, if it lies in
+    /// `[file_from_offset, file_end]` (the end itself included).
+    pub fn position_of(&self, offset: u64) -> Option<usize> {
+        let pos = offset.checked_sub(self.file_from_offset)?;
+        usize::try_from(pos).ok().filter(|&pos| pos <= self.file_size())
     }
 
     /// Bytes appended (`wrotePosition`).
@@ -275,7 +301,8 @@ impl MappedFile {
 
     /// Free bytes at the tail.
     pub fn remaining(&self) -> usize {
-        self.file_size() - self.wrote_position()
+        // The wrote position never exceeds the size.
+        self.file_size().saturating_sub(self.wrote_position())
     }
 
     /// True when nothing more can be appended (`isFull`).
@@ -330,6 +357,13 @@ impl MappedFile {
         self.region.views()
     }
 
+    /// The absolute offset of file position `pos` (at most the file size).
+    pub fn offset_at(&self, pos: usize) -> u64 {
+        // `create` and `open` checked that the offset one past the end fits in a
+        // `u64` (`check_offset_space`), so no position inside the file overflows.
+        segment_end(self.file_from_offset, pos).expect("segment inside the offset space (checked at create/open)")
+    }
+
     fn check_usable(&self) -> Result<(), MappedFileError> {
         if let Some(first) = self.latch.get() {
             return Err(MappedFileError::Latched { path: self.path.clone(), first });
@@ -363,20 +397,18 @@ impl MappedFile {
         fill: impl FnOnce(u64, &mut [u8]) -> AppendStatus<T>,
     ) -> Result<Appended<T>, MappedFileError> {
         self.check_usable()?;
-        let base = self.file_from_offset;
-        let result = self.region.append(
-            |pos, tail| match fill(base + pos as u64, tail) {
-                AppendStatus::Written { bytes, value } => Filled::Wrote { bytes, value },
-                AppendStatus::DoesNotFit => Filled::DoesNotFit,
-            },
-            |offset, bytes| self.io.note_written(offset, bytes),
-        );
+        let result = self.region.append(|pos, tail| match fill(self.offset_at(pos), tail) {
+            AppendStatus::Written { bytes, value } => Filled::Wrote { bytes, value },
+            AppendStatus::DoesNotFit => Filled::DoesNotFit,
+        });
         match result {
             Ok((pos, Filled::Wrote { bytes, value })) => {
                 self.store_timestamp.store(store_timestamp_ms, Ordering::Release);
-                Ok(Appended::Written { wrote_offset: base + pos as u64, bytes, value })
+                Ok(Appended::Written { wrote_offset: self.offset_at(pos), bytes, value })
             }
-            Ok((pos, Filled::DoesNotFit)) => Ok(Appended::DoesNotFit { remaining: self.file_size() - pos }),
+            Ok((pos, Filled::DoesNotFit)) => {
+                Ok(Appended::DoesNotFit { remaining: self.file_size().saturating_sub(pos) })
+            }
             Err(claimed) => {
                 Err(MappedFileError::AppendOverrun { path: self.path.clone(), claimed, remaining: self.remaining() })
             }
@@ -404,7 +436,7 @@ impl MappedFile {
         if !self.region.has_write_buffer() || !is_due(committed, wrote, self.file_size(), least_pages) {
             return Ok(Progress { from: committed, to: committed });
         }
-        let (from, to) = self.region.commit(|offset, bytes| self.io.note_written(offset, bytes));
+        let (from, to) = self.region.commit();
         Ok(Progress { from, to })
     }
 
@@ -458,7 +490,7 @@ impl MappedFile {
         }
         if is_active(Bug::RetryAfterFailedSync) {
             let memory = self.region.memory();
-            if self.io.sync_range(memory, from, target - from).is_err() {
+            if self.region.io().sync_range(memory, from, target - from).is_err() {
                 self.sync_or_latch(from, target)?;
             }
             self.flushed.store(target, Ordering::Release);
@@ -468,12 +500,13 @@ impl MappedFile {
     }
 
     fn sync_or_latch(&self, from: usize, to: usize) -> Result<(), MappedFileError> {
-        self.io.sync_range(self.region.memory(), from, to - from).map_err(|source| {
+        debug_assert!(from <= to, "sync range [{from}, {to}) runs backwards");
+        self.region.io().sync_range(self.region.memory(), from, to.saturating_sub(from)).map_err(|source| {
             tracing::error!(path = %self.path.display(), from, to, error = %source, "sync failed; segment latched");
             let failure = SyncFailure {
                 path: self.path.clone(),
-                from: self.file_from_offset + from as u64,
-                to: self.file_from_offset + to as u64,
+                from: self.offset_at(from),
+                to: self.offset_at(to),
                 source: Arc::new(source),
             };
             // Whatever was recorded first stays the latch's cause; this caller
@@ -552,14 +585,12 @@ impl MappedFile {
     }
 
     fn reset(&self, pos: usize, erase: bool) -> Result<usize, MappedFileError> {
-        self.region.reset(pos, erase, |offset, bytes| self.io.note_written(offset, bytes)).map_err(|refused| {
-            match refused {
-                ResetRefused::ViewsOutstanding(views) => {
-                    MappedFileError::ViewsOutstanding { path: self.path.clone(), views }
-                }
-                ResetRefused::OutOfBounds => {
-                    MappedFileError::BadPosition { path: self.path.clone(), pos, file_size: self.file_size() }
-                }
+        self.region.reset(pos, erase).map_err(|refused| match refused {
+            ResetRefused::ViewsOutstanding(views) => {
+                MappedFileError::ViewsOutstanding { path: self.path.clone(), views }
+            }
+            ResetRefused::OutOfBounds => {
+                MappedFileError::BadPosition { path: self.path.clone(), pos, file_size: self.file_size() }
             }
         })
     }
@@ -571,12 +602,12 @@ impl MappedFile {
     /// otherwise.
     pub fn warm_up(&self, lock: bool) -> Result<bool, MappedFileError> {
         self.check_usable()?;
-        if !self.region.zero_fill(|offset, bytes| self.io.note_written(offset, bytes)) {
+        if !self.region.zero_fill() {
             return Ok(false);
         }
         let _flush = self.flush_lock.lock();
         self.sync_or_latch(0, self.file_size())?;
-        if let Err(err) = self.io.advise_and_lock(self.region.memory(), lock) {
+        if let Err(err) = self.region.io().advise_and_lock(self.region.memory(), lock) {
             tracing::warn!(path = %self.path.display(), %err, "madvise/mlock failed during warm-up");
         }
         Ok(true)
@@ -590,12 +621,12 @@ impl MappedFile {
         if self.destroyed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        self.io.remove().map_err(|source| {
+        self.region.io().remove().map_err(|source| {
             self.destroyed.store(false, Ordering::Release);
             MappedFileError::Remove { path: self.path.clone(), source }
         })
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests;

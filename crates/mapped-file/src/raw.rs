@@ -19,11 +19,13 @@
 use std::fs::File;
 use std::io;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
 use transient_pool::WriteBuffer;
+
+use crate::sync::{AtomicUsize, Mutex, Ordering, RwLock};
+
+use crate::SegmentIo;
 
 enum Backing {
     Mmap(memmap2::MmapRaw),
@@ -177,6 +179,12 @@ pub(crate) fn fallocate(fd: std::os::unix::io::RawFd, len: libc::off_t) -> i32 {
     unsafe { libc::posix_fallocate(fd, 0, len) }
 }
 
+/// The end of `len` bytes from `start` inside one segment. A segment's length is a
+/// `usize` and both lie within it, so the sum fits; `expect` guards the invariant.
+fn end_of(start: usize, len: usize) -> usize {
+    start.checked_add(len).expect("a range inside a segment ends inside the address space")
+}
+
 /// How an append closure reports what it did with the free tail.
 pub(crate) enum Filled<T> {
     /// It wrote `bytes` bytes at the start of the tail.
@@ -211,6 +219,9 @@ pub(crate) enum ResetRefused {
 ///   and only when no view exists; views are created under the `gate` read lock.
 pub(crate) struct Region {
     memory: SegmentMemory,
+    /// Told about every byte written into `memory`, by the one function that
+    /// writes there ([`Region::write_memory`]), so no caller can forget it.
+    io: Box<dyn SegmentIo>,
     wrote: AtomicUsize,
     committed: AtomicUsize,
     write_buffer: RwLock<Option<WriteBuffer>>,
@@ -218,6 +229,12 @@ pub(crate) struct Region {
     commit_lock: Mutex<()>,
     gate: RwLock<()>,
     views: AtomicUsize,
+    /// Loom sees only its own locks and atomics, not the bytes: every write and
+    /// every read of the memory touches this too, so the models interleave them
+    /// with the positions (a reader between a wrongly early publication and the
+    /// write it should have waited for, say).
+    #[cfg(loom)]
+    memory_ops: AtomicUsize,
 }
 
 impl std::fmt::Debug for Region {
@@ -232,9 +249,10 @@ impl std::fmt::Debug for Region {
 }
 
 impl Region {
-    pub(crate) fn new(memory: SegmentMemory) -> Self {
+    pub(crate) fn new(memory: SegmentMemory, io: Box<dyn SegmentIo>) -> Self {
         Region {
             memory,
+            io,
             wrote: AtomicUsize::new(0),
             committed: AtomicUsize::new(0),
             write_buffer: RwLock::new(None),
@@ -242,11 +260,33 @@ impl Region {
             commit_lock: Mutex::new(()),
             gate: RwLock::new(()),
             views: AtomicUsize::new(0),
+            #[cfg(loom)]
+            memory_ops: AtomicUsize::new(0),
         }
     }
 
     pub(crate) fn memory(&self) -> &SegmentMemory {
         &self.memory
+    }
+
+    pub(crate) fn io(&self) -> &dyn SegmentIo {
+        &*self.io
+    }
+
+    /// The one way bytes get into the memory: `write` fills `[start, start + len)`,
+    /// then the I/O layer is told what was written (`SegmentIo::note_written`).
+    ///
+    /// # Safety
+    /// The range is in bounds and nobody else references any byte of it while this
+    /// runs (the caller is the appender or committer for bytes above the published
+    /// position, or holds every lock and the gate with no view outstanding).
+    unsafe fn write_memory(&self, start: usize, len: usize, write: impl FnOnce(&mut [u8])) {
+        #[cfg(loom)]
+        self.memory_ops.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: in bounds and exclusive, per this function's contract.
+        let dst = unsafe { self.memory.range_mut(start, len) };
+        write(dst);
+        self.io.note_written(start, dst);
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -284,55 +324,90 @@ impl Region {
         {
             return Err(buffer);
         }
+        let mut buffer = buffer;
+        // The buffer mirrors the segment: appends continue at the same position.
+        buffer.reset(self.wrote());
         *slot = Some(buffer);
         Ok(())
     }
 
-    /// Runs `fill` on the free tail and publishes what it wrote. `on_memory_write`
-    /// sees bytes that went straight into the memory (no write buffer).
+    /// Runs `fill` on the free tail and publishes what it wrote: into the write
+    /// buffer when one is attached, else straight into the memory.
     pub(crate) fn append<T>(
         &self,
         fill: impl FnOnce(usize, &mut [u8]) -> Filled<T>,
-        on_memory_write: impl FnOnce(usize, &[u8]),
     ) -> Result<(usize, Filled<T>), usize> {
         let _append = self.append_lock.lock();
         let wrote = self.wrote.load(Ordering::Relaxed); // only moved under this lock
-        let remaining = self.len() - wrote;
+        let remaining = self.len().saturating_sub(wrote); // `wrote <= len` always
         let buffer = self.write_buffer.read();
-        let tail: &mut [u8] = match buffer.as_ref() {
-            // SAFETY: we hold `append_lock`, so we are the only appender; the tail
-            // `[wrote, len)` of the buffer is touched by nobody else (the committer
-            // reads only below `wrote`).
-            Some(buf) => unsafe { buf.range_mut(wrote, remaining) },
-            // SAFETY: no buffer, so the appender alone writes memory at and above
-            // `wrote == committed`; readers stay below `committed`.
-            None => unsafe { self.memory.range_mut(wrote, remaining) },
+        if let Some(buf) = buffer.as_ref() {
+            // The buffer's own protocol keeps the appender and the committer apart;
+            // its published position mirrors `wrote`.
+            let appended = buf.append(|start, tail| {
+                debug_assert_eq!(start, wrote, "write buffer out of line with the segment");
+                match fill(start, tail) {
+                    Filled::Wrote { bytes, value } => (bytes, Filled::Wrote { bytes, value }),
+                    Filled::DoesNotFit => (0, Filled::DoesNotFit),
+                }
+            });
+            let (_, filled) = appended.map_err(|overrun| overrun.claimed)?;
+            if let Filled::Wrote { bytes, .. } = &filled {
+                self.wrote.store(end_of(wrote, *bytes), Ordering::Release);
+            }
+            return Ok((wrote, filled));
+        }
+        let mut filled = None;
+        let mut overrun = None;
+        // SAFETY: no buffer, so the appender (we hold `append_lock`) alone writes
+        // memory at and above `wrote == committed`; readers stay below `committed`.
+        unsafe {
+            self.write_memory_claimed(wrote, remaining, |tail| {
+                let result = fill(wrote, tail);
+                let claimed = match &result {
+                    Filled::Wrote { bytes, .. } => *bytes,
+                    Filled::DoesNotFit => 0,
+                };
+                if claimed > remaining {
+                    overrun = Some(claimed);
+                    filled = Some(result);
+                    return 0;
+                }
+                filled = Some(result);
+                claimed
+            })
         };
-        let filled = fill(wrote, tail);
+        if let Some(claimed) = overrun {
+            return Err(claimed);
+        }
+        let filled = filled.expect("fill ran");
         if let Filled::Wrote { bytes, .. } = &filled {
-            let bytes = *bytes;
-            if bytes > remaining {
-                return Err(bytes);
-            }
-            let end = wrote + bytes;
-            if buffer.is_none() {
-                // SAFETY: the range was just written by us under `append_lock` and is
-                // not yet published, so no-one else references it.
-                on_memory_write(wrote, unsafe { self.memory.range(wrote, bytes) });
-                // Release: bytes below `end` are visible to whoever acquires these.
-                self.wrote.store(end, Ordering::Release);
-                self.committed.store(end, Ordering::Release);
-            } else {
-                self.wrote.store(end, Ordering::Release);
-            }
+            let end = end_of(wrote, *bytes);
+            // Release: bytes below `end` are visible to whoever acquires these.
+            self.wrote.store(end, Ordering::Release);
+            self.committed.store(end, Ordering::Release);
         }
         Ok((wrote, filled))
+    }
+
+    /// As [`write_memory`](Self::write_memory), for a writer that says how many
+    /// bytes from `start` it wrote: only those are reported to the I/O layer.
+    ///
+    /// # Safety
+    /// As for `write_memory`.
+    unsafe fn write_memory_claimed(&self, start: usize, len: usize, write: impl FnOnce(&mut [u8]) -> usize) {
+        #[cfg(loom)]
+        self.memory_ops.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: in bounds and exclusive, per this function's contract.
+        let dst = unsafe { self.memory.range_mut(start, len) };
+        let wrote = write(dst).min(len);
+        self.io.note_written(start, &dst[..wrote]);
     }
 
     /// Copies the write buffer's `[committed, wrote)` into the memory and publishes
     /// it; gives the buffer back once the segment is full and fully committed.
     /// Returns `(from, to)` of the committed position.
-    pub(crate) fn commit(&self, on_memory_write: impl FnOnce(usize, &[u8])) -> (usize, usize) {
+    pub(crate) fn commit(&self) -> (usize, usize) {
         let _commit = self.commit_lock.lock();
         let from = self.committed.load(Ordering::Relaxed); // only moved under this lock
         let to = {
@@ -344,7 +419,7 @@ impl Region {
             if to > from {
                 // SAFETY: we hold `commit_lock`, `from` is the committed position, and
                 // `to` is the wrote position we just loaded.
-                unsafe { self.copy_to_memory(buf, from, to, on_memory_write) };
+                unsafe { self.copy_to_memory(buf, from, to) };
                 self.committed.store(to, Ordering::Release);
             }
             to
@@ -356,26 +431,17 @@ impl Region {
         (from, to)
     }
 
-    /// Copies write-buffer bytes `[from, to)` into the same range of the memory and
-    /// reports them to `on_memory_write`.
+    /// Copies write-buffer bytes `[from, to)` into the same range of the memory.
     ///
     /// # Safety
     /// The caller holds `commit_lock`, `from` is the current committed position and
-    /// `to` is at most the wrote position: the appender no longer writes the buffer
-    /// there, and no-one but the committer touches memory at or above `committed`.
-    unsafe fn copy_to_memory(
-        &self,
-        buf: &WriteBuffer,
-        from: usize,
-        to: usize,
-        on_memory_write: impl FnOnce(usize, &[u8]),
-    ) {
-        // SAFETY: `[from, to)` lies below `wrote` (contract), so nobody writes it.
-        let src = unsafe { buf.range(from, to - from) };
+    /// `to` is at most the wrote position: no-one but the committer touches memory
+    /// at or above `committed`.
+    unsafe fn copy_to_memory(&self, buf: &WriteBuffer, from: usize, to: usize) {
+        let len = to.saturating_sub(from); // `from < to` (contract)
+        let src = buf.published(from, len).expect("bytes below the wrote position are published in the buffer");
         // SAFETY: memory at and above `committed` is the committer's (contract).
-        let dst = unsafe { self.memory.range_mut(from, to - from) };
-        dst.copy_from_slice(src);
-        on_memory_write(from, src);
+        unsafe { self.write_memory(from, len, |dst| dst.copy_from_slice(src)) };
     }
 
     /// A zero-copy view of `[start, start + len)`, if it lies below the read position.
@@ -398,12 +464,7 @@ impl Region {
     /// are appended there. Returns the length of the range zeroed: from `pos` to the
     /// last non-zero byte (0 without `erase`, or if the memory is zero there). The
     /// caller syncs it.
-    pub(crate) fn reset(
-        &self,
-        pos: usize,
-        erase: bool,
-        mut on_memory_write: impl FnMut(usize, &[u8]),
-    ) -> Result<usize, ResetRefused> {
+    pub(crate) fn reset(&self, pos: usize, erase: bool) -> Result<usize, ResetRefused> {
         if pos > self.len() {
             return Err(ResetRefused::OutOfBounds);
         }
@@ -415,15 +476,16 @@ impl Region {
         if views > 0 && pos < committed {
             return Err(ResetRefused::ViewsOutstanding(views));
         }
-        if let Some(buf) = self.write_buffer.read().as_ref() {
+        if let Some(buf) = self.write_buffer.write().as_mut() {
             let end = pos.min(self.wrote());
             if end > committed {
                 // SAFETY: we hold `commit_lock` (and `append_lock`), `committed` is the
                 // committed position, and `end` is at most the wrote position.
-                unsafe { self.copy_to_memory(buf, committed, end, &mut on_memory_write) };
+                unsafe { self.copy_to_memory(buf, committed, end) };
             }
-            // Buffer bytes above `pos` are stale now; the appender overwrites them
-            // before any commit copies them.
+            // Buffer bytes above `pos` are stale now: unpublished, the appender
+            // overwrites them before any commit copies them.
+            buf.reset(pos);
         }
         self.wrote.store(pos, Ordering::Release);
         self.committed.store(pos, Ordering::Release);
@@ -434,19 +496,24 @@ impl Region {
         if !erase {
             return Ok(0);
         }
+        let mut erased = 0;
         // SAFETY: we hold both locks and the gate write lock, and no view reaches
         // `pos` or above (checked above; views are only made under the gate read
         // lock): nobody else references memory at or above `pos`.
-        let tail = unsafe { self.memory.range_mut(pos, self.len() - pos) };
-        let erased = tail.iter().rposition(|&b| b != 0).map_or(0, |last| last + 1);
-        tail[..erased].fill(0);
-        on_memory_write(pos, &tail[..erased]);
+        unsafe {
+            self.write_memory_claimed(pos, self.len().saturating_sub(pos), |tail| {
+                // `last < tail.len()`, so `last + 1` fits.
+                erased = tail.iter().rposition(|&b| b != 0).map_or(0, |last| last.saturating_add(1));
+                tail[..erased].fill(0);
+                erased
+            })
+        };
         Ok(erased)
     }
 
     /// Writes zeros over the whole memory to fault every page in; only while nothing
     /// has been appended. Returns false (and does nothing) otherwise.
-    pub(crate) fn zero_fill(&self, on_memory_write: impl FnOnce(usize, &[u8])) -> bool {
+    pub(crate) fn zero_fill(&self) -> bool {
         let _append = self.append_lock.lock();
         let _commit = self.commit_lock.lock();
         if self.wrote() != 0 || self.committed() != 0 {
@@ -454,9 +521,7 @@ impl Region {
         }
         // SAFETY: nothing is published (both positions are 0), so no view exists, and
         // we hold both locks, so no appender or committer runs.
-        let all = unsafe { self.memory.range_mut(0, self.len()) };
-        all.fill(0);
-        on_memory_write(0, all);
+        unsafe { self.write_memory(0, self.len(), |all| all.fill(0)) };
         true
     }
 }
@@ -471,6 +536,8 @@ pub(crate) struct View {
 
 impl AsRef<[u8]> for View {
     fn as_ref(&self) -> &[u8] {
+        #[cfg(loom)]
+        self.region.memory_ops.load(Ordering::Relaxed);
         // SAFETY: the range lay below `committed` when the view was made, and
         // positions cannot be reset below it while `views > 0`; bytes below
         // `committed` are never written.
@@ -499,6 +566,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "real files and mappings: system calls Miri cannot run")]
     fn file_mapping_sees_file_bytes() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");

@@ -22,6 +22,11 @@
 //! [`SimSnapshot`] after every write and every sync: the durable image of each file
 //! and its dirty sectors, from which any crash image can be built.
 
+// Sector and byte arithmetic here indexes in-memory `Vec`s: every sum is bounded
+// by a vector's length, and event and sync counters are u64s that a test cannot
+// run up to overflow.
+#![allow(clippy::arithmetic_side_effects)]
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io;

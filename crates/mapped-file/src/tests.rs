@@ -1,8 +1,12 @@
+// Test arithmetic works on small, known values.
+#![allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+
 use super::*;
 use std::sync::atomic::AtomicBool;
 use transient_pool::{LockMemory, PoolConfig, TransientStorePool};
 
-const SIZE: usize = 64 * 1024;
+// Smaller under Miri, which interprets every byte access.
+const SIZE: usize = if cfg!(miri) { 8 * 1024 } else { 64 * 1024 };
 
 fn sim_file(size: usize) -> (SimStorage, MappedFile) {
     let storage = SimStorage::new();
@@ -46,6 +50,7 @@ fn least_pages_decisions_follow_rocketmq() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "real files and mappings: system calls Miri cannot run")]
 fn append_read_and_flush_on_a_real_mapping() {
     let dir = tempfile::tempdir().unwrap();
     let storage = MmapStorage::lock(dir.path()).unwrap();
@@ -71,6 +76,7 @@ fn append_read_and_flush_on_a_real_mapping() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "real files and mappings: system calls Miri cannot run")]
 fn creating_over_an_existing_file_or_beyond_the_disk_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let storage = MmapStorage::lock(dir.path()).unwrap();
@@ -84,6 +90,7 @@ fn creating_over_an_existing_file_or_beyond_the_disk_is_an_error() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "real files and mappings: system calls Miri cannot run")]
 fn opening_checks_name_and_size() {
     let dir = tempfile::tempdir().unwrap();
     let storage = MmapStorage::lock(dir.path()).unwrap();
@@ -223,6 +230,7 @@ fn views_keep_memory_alive_and_block_truncation_below_them() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "real files and mappings: system calls Miri cannot run")]
 fn a_locked_directory_cannot_be_mapped_by_a_second_storage_until_every_mapping_is_gone() {
     let dir = tempfile::tempdir().unwrap();
     let storage = MmapStorage::lock(dir.path()).unwrap();
@@ -245,6 +253,7 @@ fn a_locked_directory_cannot_be_mapped_by_a_second_storage_until_every_mapping_i
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "real files and mappings: system calls Miri cannot run")]
 fn warm_up_zeroes_and_syncs_only_an_unused_file() {
     let dir = tempfile::tempdir().unwrap();
     let storage = MmapStorage::lock(dir.path()).unwrap();
@@ -257,9 +266,11 @@ fn warm_up_zeroes_and_syncs_only_an_unused_file() {
 
 #[test]
 fn appender_flusher_and_readers_run_concurrently() {
+    // Under Miri (which checks these threads for data races) a smaller file.
+    let size: usize = if cfg!(miri) { 1 << 10 } else { 1 << 20 };
     let storage = SimStorage::new();
-    let file = Arc::new(MappedFile::create(&storage, Path::new("/c"), 0, 1 << 20).unwrap());
-    let pool = pool(1 << 20, 1);
+    let file = Arc::new(MappedFile::create(&storage, Path::new("/c"), 0, size).unwrap());
+    let pool = pool(size, 1);
     file.attach_write_buffer(pool.try_borrow().unwrap()).unwrap();
     let done = Arc::new(AtomicBool::new(false));
     let record = |i: u32| -> [u8; 8] {
@@ -274,6 +285,9 @@ fn appender_flusher_and_readers_run_concurrently() {
             std::thread::spawn(move || {
                 let mut checked = 0usize;
                 while !done.load(Ordering::Acquire) {
+                    if cfg!(miri) {
+                        std::thread::yield_now(); // let the appender progress
+                    }
                     match role {
                         0 => {
                             file.commit(0).unwrap();
@@ -298,7 +312,7 @@ fn appender_flusher_and_readers_run_concurrently() {
             })
         })
         .collect();
-    for i in 0..(1 << 17) as u32 {
+    for i in 0..(size / 8) as u32 {
         put(&file, &record(i));
     }
     assert!(file.is_full());
@@ -308,7 +322,7 @@ fn appender_flusher_and_readers_run_concurrently() {
         h.join().unwrap();
     }
     file.flush(0).unwrap();
-    assert_eq!(file.flushed_position(), 1 << 20);
+    assert_eq!(file.flushed_position(), size);
     assert_eq!(pool.available_buffer_nums(), 1);
     assert_eq!(storage.dirty_sectors(), 0);
 }

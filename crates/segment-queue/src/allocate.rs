@@ -84,9 +84,17 @@ impl Allocator {
             state.requested = None;
             return Taken::NotRequested;
         }
-        let deadline = std::time::Instant::now() + self.wait;
+        // A wait too long to add to now has no deadline.
+        let deadline = std::time::Instant::now().checked_add(self.wait);
         while state.in_progress == Some(offset) {
-            if self.shared.changed.wait_until(&mut state, deadline).timed_out() {
+            let timed_out = match deadline {
+                Some(deadline) => self.shared.changed.wait_until(&mut state, deadline).timed_out(),
+                None => {
+                    self.shared.changed.wait(&mut state);
+                    false
+                }
+            };
+            if timed_out {
                 tracing::warn!(offset, wait = ?self.wait, "timed out waiting for a preallocated segment");
                 return Taken::StillPreparing;
             }

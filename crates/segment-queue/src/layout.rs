@@ -25,7 +25,7 @@ pub struct ListedSegment {
 /// order, for segments of `size` bytes:
 ///
 /// - each file has `size` bytes, except that the last may have none (RocketMQ
-///   #6904: a crash between creating and sizing it; load deletes it);
+///   [#6904](https://github.com/apache/rocketmq/issues/6904): a crash between creating and sizing it; load deletes it);
 /// - each starts at a multiple of `size`;
 /// - each starts where the previous one ends (no gap);
 /// - each ends inside the 64-bit offset space, since offsets are computed by adding
@@ -35,8 +35,9 @@ pub struct ListedSegment {
 pub fn check_layout(files: &[ListedSegment], size: u64) -> Vec<QueueError> {
     let mut problems = Vec::new();
     let mut expected_next: Option<u64> = None;
+    let count = files.len();
     for (i, file) in files.iter().enumerate() {
-        let last = i + 1 == files.len();
+        let last = i == count.saturating_sub(1);
         if file.len != size && !(file.len == 0 && last) {
             problems.push(QueueError::WrongSize { path: file.path.clone(), expected: size, actual: file.len });
         }

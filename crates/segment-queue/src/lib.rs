@@ -24,6 +24,10 @@
 //! # Ok::<(), segment_queue::QueueError>(())
 //! ```
 
+#![forbid(unsafe_code)]
+// Offsets: no silent wrap-around, no truncating casts.
+#![warn(clippy::arithmetic_side_effects, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -109,7 +113,8 @@ pub struct QueueProgress {
 impl QueueProgress {
     /// Bytes the position moved.
     pub fn moved(&self) -> u64 {
-        self.to - self.from
+        // `to >= from`: positions only move forward in a flush or commit.
+        self.to.saturating_sub(self.from)
     }
 }
 
@@ -118,7 +123,7 @@ impl QueueProgress {
 pub struct LoadReport {
     /// Segments loaded.
     pub segments: usize,
-    /// A zero-length last file that was deleted (RocketMQ #6904), if any.
+    /// A zero-length last file that was deleted (RocketMQ [#6904](https://github.com/apache/rocketmq/issues/6904)), if any.
     pub removed_empty_tail: Option<PathBuf>,
 }
 
@@ -160,6 +165,12 @@ impl std::fmt::Debug for SegmentQueue {
             .field("committed_where", &self.committed_where())
             .finish()
     }
+}
+
+/// A segment size as an offset distance: non-zero (`load` refuses 0), and a
+/// `usize` always fits in a `u64` here, so dividing by it never panics.
+fn size_u64(size: usize) -> std::num::NonZeroU64 {
+    u64::try_from(size).ok().and_then(std::num::NonZeroU64::new).expect("a positive segment size (checked at load)")
 }
 
 impl SegmentQueue {
@@ -223,7 +234,7 @@ impl SegmentQueue {
             files.push(Arc::new(file));
         }
         report.segments = files.len();
-        let end = files.last().map_or(0, |f| f.file_from_offset() + size as u64);
+        let end = files.last().map_or(0, |f| f.file_end());
         tracing::info!(dir = %dir.display(), segments = files.len(), end, "segment queue loaded");
 
         let allocator = if config.preallocate_next_segment {
@@ -321,8 +332,8 @@ impl SegmentQueue {
             Some(last) if !last.is_full() => return Ok(Arc::clone(last)),
             // Loaded and created segments all end inside the offset space, so the
             // next one's start fits; `create_segment` checks that its end does.
-            Some(last) => last.file_from_offset() + size as u64,
-            None => start_offset - start_offset % size as u64,
+            Some(last) => last.file_end(),
+            None => start_offset.saturating_sub(start_offset % size_u64(size)), // the remainder is at most the value
         };
         let file = self.create_segment(offset)?;
         if !file.has_write_buffer() && self.remain_how_many_data_to_commit() > 0 {
@@ -394,23 +405,24 @@ impl SegmentQueue {
     }
 
     /// The segment holding `offset` (RocketMQ's `findMappedFileByOffset`): computed
-    /// by arithmetic, verified, with a linear scan as fallback (ROCKETMQ-332). With
+    /// by arithmetic, verified, with a linear scan as fallback ([ROCKETMQ-332](https://issues.apache.org/jira/browse/ROCKETMQ-332)). With
     /// `return_first_on_not_found`, an offset out of range yields the first segment.
     pub fn find_mapped_file_by_offset(&self, offset: u64, return_first_on_not_found: bool) -> Option<Arc<MappedFile>> {
         let files = self.files.read();
         let first = files.first()?;
         let last = files.last()?;
-        let size = self.config.mapped_file_size as u64;
-        let covers = |f: &MappedFile| f.file_from_offset() <= offset && offset < f.file_from_offset() + size;
-        if offset < first.file_from_offset() || offset >= last.file_from_offset() + size {
+        let size = size_u64(self.config.mapped_file_size);
+        if offset < first.file_from_offset() || offset >= last.file_end() {
             return return_first_on_not_found.then(|| Arc::clone(first));
         }
-        let index = (offset / size - first.file_from_offset() / size) as usize;
-        if let Some(file) = files.get(index).filter(|f| covers(f)) {
+        // In range, so `offset >= first`: the quotient difference does not underflow.
+        let index =
+            usize::try_from((offset / size).saturating_sub(first.file_from_offset() / size)).unwrap_or(usize::MAX);
+        if let Some(file) = files.get(index).filter(|f| f.holds(offset)) {
             return Some(Arc::clone(file));
         }
         tracing::warn!(offset, index, "segment lookup by arithmetic missed; scanning");
-        files.iter().find(|f| covers(f)).cloned().or_else(|| return_first_on_not_found.then(|| Arc::clone(first)))
+        files.iter().find(|f| f.holds(offset)).cloned().or_else(|| return_first_on_not_found.then(|| Arc::clone(first)))
     }
 
     /// First stored offset (0 with no segments).
@@ -429,7 +441,7 @@ impl SegmentQueue {
         for file in files.iter().rev() {
             let read = file.read_position();
             if read > 0 {
-                return file.file_from_offset() + read as u64;
+                return file.offset_at(read);
             }
         }
         files.first().map_or(0, |f| f.file_from_offset())
@@ -438,7 +450,7 @@ impl SegmentQueue {
     /// End of appended data (may be ahead of [`max_offset`](Self::max_offset) while
     /// a write buffer holds uncommitted bytes).
     pub fn max_wrote_position(&self) -> u64 {
-        self.files.read().last().map_or(0, |f| f.file_from_offset() + f.wrote_position() as u64)
+        self.files.read().last().map_or(0, |f| f.offset_at(f.wrote_position()))
     }
 
     /// Offset up to which everything is durable.
@@ -479,7 +491,7 @@ impl SegmentQueue {
     /// Flushes from `flushed_where` onwards, across as many segments as are due:
     /// a full segment always is, the last one when `least_pages` pages are pending
     /// (0: any byte). Unlike RocketMQ, one call crosses segment boundaries, so a
-    /// durability request spanning two segments is met by one flush (#3408).
+    /// durability request spanning two segments is met by one flush ([#3408](https://github.com/apache/rocketmq/issues/3408)).
     /// Returns how far `flushed_where` moved. A sync error latches the queue
     /// and is returned; `flushed_where` keeps the last good value.
     pub fn flush(&self, least_pages: usize) -> Result<QueueProgress, QueueError> {
@@ -514,7 +526,6 @@ impl SegmentQueue {
         step: impl Fn(&MappedFile) -> Result<usize, QueueError>,
     ) -> Result<QueueProgress, QueueError> {
         let from = position.load(Ordering::Acquire);
-        let size = self.config.mapped_file_size as u64;
         let mut at = from;
         loop {
             let file = match self.find_mapped_file_by_offset(at, false) {
@@ -526,12 +537,12 @@ impl SegmentQueue {
                 },
                 None => break,
             };
-            let end = file.file_from_offset() + step(&file)? as u64;
+            let end = file.offset_at(step(&file)?);
             if end > at {
                 at = end;
                 position.store(at, Ordering::Release);
             }
-            if end < file.file_from_offset() + size {
+            if end < file.file_end() {
                 break;
             }
         }
@@ -545,14 +556,13 @@ impl SegmentQueue {
     pub fn force_from(&self, offset: u64) -> Result<QueueProgress, QueueError> {
         let _flush = self.flush_lock.lock();
         let from = self.flushed_where();
-        let size = self.config.mapped_file_size as u64;
         let mut to = from;
         for file in self.segments() {
-            if file.file_from_offset() + size <= offset {
+            if file.file_end() <= offset {
                 continue;
             }
             let progress = file.force()?;
-            to = file.file_from_offset() + progress.to as u64;
+            to = file.offset_at(progress.to);
         }
         self.flushed_where.store(to, Ordering::Release);
         Ok(QueueProgress { from, to })
@@ -577,12 +587,10 @@ impl SegmentQueue {
         // Commit in segment order first: resetting a later segment must not make its
         // bytes readable while an earlier segment's buffer still holds data.
         self.commit(0)?;
-        let size = self.config.mapped_file_size as u64;
         let mut report = TruncateReport::default();
         let mut files = self.files.write();
-        let holds = |f: &MappedFile| f.file_from_offset() <= offset && offset - f.file_from_offset() < size;
-        if let Some(file) = files.iter().find(|f| holds(f)) {
-            let pos = (offset - file.file_from_offset()) as usize;
+        if let Some(file) = files.iter().find(|f| f.holds(offset)) {
+            let pos = file.position_of(offset).expect("the file holds the offset");
             let views = file.outstanding_views();
             if views > 0 && pos < file.read_position() {
                 return Err(MappedFileError::ViewsOutstanding { path: file.path().to_path_buf(), views }.into());
@@ -591,10 +599,10 @@ impl SegmentQueue {
         while let Some(last) = files.last().filter(|f| f.file_from_offset() > offset) {
             last.destroy()?;
             files.pop();
-            report.segments_deleted += 1;
+            report.segments_deleted = report.segments_deleted.saturating_add(1);
         }
-        if let Some(file) = files.last().filter(|f| holds(f)) {
-            let pos = (offset - file.file_from_offset()) as usize;
+        if let Some(file) = files.last().filter(|f| f.holds(offset)) {
+            let pos = file.position_of(offset).expect("the file holds the offset");
             report.bytes_dropped_in_place = file.truncate(pos)? as u64;
         }
         drop(files);
@@ -606,7 +614,7 @@ impl SegmentQueue {
     /// Deletes segments from the front whose store timestamp is older than
     /// `now_ms - expired_ms`, at most `max_batch` of them. Never the last segment,
     /// and never past a segment that is not expired, so no hole opens
-    /// (ROCKETMQ-321). Never a segment holding bytes that are not yet durable.
+    /// ([ROCKETMQ-321](https://issues.apache.org/jira/browse/ROCKETMQ-321)). Never a segment holding bytes that are not yet durable.
     /// Returns how many were deleted.
     pub fn delete_expired_file_by_time(
         &self,
@@ -615,18 +623,16 @@ impl SegmentQueue {
         max_batch: usize,
     ) -> Result<usize, QueueError> {
         let flushed = self.flushed_where();
-        let size = self.config.mapped_file_size as u64;
         self.delete_from_front(max_batch, |f| {
-            f.store_timestamp().saturating_add(expired_ms) <= now_ms && f.file_from_offset() + size <= flushed
+            f.store_timestamp().saturating_add(expired_ms) <= now_ms && f.file_end() <= flushed
         })
     }
 
     /// Deletes segments from the front that end at or below `offset`, at most
     /// `max_batch` of them; never the last segment. Returns how many were deleted.
     pub fn delete_expired_file_by_offset(&self, offset: u64, max_batch: usize) -> Result<usize, QueueError> {
-        let size = self.config.mapped_file_size as u64;
         let flushed = self.flushed_where();
-        self.delete_from_front(max_batch, |f| f.file_from_offset() + size <= offset.min(flushed))
+        self.delete_from_front(max_batch, |f| f.file_end() <= offset.min(flushed))
     }
 
     fn delete_from_front(&self, max_batch: usize, expired: impl Fn(&MappedFile) -> bool) -> Result<usize, QueueError> {
@@ -639,7 +645,7 @@ impl SegmentQueue {
                 files.insert(0, file);
                 return Err(err.into());
             }
-            count += 1;
+            count = count.saturating_add(1); // at most `max_batch`
         }
         Ok(count)
     }
@@ -652,7 +658,8 @@ impl SegmentQueue {
             min: self.min_offset(),
             max: self.max_offset(),
         })?;
-        Ok(file.read((offset - file.file_from_offset()) as usize, len)?)
+        let pos = file.position_of(offset).expect("the file holds the offset");
+        Ok(file.read(pos, len)?)
     }
 
     /// Stops the preallocation thread and deletes a prepared segment never used.

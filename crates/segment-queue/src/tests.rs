@@ -1,3 +1,6 @@
+// Test arithmetic works on small, known values.
+#![allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+
 use super::*;
 use mapped_file::{file_name, AppendStatus, MmapStorage, SimStorage};
 use transient_pool::{LockMemory, PoolConfig};

@@ -13,12 +13,16 @@
 //! use transient_pool::{PoolConfig, TransientStorePool};
 //!
 //! let pool = TransientStorePool::new(PoolConfig::new(2, 64 * 1024))?;
-//! let mut buf = pool.try_borrow()?;
-//! buf.as_mut_slice()[..5].copy_from_slice(b"hello");
+//! let buf = pool.try_borrow()?;
+//! buf.append(|_start, tail| {
+//!     tail[..5].copy_from_slice(b"hello");
+//!     (5, ())
+//! })?;
+//! assert_eq!(buf.published(0, 5), Some(&b"hello"[..]));
 //! assert_eq!(pool.available_buffer_nums(), 1);
 //! drop(buf); // back to the pool, zeroed
 //! assert_eq!(pool.available_buffer_nums(), 2);
-//! # Ok::<(), transient_pool::PoolError>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 use std::fmt;
@@ -27,6 +31,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+#[allow(unsafe_code)]
 mod raw;
 
 use raw::PageBuf;
@@ -235,46 +240,59 @@ impl WriteBuffer {
         false
     }
 
-    /// The whole buffer.
+    /// Bytes appended so far (the published prefix).
+    pub fn written(&self) -> usize {
+        self.page().written()
+    }
+
+    /// Appends into the free tail: `fill` gets the tail's start and the tail
+    /// `[written, len)`, and returns how many bytes it wrote (from the start of the
+    /// tail) and a value. Those bytes are then published. One appender at a time
+    /// (others wait); readers of published bytes run meanwhile.
+    ///
+    /// Returns the tail's start and the value, or [`Overrun`] (nothing published) if
+    /// `fill` claims more bytes than the tail has.
+    pub fn append<T>(&self, fill: impl FnOnce(usize, &mut [u8]) -> (usize, T)) -> Result<(usize, T), Overrun> {
+        let tail = self.len() - self.written();
+        self.page().append(fill).map_err(|claimed| Overrun { claimed, tail })
+    }
+
+    /// The published bytes `[start, start + len)`, or `None` unless they lie wholly
+    /// below [`written`](Self::written). Safe to hold while another thread appends.
+    pub fn published(&self, start: usize, len: usize) -> Option<&[u8]> {
+        self.page().published(start, len)
+    }
+
+    /// The published prefix, `[0, written)`.
     pub fn as_slice(&self) -> &[u8] {
-        self.page().as_slice()
+        let page = self.page();
+        page.published(0, page.written()).expect("the published prefix is published")
     }
 
-    /// The whole buffer, mutably.
+    /// Moves the published position to `pos` (clamped to the length), for example
+    /// to line the buffer up with a segment that already holds `pos` bytes.
+    pub fn reset(&mut self, pos: usize) {
+        self.page_mut().reset(pos);
+    }
+
+    /// The whole buffer, mutably (exclusive access, so no published view exists).
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        self.buf.as_mut().expect("WriteBuffer holds its PageBuf until drop").as_mut_slice()
+        self.page_mut().as_mut_slice()
     }
 
-    /// A mutable view of `[start, start + len)` through a shared reference, so that
-    /// one thread can append above a position while another reads below it.
-    ///
-    /// # Panics
-    /// If the range is out of bounds.
-    ///
-    /// # Safety
-    /// For the lifetime of the returned slice, no other reference to any byte of the
-    /// range may exist or be created (no overlap with [`as_slice`](Self::as_slice),
-    /// [`range`](Self::range) or another `range_mut`).
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn range_mut(&self, start: usize, len: usize) -> &mut [u8] {
-        assert!(start.checked_add(len).is_some_and(|end| end <= self.len()), "range out of bounds");
-        // SAFETY: bounds checked above; exclusivity is this function's contract.
-        unsafe { self.page().range_mut(start, len) }
+    fn page_mut(&mut self) -> &mut PageBuf {
+        self.buf.as_mut().expect("WriteBuffer holds its PageBuf until drop")
     }
+}
 
-    /// A shared view of `[start, start + len)`.
-    ///
-    /// # Panics
-    /// If the range is out of bounds.
-    ///
-    /// # Safety
-    /// No mutable reference to any byte of the range may exist while the returned
-    /// slice lives.
-    pub unsafe fn range(&self, start: usize, len: usize) -> &[u8] {
-        assert!(start.checked_add(len).is_some_and(|end| end <= self.len()), "range out of bounds");
-        // SAFETY: bounds checked above; absence of writers is this function's contract.
-        unsafe { self.page().range(start, len) }
-    }
+/// [`WriteBuffer::append`]'s fill claimed more bytes than the free tail has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("append claimed {claimed} bytes but the free tail has {tail}")]
+pub struct Overrun {
+    /// Bytes the fill said it wrote.
+    pub claimed: usize,
+    /// Bytes the tail had.
+    pub tail: usize,
 }
 
 impl Drop for WriteBuffer {
@@ -298,11 +316,11 @@ mod tests {
     #[test]
     fn borrow_and_return_reuses_the_same_memory() {
         let pool = pool(1);
-        let first = pool.try_borrow().unwrap();
-        let addr = first.as_slice().as_ptr() as usize;
+        let mut first = pool.try_borrow().unwrap();
+        let addr = first.as_mut_slice().as_ptr() as usize;
         drop(first);
-        let again = pool.try_borrow().unwrap();
-        assert_eq!(again.as_slice().as_ptr() as usize, addr, "no reallocation");
+        let mut again = pool.try_borrow().unwrap();
+        assert_eq!(again.as_mut_slice().as_ptr() as usize, addr, "no reallocation");
     }
 
     #[test]
@@ -323,9 +341,11 @@ mod tests {
         let pool = pool(1);
         let mut buf = pool.try_borrow().unwrap();
         buf.as_mut_slice().fill(0xAB);
+        buf.append(|_, tail| (tail.len(), ())).unwrap();
         drop(buf);
-        let buf = pool.try_borrow().unwrap();
-        assert!(buf.as_slice().iter().all(|&b| b == 0));
+        let mut buf = pool.try_borrow().unwrap();
+        assert_eq!(buf.written(), 0, "nothing published");
+        assert!(buf.as_mut_slice().iter().all(|&b| b == 0));
     }
 
     #[test]
@@ -335,6 +355,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "mlock is a system call Miri cannot run")]
     fn best_effort_locking_never_fails_creation() {
         let pool = TransientStorePool::new(PoolConfig::new(2, 8192)).unwrap();
         assert_eq!(pool.available_buffer_nums(), 2);
@@ -361,13 +382,18 @@ mod tests {
     }
 
     #[test]
-    fn range_views_are_bounds_checked() {
+    fn views_beyond_the_published_bytes_are_refused() {
         let pool = pool(1);
-        let buf = pool.try_borrow().unwrap();
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            // SAFETY: no other reference exists; the call panics before creating one.
-            let _ = unsafe { buf.range(16 * 1024, 1) };
-        }));
-        assert!(result.is_err());
+        let mut buf = pool.try_borrow().unwrap();
+        assert!(buf.published(0, 1).is_none());
+        assert!(buf.published(usize::MAX, 2).is_none(), "no overflow");
+        buf.reset(100);
+        assert_eq!(buf.as_slice().len(), 100);
+        assert!(buf.published(99, 1).is_some());
+        assert!(buf.published(99, 2).is_none());
+        buf.reset(usize::MAX);
+        assert_eq!(buf.written(), 16 * 1024, "clamped to the length");
+        let overrun = buf.append(|_, _| (1, ())).unwrap_err();
+        assert_eq!(overrun, Overrun { claimed: 1, tail: 0 });
     }
 }
