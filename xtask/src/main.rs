@@ -65,25 +65,36 @@ fn cargo_output(args: &[&str], envs: &[(&str, &str)]) -> Result<String, String> 
 /// Runs cargo, timing it; with `capture`, standard output is collected (and
 /// echoed) and returned, else it streams and the result is empty.
 fn run_cargo(args: &[&str], envs: &[(&str, &str)], capture: bool) -> Result<String, String> {
-    let started = Instant::now();
-    eprintln!("xtask: cargo {}", args.join(" "));
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut command = Command::new(cargo);
+    run_timed(Command::new(cargo), "cargo", args, envs, capture)
+}
+
+/// Runs `command` with `args` appended (shown as `label args...`), timing it;
+/// fails on a non-zero exit. `capture` as for [`run_cargo`].
+fn run_timed(
+    mut command: Command,
+    label: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+    capture: bool,
+) -> Result<String, String> {
+    let started = Instant::now();
+    eprintln!("xtask: {label} {}", args.join(" "));
     command.args(args).envs(envs.iter().copied());
     let (status, stdout) = if capture {
         let out =
-            command.stderr(std::process::Stdio::inherit()).output().map_err(|e| format!("cannot run cargo: {e}"))?;
+            command.stderr(std::process::Stdio::inherit()).output().map_err(|e| format!("cannot run {label}: {e}"))?;
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         print!("{stdout}");
         (out.status, stdout)
     } else {
-        (command.status().map_err(|e| format!("cannot run cargo: {e}"))?, String::new())
+        (command.status().map_err(|e| format!("cannot run {label}: {e}"))?, String::new())
     };
-    eprintln!("xtask: cargo {} took {:.1?}", args[0], started.elapsed());
+    eprintln!("xtask: {label} {} took {:.1?}", args[0], started.elapsed());
     if status.success() {
         Ok(stdout)
     } else {
-        Err(format!("`cargo {}` failed ({status})", args.join(" ")))
+        Err(format!("`{label} {}` failed ({status})", args.join(" ")))
     }
 }
 
@@ -172,24 +183,25 @@ fn crash(soak: bool) -> Result<(), String> {
 /// Runs `rustup run <toolchain> cargo <args>`, failing on a non-zero exit; with
 /// `capture`, standard output is echoed and returned.
 fn rustup_cargo(toolchain: &str, args: &[&str], envs: &[(&str, &str)], capture: bool) -> Result<String, String> {
-    let started = Instant::now();
-    eprintln!("xtask: cargo +{toolchain} {}", args.join(" "));
     let mut command = Command::new("rustup");
-    command.args(["run", toolchain, "cargo"]).args(args).envs(envs.iter().copied());
-    let (status, stdout) = if capture {
-        let out =
-            command.stderr(std::process::Stdio::inherit()).output().map_err(|e| format!("cannot run rustup: {e}"))?;
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        print!("{stdout}");
-        (out.status, stdout)
-    } else {
-        (command.status().map_err(|e| format!("cannot run rustup: {e}"))?, String::new())
-    };
-    eprintln!("xtask: cargo +{toolchain} {} took {:.1?}", args[0], started.elapsed());
+    command.args(["run", toolchain, "cargo"]);
+    run_timed(command, &format!("cargo +{toolchain}"), args, envs, capture)
+}
+
+/// True when `rustup <args>` runs and exits with success (a probe: output dropped).
+fn rustup_succeeds(args: &[&str]) -> bool {
+    Command::new("rustup").args(args).output().is_ok_and(|o| o.status.success())
+}
+
+/// Runs `rustup <args>` to install something, streaming its output; `failure` is
+/// the error when it does not succeed.
+fn rustup_install(args: &[&str], failure: &str) -> Result<(), String> {
+    eprintln!("xtask: rustup {}", args.join(" "));
+    let status = Command::new("rustup").args(args).status().map_err(|e| format!("cannot run rustup: {e}"))?;
     if status.success() {
-        Ok(stdout)
+        Ok(())
     } else {
-        Err(format!("`cargo +{toolchain} {}` failed ({status})", args.join(" ")))
+        Err(failure.to_string())
     }
 }
 
@@ -198,19 +210,11 @@ fn rustup_cargo(toolchain: &str, args: &[&str], envs: &[(&str, &str)], capture: 
 /// need real files, mappings or `mlock` are ignored there (Miri cannot run those
 /// system calls); the loom models cover the same protocol's interleavings.
 fn miri() -> Result<(), String> {
-    let has_miri = Command::new("rustup")
-        .args(["run", "nightly", "cargo", "miri", "--version"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_miri {
-        eprintln!("xtask: installing the miri component of the nightly toolchain");
-        let status = Command::new("rustup")
-            .args(["component", "add", "--toolchain", "nightly", "miri", "rust-src"])
-            .status()
-            .map_err(|e| format!("cannot run rustup: {e}"))?;
-        if !status.success() {
-            return Err("Miri needs the nightly toolchain with the miri component (rustup component add miri)".into());
-        }
+    if !rustup_succeeds(&["run", "nightly", "cargo", "miri", "--version"]) {
+        rustup_install(
+            &["component", "add", "--toolchain", "nightly", "miri", "rust-src"],
+            "Miri needs the nightly toolchain with the miri component (rustup component add miri)",
+        )?;
     }
     let out = rustup_cargo(
         "nightly",
@@ -234,16 +238,9 @@ fn msrv() -> Result<(), String> {
         .find_map(|l| l.trim().strip_prefix("rust-version = "))
         .map(|v| v.trim_matches('"').to_string())
         .ok_or("Cargo.toml declares no rust-version")?;
-    let installed =
-        Command::new("rustup").args(["run", &version, "rustc", "--version"]).output().is_ok_and(|o| o.status.success());
-    if !installed {
-        let status = Command::new("rustup")
-            .args(["toolchain", "install", "--profile", "minimal", &version])
-            .status()
-            .map_err(|e| format!("cannot run rustup: {e}"))?;
-        if !status.success() {
-            return Err(format!("cannot install Rust {version}"));
-        }
+    if !rustup_succeeds(&["run", &version, "rustc", "--version"]) {
+        let failure = format!("cannot install Rust {version}");
+        rustup_install(&["toolchain", "install", "--profile", "minimal", &version], &failure)?;
     }
     rustup_cargo(&version, &["check", "--workspace", "--all-targets"], &[("CARGO_TARGET_DIR", "target/msrv")], false)?;
     println!("msrv: the workspace builds on Rust {version}, its declared rust-version");
@@ -260,26 +257,14 @@ fn seconds_arg(args: &[String]) -> Result<u64, String> {
 /// Runs the cargo-fuzz target on the nightly toolchain, installing cargo-fuzz
 /// first if it is missing.
 fn fuzz(seconds: u64) -> Result<(), String> {
-    let has_nightly = Command::new("rustup")
-        .args(["run", "nightly", "rustc", "--version"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_nightly {
+    if !rustup_succeeds(&["run", "nightly", "rustc", "--version"]) {
         return Err("fuzzing needs the nightly toolchain (rustup toolchain install nightly)".into());
     }
-    let has_fuzz = Command::new("rustup")
-        .args(["run", "nightly", "cargo", "fuzz", "--version"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_fuzz {
-        eprintln!("xtask: installing cargo-fuzz");
-        let status = Command::new("rustup")
-            .args(["run", "stable", "cargo", "install", "--locked", "cargo-fuzz"])
-            .status()
-            .map_err(|e| format!("cannot run cargo install: {e}"))?;
-        if !status.success() {
-            return Err("installing cargo-fuzz failed".into());
-        }
+    if !rustup_succeeds(&["run", "nightly", "cargo", "fuzz", "--version"]) {
+        rustup_install(
+            &["run", "stable", "cargo", "install", "--locked", "cargo-fuzz"],
+            "installing cargo-fuzz failed",
+        )?;
     }
     let started = Instant::now();
     let out = Command::new("rustup")

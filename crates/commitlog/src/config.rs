@@ -46,8 +46,9 @@ pub struct CommitLogConfig {
     pub preallocate_next_segment: bool,
     /// Zero-fill, sync and advise new segments before use (`warmMapedFileEnable`, false).
     pub warm_mapped_file_enable: bool,
-    /// Under sync flush, readers see only durable records (RocketMQ [#8239](https://github.com/apache/rocketmq/issues/8239): consumers
-    /// must not see what a crash can take back). Ignored under async flush.
+    /// Under sync flush, readers see only durable records (RocketMQ
+    /// [#8239](https://github.com/apache/rocketmq/issues/8239): consumers must not see what a crash
+    /// can take back). Ignored under async flush.
     pub read_limit_to_flushed: bool,
     /// How often the checkpoint file is rewritten when the flushed offset moved
     /// (RocketMQ: every 1000 ms, and at shutdown).

@@ -10,15 +10,14 @@
 //! +--------+--------+--------+----------------+----------------+--------+-----------+
 //! ```
 //!
-//! The CRC32C covers the body and then the header fields, in that order: bytes
-//! `[32, total)`, then `[0, 8)`, then `[12, 32)`. Body first means its CRC can be
-//! computed before the record's offset is known (outside the put lock) and only the
-//! 28 header bytes are added under it. Because it covers the record's absolute offset, a stale record left in a
-//! reused file fails the check at any other offset (RocketMQ [#10017](https://github.com/apache/rocketmq/issues/10017)), and a torn
-//! header fails it too. A *blank* record (magic [`BLANK_MAGIC`], body length 0)
-//! pads the end of a segment; its `total` reaches the end of the segment and only
-//! its header is covered by the CRC. A zero `total` with zero magic marks the end
-//! of data (preallocated space reads as zeros).
+//! The CRC32C covers the body and then the header fields, in that order: bytes `[32, total)`, then
+//! `[0, 8)`, then `[12, 32)`. Body first means its CRC can be computed before the record's offset
+//! is known (outside the put lock) and only the 28 header bytes are added under it. Because it
+//! covers the record's absolute offset, a stale record left in a reused file fails the check at any
+//! other offset (RocketMQ [#10017](https://github.com/apache/rocketmq/issues/10017)), and a torn
+//! header fails it too. A *blank* record (magic [`BLANK_MAGIC`], body length 0) pads the end of a
+//! segment; its `total` reaches the end of the segment and only its header is covered by the CRC. A
+//! zero `total` with zero magic marks the end of data (preallocated space reads as zeros).
 
 use std::fmt;
 

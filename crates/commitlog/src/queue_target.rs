@@ -57,6 +57,14 @@ mod tests {
         handle.wait_timeout(Duration::from_secs(30)).expect("request never answered")
     }
 
+    /// A queue of 8 KiB segments on simulated storage, no preallocation thread.
+    fn sim_queue(dir: &str) -> (SimStorage, Arc<SegmentQueue>) {
+        let sim = SimStorage::new();
+        let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+        let config = QueueConfig { preallocate_next_segment: false, ..QueueConfig::new(8192) };
+        (sim, Arc::new(SegmentQueue::load(storage, Path::new(dir), config, None).unwrap()))
+    }
+
     fn group_commit(queue: &Arc<SegmentQueue>) -> GroupCommit {
         let target = Arc::new(QueueTarget(Arc::clone(queue)));
         GroupCommit::new(target, Arc::new(ManualClock::new()), GroupCommitConfig::default(), None)
@@ -64,12 +72,10 @@ mod tests {
 
     #[test]
     fn a_request_spanning_two_segments_is_acknowledged_by_one_round() {
-        // RocketMQ #3408 (https://github.com/apache/rocketmq/issues/3408): with a record that ends in the next segment, flushing only
-        // the segment holding flushedWhere left the request unsatisfied.
-        let sim = SimStorage::new();
-        let storage: Arc<dyn Storage> = Arc::new(sim.clone());
-        let config = QueueConfig { preallocate_next_segment: false, ..QueueConfig::new(8192) };
-        let queue = Arc::new(SegmentQueue::load(storage, Path::new("/gc"), config, None).unwrap());
+        // RocketMQ #3408 (https://github.com/apache/rocketmq/issues/3408): with a
+        // record that ends in the next segment, flushing only the segment holding
+        // flushedWhere left the request unsatisfied.
+        let (sim, queue) = sim_queue("/gc");
         let gc = group_commit(&queue);
         let first = queue.roll_to_writable_segment(0).unwrap();
         first.append_bytes(0, &[1; 5000]).unwrap();
@@ -92,10 +98,7 @@ mod tests {
     fn in_sync_mode_nothing_is_acknowledged_before_its_bytes_are_durable() {
         // Through the real queue on simulated storage: after a power cut that loses
         // every unsynced byte, every acknowledged byte is still there.
-        let sim = SimStorage::new();
-        let storage: Arc<dyn Storage> = Arc::new(sim.clone());
-        let config = QueueConfig { preallocate_next_segment: false, ..QueueConfig::new(8192) };
-        let queue = Arc::new(SegmentQueue::load(storage, Path::new("/ack"), config, None).unwrap());
+        let (sim, queue) = sim_queue("/ack");
         let gc = group_commit(&queue);
         let mut model = Vec::new();
         let mut acked = 0u64;
@@ -141,10 +144,7 @@ mod tests {
     fn a_failure_seen_outside_the_services_stops_them_too() {
         // One latch: a sync that fails in a manual flush (not a service round)
         // makes the group-commit core refuse every later request.
-        let sim = SimStorage::new();
-        let storage: Arc<dyn Storage> = Arc::new(sim.clone());
-        let config = QueueConfig { preallocate_next_segment: false, ..QueueConfig::new(8192) };
-        let queue = Arc::new(SegmentQueue::load(storage, Path::new("/latch"), config, None).unwrap());
+        let (sim, queue) = sim_queue("/latch");
         let gc = group_commit(&queue);
         queue.roll_to_writable_segment(0).unwrap().append_bytes(0, &[1; 100]).unwrap();
         sim.fail_nth_sync(1);

@@ -109,8 +109,9 @@ fn damage_below_the_checkpoint_is_reported_as_corruption_naming_file_and_offset(
 
 #[test]
 fn a_stale_record_planted_in_the_tail_is_never_returned() {
-    // RocketMQ #10017 (https://github.com/apache/rocketmq/issues/10017): a valid record from elsewhere (e.g. a reused file) sits where
-    // the next record would go. Its CRC covers its own offset, so it is rejected.
+    // RocketMQ #10017 (https://github.com/apache/rocketmq/issues/10017): a valid record from
+    // elsewhere (e.g. a reused file) sits where the next record would go. Its CRC covers its own
+    // offset, so it is rejected.
     let (_live, copy, written) = crashed_copy(100, 0);
     let (src_offset, src_body) = written[10].clone();
     let end = written.last().map(|(o, b)| o + 32 + b.len() as u64).unwrap();

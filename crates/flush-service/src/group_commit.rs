@@ -1,15 +1,15 @@
 //! Sync flush with group commit: RocketMQ's `GroupCommitService` and
 //! `FlushDiskWatcher`.
 //!
-//! Producers put requests ("offset X must be durable") into the *write* list under
-//! a short lock and wake the service. The service swaps the write list into its
-//! *in-flight* list (the seed's double-list swap: producers never wait for a
-//! flush), commits write buffers if configured (so the flush covers them: [#7523](https://github.com/apache/rocketmq/issues/7523)),
-//! flushes once, and completes every in-flight request the flush covered. A request
-//! whose bytes span two segments is covered because the target's flush crosses
-//! segment boundaries ([#3408](https://github.com/apache/rocketmq/issues/3408)). A flush error completes every waiting request with
-//! that error; later requests fail at once, because the target's failure latch
-//! says so ([#2706](https://github.com/apache/rocketmq/issues/2706),
+//! Producers put requests ("offset X must be durable") into the *write* list under a short lock and
+//! wake the service. The service swaps the write list into its *in-flight* list (the seed's
+//! double-list swap: producers never wait for a flush), commits write buffers if configured (so the
+//! flush covers them: [#7523](https://github.com/apache/rocketmq/issues/7523)), flushes once, and
+//! completes every in-flight request the flush covered. A request whose bytes span two segments is
+//! covered because the target's flush crosses segment boundaries
+//! ([#3408](https://github.com/apache/rocketmq/issues/3408)). A flush error completes every waiting
+//! request with that error; later requests fail at once, because the target's failure latch says so
+//! ([#2706](https://github.com/apache/rocketmq/issues/2706),
 //! [#9713](https://github.com/apache/rocketmq/issues/9713)).
 //!
 //! Deadlines: requests are queued in arrival order with one timeout, so their

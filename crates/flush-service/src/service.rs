@@ -1,12 +1,12 @@
 //! RocketMQ's `ServiceThread`: a named background thread with a wake-up that is
 //! never lost, an interruptible wait, and a bounded join.
 //!
-//! Protocol (checked by the loom model `loom_wakeup_is_never_lost`): `wakeup` sets
-//! `notified` and then notifies *under the mutex*; `wait_for_running` clears
-//! `notified` or, finding it clear, re-checks it under the mutex before sleeping.
-//! A wake-up that lands between the check and the sleep therefore blocks on the
-//! mutex until the waiter sleeps, and its notification reaches it. An idle service
-//! sleeps on the condition variable, never spins ([ROCKETMQ-33](https://issues.apache.org/jira/browse/ROCKETMQ-33)).
+//! Protocol (checked by the loom model `loom_wakeup_is_never_lost`): `wakeup` sets `notified` and
+//! then notifies *under the mutex*; `wait_for_running` clears `notified` or, finding it clear,
+//! re-checks it under the mutex before sleeping. A wake-up that lands between the check and the
+//! sleep therefore blocks on the mutex until the waiter sleeps, and its notification reaches it. An
+//! idle service sleeps on the condition variable, never spins
+//! ([ROCKETMQ-33](https://issues.apache.org/jira/browse/ROCKETMQ-33)).
 
 use std::time::Duration;
 

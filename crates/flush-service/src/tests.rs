@@ -91,8 +91,8 @@ fn the_watcher_also_times_out_requests_not_yet_swapped() {
 
 #[test]
 fn without_commit_before_flush_a_write_buffer_times_out_every_request() {
-    // RocketMQ #7523 (https://github.com/apache/rocketmq/issues/7523): the flush target is the committed position; flushing without
-    // committing first covers nothing.
+    // RocketMQ #7523 (https://github.com/apache/rocketmq/issues/7523): the flush target is the
+    // committed position; flushing without committing first covers nothing.
     let target = MemoryTarget::with_write_buffer();
     let clock = clock();
     let broken = group_commit(target.clone(), clock.clone(), false);

@@ -25,7 +25,8 @@ pub struct ListedSegment {
 /// order, for segments of `size` bytes:
 ///
 /// - each file has `size` bytes, except that the last may have none (RocketMQ
-///   [#6904](https://github.com/apache/rocketmq/issues/6904): a crash between creating and sizing it; load deletes it);
+///   [#6904](https://github.com/apache/rocketmq/issues/6904): a crash between creating and sizing
+///   it; load deletes it);
 /// - each starts at a multiple of `size`;
 /// - each starts where the previous one ends (no gap);
 /// - each ends inside the 64-bit offset space, since offsets are computed by adding

@@ -123,7 +123,8 @@ impl QueueProgress {
 pub struct LoadReport {
     /// Segments loaded.
     pub segments: usize,
-    /// A zero-length last file that was deleted (RocketMQ [#6904](https://github.com/apache/rocketmq/issues/6904)), if any.
+    /// A zero-length last file that was deleted (RocketMQ
+    /// [#6904](https://github.com/apache/rocketmq/issues/6904)), if any.
     pub removed_empty_tail: Option<PathBuf>,
 }
 
@@ -404,8 +405,9 @@ impl SegmentQueue {
         Ok(file)
     }
 
-    /// The segment holding `offset` (RocketMQ's `findMappedFileByOffset`): computed
-    /// by arithmetic, verified, with a linear scan as fallback ([ROCKETMQ-332](https://issues.apache.org/jira/browse/ROCKETMQ-332)). With
+    /// The segment holding `offset` (RocketMQ's `findMappedFileByOffset`): computed by arithmetic,
+    /// verified, with a linear scan as fallback
+    /// ([ROCKETMQ-332](https://issues.apache.org/jira/browse/ROCKETMQ-332)). With
     /// `return_first_on_not_found`, an offset out of range yields the first segment.
     pub fn find_mapped_file_by_offset(&self, offset: u64, return_first_on_not_found: bool) -> Option<Arc<MappedFile>> {
         let files = self.files.read();
@@ -488,12 +490,12 @@ impl SegmentQueue {
         self.max_offset().saturating_sub(self.flushed_where())
     }
 
-    /// Flushes from `flushed_where` onwards, across as many segments as are due:
-    /// a full segment always is, the last one when `least_pages` pages are pending
-    /// (0: any byte). Unlike RocketMQ, one call crosses segment boundaries, so a
-    /// durability request spanning two segments is met by one flush ([#3408](https://github.com/apache/rocketmq/issues/3408)).
-    /// Returns how far `flushed_where` moved. A sync error latches the queue
-    /// and is returned; `flushed_where` keeps the last good value.
+    /// Flushes from `flushed_where` onwards, across as many segments as are due: a full segment
+    /// always is, the last one when `least_pages` pages are pending (0: any byte). Unlike RocketMQ,
+    /// one call crosses segment boundaries, so a durability request spanning two segments is met by
+    /// one flush ([#3408](https://github.com/apache/rocketmq/issues/3408)). Returns how far
+    /// `flushed_where` moved. A sync error latches the queue and is returned; `flushed_where` keeps
+    /// the last good value.
     pub fn flush(&self, least_pages: usize) -> Result<QueueProgress, QueueError> {
         let _flush = self.flush_lock.lock();
         self.advance(&self.flushed_where, |file| {
@@ -611,11 +613,11 @@ impl SegmentQueue {
         Ok(report)
     }
 
-    /// Deletes segments from the front whose store timestamp is older than
-    /// `now_ms - expired_ms`, at most `max_batch` of them. Never the last segment,
-    /// and never past a segment that is not expired, so no hole opens
-    /// ([ROCKETMQ-321](https://issues.apache.org/jira/browse/ROCKETMQ-321)). Never a segment holding bytes that are not yet durable.
-    /// Returns how many were deleted.
+    /// Deletes segments from the front whose store timestamp is older than `now_ms - expired_ms`,
+    /// at most `max_batch` of them. Never the last segment, and never past a segment that is not
+    /// expired, so no hole opens
+    /// ([ROCKETMQ-321](https://issues.apache.org/jira/browse/ROCKETMQ-321)). Never a segment
+    /// holding bytes that are not yet durable. Returns how many were deleted.
     pub fn delete_expired_file_by_time(
         &self,
         expired_ms: u64,
