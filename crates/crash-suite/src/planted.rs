@@ -52,7 +52,8 @@ pub fn run(seed: u64) -> ExitCode {
 /// by chance then has odds below one in 100,000). The others show in the first few.
 fn power_loss_catches(seed: u64, bug: Bug) -> bool {
     let runs = if bug == Bug::CheckpointAheadOfData { 200 } else { 12 };
-    (0..runs).any(|s| power_loss::run_seed(seed + 1000 + s, 16, bug == Bug::RetryAfterFailedSync, true).violations() > 0)
+    (0..runs)
+        .any(|s| power_loss::run_seed(seed + 1000 + s, 16, bug == Bug::RetryAfterFailedSync, true).violations() > 0)
 }
 
 fn generations_catches(seed: u64, _: Bug) -> bool {
