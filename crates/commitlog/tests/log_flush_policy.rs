@@ -1,24 +1,32 @@
 //! A flush policy from outside the crates reaches the log through its config.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
 
 use commitlog::{
     CommitLog, CommitLogConfig, Decision, FlushConfig, FlushDiskType, FlushPolicy, PolicyChoice, PolicyFactory,
     PolicyInput,
 };
 
-/// Skips until asked `after` times, then flushes everything: a policy no built-in
-/// choice behaves like, so the test can tell it is the one running.
+/// Skips until asked `after` times, then flushes everything once bytes are
+/// pending: a policy no built-in choice behaves like, so the test can tell it is
+/// the one running. The service asks again only after the flush it ordered ran,
+/// so that next question is reported on `flushed`.
 struct EveryNth {
     asked: Arc<AtomicU64>,
     after: u64,
+    ran: bool,
+    flushed: mpsc::Sender<()>,
 }
 
 impl FlushPolicy for EveryNth {
-    fn decide(&mut self, _: &PolicyInput) -> Decision {
-        if self.asked.fetch_add(1, Ordering::AcqRel) + 1 >= self.after {
+    fn decide(&mut self, input: &PolicyInput) -> Decision {
+        if self.ran {
+            let _ = self.flushed.send(());
+        }
+        if self.asked.fetch_add(1, Ordering::AcqRel) + 1 >= self.after && input.pending_bytes > 0 {
+            self.ran = true;
             Decision::Run { least_pages: 0 }
         } else {
             Decision::Skip
@@ -26,16 +34,18 @@ impl FlushPolicy for EveryNth {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Factory {
     flush_asked: Arc<AtomicU64>,
     made: AtomicU64,
+    flushed: Mutex<mpsc::Sender<()>>,
 }
 
 impl PolicyFactory for Factory {
     fn flush_policy(&self, _: &FlushConfig) -> Box<dyn FlushPolicy> {
         self.made.fetch_add(1, Ordering::AcqRel);
-        Box::new(EveryNth { asked: Arc::clone(&self.flush_asked), after: 3 })
+        let flushed = self.flushed.lock().unwrap().clone();
+        Box::new(EveryNth { asked: Arc::clone(&self.flush_asked), after: 3, ran: false, flushed })
     }
     fn commit_policy(&self, config: &FlushConfig) -> Box<dyn FlushPolicy> {
         PolicyChoice::RocketMq.commit_policy(config)
@@ -44,7 +54,9 @@ impl PolicyFactory for Factory {
 
 #[test]
 fn a_custom_policy_in_the_config_decides_when_the_log_flushes() {
-    let factory = Arc::new(Factory::default());
+    let (flushed, flush_done) = mpsc::channel();
+    let factory =
+        Arc::new(Factory { flush_asked: Arc::default(), made: AtomicU64::new(0), flushed: Mutex::new(flushed) });
     let flush = FlushConfig {
         flush_interval_commit_log_ms: 5,
         policy: PolicyChoice::Custom(factory.clone()),
@@ -61,11 +73,8 @@ fn a_custom_policy_in_the_config_decides_when_the_log_flushes() {
     let log = CommitLog::open(dir.path(), config).unwrap();
     assert_eq!(factory.made.load(Ordering::Acquire), 1, "the log asked the factory for its flush policy");
     let end = log.append(b"flushed by the custom policy").unwrap().next_offset();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while log.flushed_offset() < end {
-        assert!(Instant::now() < deadline, "the custom policy never had the log flushed");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    flush_done.recv_timeout(Duration::from_secs(30)).expect("the custom policy never had the log flushed");
+    assert!(log.flushed_offset() >= end, "the flush the policy ordered covered the record");
     assert!(factory.flush_asked.load(Ordering::Acquire) >= 3, "flushed only once the policy said so");
     log.shutdown().unwrap();
 }

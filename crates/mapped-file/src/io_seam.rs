@@ -204,10 +204,10 @@ impl MmapStorage {
     // that makes it sound is held here.
     #[allow(unsafe_code)]
     fn map(file: &File, len: usize, lock: Arc<DirLock>) -> io::Result<SegmentMemory> {
+        // The mapping keeps `lock` until unmapped, and this storage never truncates
+        // a mapped file (segments keep their size for life).
         // SAFETY: `lock` is this storage's exclusive lock on the directory holding
-        // `file` (checked by `held`), and the mapping keeps it until unmapped: no
-        // other storage maps, writes or truncates the file meanwhile, and this
-        // storage never truncates a mapped file (segments keep their size for life).
+        // `file` (checked by `held`): no other storage maps, writes or truncates it.
         let memory = unsafe { SegmentMemory::map_file(file, len)? };
         Ok(memory.keeping_alive(lock))
     }

@@ -193,6 +193,16 @@ pub(crate) enum Filled<T> {
     DoesNotFit,
 }
 
+impl<T> Filled<T> {
+    /// Bytes the closure says it wrote (0 when it did not fit).
+    fn bytes(&self) -> usize {
+        match self {
+            Filled::Wrote { bytes, .. } => *bytes,
+            Filled::DoesNotFit => 0,
+        }
+    }
+}
+
 /// Why [`Region`] refused to move positions down.
 pub(crate) enum ResetRefused {
     /// Zero-copy views are still held; lowering positions would let the appender
@@ -273,20 +283,22 @@ impl Region {
         &*self.io
     }
 
-    /// The one way bytes get into the memory: `write` fills `[start, start + len)`,
-    /// then the I/O layer is told what was written (`SegmentIo::note_written`).
+    /// The one way bytes get into the memory: `write` gets `[start, start + len)`
+    /// and returns how many bytes from its start it wrote (and a value); the I/O
+    /// layer is told about those bytes (`SegmentIo::note_written`).
     ///
     /// # Safety
     /// The range is in bounds and nobody else references any byte of it while this
     /// runs (the caller is the appender or committer for bytes above the published
     /// position, or holds every lock and the gate with no view outstanding).
-    unsafe fn write_memory(&self, start: usize, len: usize, write: impl FnOnce(&mut [u8])) {
+    unsafe fn write_memory<R>(&self, start: usize, len: usize, write: impl FnOnce(&mut [u8]) -> (usize, R)) -> R {
         #[cfg(loom)]
         self.memory_ops.fetch_add(1, Ordering::Relaxed);
         // SAFETY: in bounds and exclusive, per this function's contract.
         let dst = unsafe { self.memory.range_mut(start, len) };
-        write(dst);
-        self.io.note_written(start, dst);
+        let (wrote, value) = write(dst);
+        self.io.note_written(start, &dst[..wrote.min(len)]);
+        value
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -346,62 +358,36 @@ impl Region {
             // its published position mirrors `wrote`.
             let appended = buf.append(|start, tail| {
                 debug_assert_eq!(start, wrote, "write buffer out of line with the segment");
-                match fill(start, tail) {
-                    Filled::Wrote { bytes, value } => (bytes, Filled::Wrote { bytes, value }),
-                    Filled::DoesNotFit => (0, Filled::DoesNotFit),
-                }
+                let filled = fill(start, tail);
+                (filled.bytes(), filled)
             });
             let (_, filled) = appended.map_err(|overrun| overrun.claimed)?;
-            if let Filled::Wrote { bytes, .. } = &filled {
-                self.wrote.store(end_of(wrote, *bytes), Ordering::Release);
+            if filled.bytes() > 0 {
+                self.wrote.store(end_of(wrote, filled.bytes()), Ordering::Release);
             }
             return Ok((wrote, filled));
         }
-        let mut filled = None;
-        let mut overrun = None;
         // SAFETY: no buffer, so the appender (we hold `append_lock`) alone writes
         // memory at and above `wrote == committed`; readers stay below `committed`.
-        unsafe {
-            self.write_memory_claimed(wrote, remaining, |tail| {
-                let result = fill(wrote, tail);
-                let claimed = match &result {
-                    Filled::Wrote { bytes, .. } => *bytes,
-                    Filled::DoesNotFit => 0,
-                };
-                if claimed > remaining {
-                    overrun = Some(claimed);
-                    filled = Some(result);
-                    return 0;
-                }
-                filled = Some(result);
-                claimed
+        let filled = unsafe {
+            self.write_memory(wrote, remaining, |tail| {
+                let filled = fill(wrote, tail);
+                // An overrun is refused below, so nothing of it counts as written.
+                let reported = if filled.bytes() > remaining { 0 } else { filled.bytes() };
+                (reported, filled)
             })
         };
-        if let Some(claimed) = overrun {
-            return Err(claimed);
+        let bytes = filled.bytes();
+        if bytes > remaining {
+            return Err(bytes);
         }
-        let filled = filled.expect("fill ran");
-        if let Filled::Wrote { bytes, .. } = &filled {
-            let end = end_of(wrote, *bytes);
+        if bytes > 0 {
+            let end = end_of(wrote, bytes);
             // Release: bytes below `end` are visible to whoever acquires these.
             self.wrote.store(end, Ordering::Release);
             self.committed.store(end, Ordering::Release);
         }
         Ok((wrote, filled))
-    }
-
-    /// As [`write_memory`](Self::write_memory), for a writer that says how many
-    /// bytes from `start` it wrote: only those are reported to the I/O layer.
-    ///
-    /// # Safety
-    /// As for `write_memory`.
-    unsafe fn write_memory_claimed(&self, start: usize, len: usize, write: impl FnOnce(&mut [u8]) -> usize) {
-        #[cfg(loom)]
-        self.memory_ops.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: in bounds and exclusive, per this function's contract.
-        let dst = unsafe { self.memory.range_mut(start, len) };
-        let wrote = write(dst).min(len);
-        self.io.note_written(start, &dst[..wrote]);
     }
 
     /// Copies the write buffer's `[committed, wrote)` into the memory and publishes
@@ -441,7 +427,12 @@ impl Region {
         let len = to.saturating_sub(from); // `from < to` (contract)
         let src = buf.published(from, len).expect("bytes below the wrote position are published in the buffer");
         // SAFETY: memory at and above `committed` is the committer's (contract).
-        unsafe { self.write_memory(from, len, |dst| dst.copy_from_slice(src)) };
+        unsafe {
+            self.write_memory(from, len, |dst| {
+                dst.copy_from_slice(src);
+                (len, ())
+            })
+        };
     }
 
     /// A zero-copy view of `[start, start + len)`, if it lies below the read position.
@@ -496,16 +487,15 @@ impl Region {
         if !erase {
             return Ok(0);
         }
-        let mut erased = 0;
         // SAFETY: we hold both locks and the gate write lock, and no view reaches
         // `pos` or above (checked above; views are only made under the gate read
         // lock): nobody else references memory at or above `pos`.
-        unsafe {
-            self.write_memory_claimed(pos, self.len().saturating_sub(pos), |tail| {
+        let erased = unsafe {
+            self.write_memory(pos, self.len().saturating_sub(pos), |tail| {
                 // `last < tail.len()`, so `last + 1` fits.
-                erased = tail.iter().rposition(|&b| b != 0).map_or(0, |last| last.saturating_add(1));
+                let erased = tail.iter().rposition(|&b| b != 0).map_or(0, |last| last.saturating_add(1));
                 tail[..erased].fill(0);
-                erased
+                (erased, erased)
             })
         };
         Ok(erased)
@@ -521,7 +511,12 @@ impl Region {
         }
         // SAFETY: nothing is published (both positions are 0), so no view exists, and
         // we hold both locks, so no appender or committer runs.
-        unsafe { self.write_memory(0, self.len(), |all| all.fill(0)) };
+        unsafe {
+            self.write_memory(0, self.len(), |all| {
+                all.fill(0);
+                (all.len(), ())
+            })
+        };
         true
     }
 }
