@@ -110,6 +110,9 @@ fn ci() -> Result<(), String> {
 /// optional feature's own tests.
 fn test() -> Result<(), String> {
     cargo(&["test", "--workspace"], &[])?;
+    // The log's integration tests once more on the other write path: the default
+    // writes with pwrite (`write_without_mmap`), this pass through the mapping.
+    cargo(&["test", "-p", "commitlog", "--tests"], &[("COMMITLOG_TEST_WRITE_WITHOUT_MMAP", "0")])?;
     cargo(&["test", "-p", "commitlog", "--features", "serde", "--test", "config_toml"], &[])
 }
 

@@ -127,8 +127,10 @@ impl CommitLog {
         // At most two tries: the current segment, then a fresh one.
         for _ in 0..2 {
             let file = self.inner.queue.roll_to_writable_segment(0)?;
+            // The tail handed out is at most the record plus the room for a blank
+            // it must leave, so a segment written without mmap stages no more.
             let appended = file
-                .append_with(ts, |offset, tail| {
+                .append_sized(ts, size.saturating_add(HEADER_SIZE), |offset, tail| {
                     if size.saturating_add(HEADER_SIZE) <= tail.len() {
                         write(&mut tail[..size], offset, ts);
                         // Pair assertion: what we placed parses as records of `size`.
@@ -142,6 +144,9 @@ impl CommitLog {
                         // empty (a full segment) or at least a header long.
                         if !tail.is_empty() {
                             encode_blank(tail, offset, ts);
+                            // The tail's bytes are unspecified (a staging buffer,
+                            // or older bytes): the padding reads as zeros anyway.
+                            tail[HEADER_SIZE..].fill(0);
                         }
                         AppendStatus::Written { bytes: tail.len(), value: false }
                     }

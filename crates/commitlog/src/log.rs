@@ -77,6 +77,7 @@ impl CommitLog {
             LockError::Io { path, source } => Error::Io { path, source },
             other => Error::Io { path: dir.to_path_buf(), source: std::io::Error::other(other) },
         })?;
+        let storage = storage.write_without_mmap(config.write_without_mmap);
         Self::open_with_storage(dir, config, Arc::new(storage))
     }
 
@@ -85,6 +86,8 @@ impl CommitLog {
     /// `mapped_file::SimStorage` in fault-injection tests, where a simulated power
     /// cut then covers all of them. The storage must own the directory (the
     /// [`Storage`] contract); [`open`](Self::open) uses a locked [`MmapStorage`].
+    /// The storage decides how segments are written, so `write_without_mmap` is
+    /// not read here.
     pub fn open_with_storage(
         dir: impl AsRef<Path>,
         config: CommitLogConfig,

@@ -2,6 +2,8 @@
 //! space too), sizes, contents and checkpoints. Every public operation must return
 //! within a bound, with a value or a typed error: no hang, no panic.
 
+mod common;
+
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -117,6 +119,7 @@ fn exercise(dir: &Path, segment_size: usize) {
     }
     let _ = inspect::store_files(dir);
     let config = CommitLogConfig::builder()
+        .write_without_mmap(common::write_without_mmap())
         .mapped_file_size_commit_log(segment_size)
         .max_message_size(1024)
         .flush_disk_type(FlushDiskType::SyncFlush)

@@ -22,7 +22,7 @@ fn a_sync_that_fails_in_flush_all_stops_every_later_append() {
     // Before the latch was shared, only the flush services' own failures counted:
     // after `flush_all` hit EIO the log went on accepting (and later syncing over)
     // appends, which fsyncgate makes unsafe.
-    let sim = SimStorage::new();
+    let sim = common::sim();
     let log = open(&sim, FlushDiskType::AsyncFlush);
     // Into the second segment, so the failing sync (of the first) is in a segment
     // later appends never touch: a per-segment latch would not stop them.
@@ -43,7 +43,7 @@ fn a_sync_that_fails_in_flush_all_stops_every_later_append() {
 
 #[test]
 fn a_sync_that_fails_at_shutdown_is_reported_and_leaves_the_abort_marker() {
-    let sim = SimStorage::new();
+    let sim = common::sim();
     let log = open(&sim, FlushDiskType::AsyncFlush);
     log.append(b"unflushed").unwrap();
     sim.fail_all_syncs(true);

@@ -1,5 +1,7 @@
 //! A flush policy from outside the crates reaches the log through its config.
 
+mod common;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
@@ -63,6 +65,7 @@ fn a_custom_policy_in_the_config_decides_when_the_log_flushes() {
         ..FlushConfig::default()
     };
     let config = CommitLogConfig::builder()
+        .write_without_mmap(common::write_without_mmap())
         .mapped_file_size_commit_log(1 << 20)
         .max_message_size(4096)
         .flush_disk_type(FlushDiskType::AsyncFlush)

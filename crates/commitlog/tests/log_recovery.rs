@@ -257,9 +257,10 @@ fn the_end_of_the_offset_space_is_a_clear_error_not_a_wrap() {
     // typed error, never wrap offsets around to 0.
     let last_start = (u64::MAX / 4096 - 1) * 4096;
     let dir = tempfile::tempdir().unwrap();
-    let sim = mapped_file::SimStorage::new();
+    let sim = common::sim();
     sim.write_file(&dir.path().join(commitlog::SEGMENT_DIR).join(format!("{last_start:020}")), &[0; 4096]);
     let config = commitlog::CommitLogConfig::builder()
+        .write_without_mmap(common::write_without_mmap())
         .mapped_file_size_commit_log(4096)
         .max_message_size(1024)
         .preallocate_next_segment(false)

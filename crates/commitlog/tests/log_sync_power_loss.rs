@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use commitlog::{CommitLog, CommitLogConfig, FlushConfig, FlushDiskType};
 use common::*;
-use mapped_file::{SimStorage, Storage};
+use mapped_file::Storage;
 
 /// Appends from 4 producers; cuts power once `cut_after` records were acknowledged,
 /// while they keep going; recovers. Returns (acknowledged, recovered).
 fn run(config: CommitLogConfig, seed: u64, wait: bool, cut_after: usize) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let dir = tempfile::tempdir().unwrap();
-    let sim = SimStorage::new();
+    let sim = common::sim();
     let storage: Arc<dyn Storage> = Arc::new(sim.clone());
     let log = CommitLog::open_with_storage(dir.path(), config.clone(), storage.clone()).unwrap();
     let acked_count = Arc::new(AtomicUsize::new(0));

@@ -145,14 +145,31 @@ pub fn patch(path: &Path, at: u64, bytes: &[u8]) {
 /// checkpoint, abort marker) lives in the `SimStorage`; nothing touches the disk.
 pub const SIM_STORE: &str = "/sim-store";
 
+/// The write path a run with this seed uses: the layers alternate between
+/// `pwrite` (write without mmap) and writes through the mapping, so both face
+/// every kind of crash.
+pub fn write_without_mmap(seed: u64) -> bool {
+    seed.is_multiple_of(2)
+}
+
+/// An empty simulated storage writing segments the given way.
+pub fn sim_storage(write_without_mmap: bool) -> SimStorage {
+    let sim = SimStorage::new();
+    sim.set_write_without_mmap(write_without_mmap);
+    sim
+}
+
 /// A crash image of `snapshot`: each dirty sector is kept by a bit of `mask` (by a
 /// generator seeded with it when there are more than 64). Every file keeps its
-/// path, the checkpoint and abort marker as they stood at that point.
-pub fn crash_image(snapshot: &SimSnapshot, mask: u64) -> SimStorage {
-    if snapshot.dirty_sectors() <= 64 {
+/// path, the checkpoint and abort marker as they stood at that point. The
+/// recovered store writes the way `write_without_mmap` says.
+pub fn crash_image(snapshot: &SimSnapshot, mask: u64, write_without_mmap: bool) -> SimStorage {
+    let image = if snapshot.dirty_sectors() <= 64 {
         snapshot.crash_image(|n| mask >> n & 1 == 1)
     } else {
         let mut r = Rng(mask);
         snapshot.crash_image(|_| r.next() & 1 == 1)
-    }
+    };
+    image.set_write_without_mmap(write_without_mmap);
+    image
 }

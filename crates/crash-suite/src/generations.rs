@@ -100,7 +100,10 @@ pub fn run_seed(seed: u64, states: usize) -> Tally {
 
     // Gen 1: appends with a flush every few records, so crash states hold both
     // durable records and unsynced sectors after them.
-    let sim1 = SimStorage::new();
+    // Each generation writes the other way than the one before: a store may
+    // switch write paths between restarts.
+    let path = write_without_mmap(seed);
+    let sim1 = sim_storage(path);
     let log =
         CommitLog::open_with_storage(SIM_STORE, config(SEGMENT, FlushDiskType::AsyncFlush), Arc::new(sim1.clone()))
             .expect("open gen 1");
@@ -119,16 +122,16 @@ pub fn run_seed(seed: u64, states: usize) -> Tally {
     for _ in 0..states {
         let snapshot = &snapshots[rng.range(0, snapshots.len() as u64) as usize];
         let mask = rng.next();
-        tally.add(continue_from(snapshot, mask, body_len, &mut rng));
+        tally.add(continue_from(snapshot, mask, body_len, &mut rng, !path));
     }
     tally
 }
 
-fn continue_from(snapshot: &SimSnapshot, mask: u64, body_len: usize, rng: &mut Rng) -> Tally {
+fn continue_from(snapshot: &SimSnapshot, mask: u64, body_len: usize, rng: &mut Rng, path: bool) -> Tally {
     let mut tally = Tally { states: 1, ..Tally::default() };
 
     // Gen 2: recover the crash image (its abort marker and checkpoint included).
-    let sim2 = crash_image(snapshot, mask);
+    let sim2 = crash_image(snapshot, mask, path);
     let Ok(log) =
         CommitLog::open_with_storage(SIM_STORE, config(SEGMENT, FlushDiskType::SyncFlush), Arc::new(sim2.clone()))
     else {
@@ -169,7 +172,7 @@ fn continue_from(snapshot: &SimSnapshot, mask: u64, body_len: usize, rng: &mut R
     let (sim3, acked_then): (SimStorage, Vec<u64>) = if crash {
         tally.second_crashes += 1;
         let at = &events[rng.range(0, events.len() as u64) as usize];
-        let sim3 = crash_image(at, rng.next());
+        let sim3 = crash_image(at, rng.next(), !path);
         drop(log);
         (sim3, acked.iter().filter(|(_, e)| *e <= at.event).map(|(o, _)| *o).collect())
     } else {

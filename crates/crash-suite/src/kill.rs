@@ -9,15 +9,18 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use commitlog::{CommitLog, FlushDiskType};
+use commitlog::{CommitLog, CommitLogConfig, FlushDiskType};
 
 use crate::common::*;
 
 pub const SEGMENT: usize = 64 * 1024;
 
 /// The child: append `body(0, seq)` from `start`, print `seq offset` once durable.
-pub fn child(dir: &Path, start: u64) -> Result<(), commitlog::Error> {
-    let log = CommitLog::open(dir, config(SEGMENT, FlushDiskType::SyncFlush))?;
+/// Children alternate write paths over one directory, as a store may between
+/// restarts.
+pub fn child(dir: &Path, start: u64, write_without_mmap: bool) -> Result<(), commitlog::Error> {
+    let config = CommitLogConfig { write_without_mmap, ..config(SEGMENT, FlushDiskType::SyncFlush) };
+    let log = CommitLog::open(dir, config)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     for seq in start.. {
@@ -50,6 +53,7 @@ pub fn run(seed: u64, kills: usize) -> Tally {
         let start = acked.last().map_or(0, |(s, _)| s + 1) + 1_000_000 * tally.kills as u64;
         let mut child = Command::new(&exe)
             .args(["child", "--dir", dir.path().to_str().expect("utf-8 path"), "--start", &start.to_string()])
+            .args(["--write-without-mmap", if write_without_mmap(tally.kills as u64) { "1" } else { "0" }])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

@@ -33,7 +33,8 @@ fn main() -> ExitCode {
         Some("child") => {
             let dir = PathBuf::from(arg(&args, "--dir").expect("--dir"));
             let start = arg(&args, "--start").and_then(|s| s.parse().ok()).unwrap_or(0);
-            return match kill::child(&dir, start) {
+            let write_without_mmap = arg(&args, "--write-without-mmap").as_deref() != Some("0");
+            return match kill::child(&dir, start, write_without_mmap) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("child: {e}");
@@ -116,7 +117,7 @@ fn main() -> ExitCode {
         report(
             p.violations() == 0 && p.states >= 100_000 * scale as u64,
             format!(
-                "power-loss: {} crash states over {seeds} runs, {} acked records, {} acked lost, {} garbage, {} failed recoveries ({:.1?})",
+                "power-loss (pwrite and mmap runs alternate): {} crash states over {seeds} runs, {} acked records, {} acked lost, {} garbage, {} failed recoveries ({:.1?})",
                 p.states,
                 p.acked,
                 p.lost,
@@ -138,7 +139,7 @@ fn main() -> ExitCode {
         report(
             g.violations() == 0 && g.states >= 5000 * scale as u64 && g.cuts > 0 && g.second_crashes > 0,
             format!(
-                "generations: {} states crash -> recover -> append -> shutdown or crash ({} crashed again) -> recover, {} recoveries cut bytes, {} acked, {} resurrected, {} out of order, {} acked lost, {} garbage, {} failed opens ({:.1?})",
+                "generations (write path switches each generation): {} states crash -> recover -> append -> shutdown or crash ({} crashed again) -> recover, {} recoveries cut bytes, {} acked, {} resurrected, {} out of order, {} acked lost, {} garbage, {} failed opens ({:.1?})",
                 g.states,
                 g.second_crashes,
                 g.cuts,
@@ -160,7 +161,7 @@ fn main() -> ExitCode {
         report(
             k.lost + k.garbage == 0 && k.acked > 0,
             format!(
-                "kill: {} SIGKILLs, {} acked records, {} acked lost, {} garbage ({:.1?})",
+                "kill (write path switches each restart): {} SIGKILLs, {} acked records, {} acked lost, {} garbage ({:.1?})",
                 k.kills,
                 k.acked,
                 k.lost,
@@ -177,7 +178,7 @@ fn main() -> ExitCode {
         report(
             f.acked_after + f.lost == 0 && f.refused_clearly == f.failures_injected,
             format!(
-                "sync-failure: {} injected sync errors, {} acked before them, {} acked after, {} lost after restart, {}/{} refused further writes clearly ({:.1?})",
+                "sync-failure (pwrite and mmap alternate): {} injected sync errors, {} acked before them, {} acked after, {} lost after restart, {}/{} refused further writes clearly ({:.1?})",
                 f.failures_injected,
                 f.acked_before,
                 f.acked_after,

@@ -17,7 +17,7 @@ use std::path::Path;
 
 use commitlog::{CommitLog, CommitLogConfig, FlushDiskType};
 use mapped_file::sim::SimSnapshot;
-use mapped_file::{SimStorage, Storage};
+use mapped_file::Storage;
 
 use crate::common::*;
 
@@ -51,7 +51,8 @@ impl Tally {
 /// `stop_at_first` ends as soon as a violation is seen (planted-bug runs).
 pub fn run_seed(seed: u64, images_per_point: usize, fail_a_sync: bool, stop_at_first: bool) -> Tally {
     let mut rng = Rng(seed);
-    let sim = SimStorage::new();
+    let path = write_without_mmap(seed);
+    let sim = sim_storage(path);
     let storage: Arc<dyn Storage> = Arc::new(sim.clone());
     let (tx, rx) = mpsc::sync_channel::<SimSnapshot>(256);
     // (offset, event count when the acknowledgement was seen).
@@ -81,7 +82,7 @@ pub fn run_seed(seed: u64, images_per_point: usize, fail_a_sync: bool, stop_at_f
                     .filter(|(_, e)| *e <= snapshot.event)
                     .map(|(o, _)| *o)
                     .collect();
-                let t = crash_states(&snapshot, &acked_then, images_per_point, &mut rng);
+                let t = crash_states(&snapshot, &acked_then, images_per_point, &mut rng, path);
                 tally.add(t);
                 if stop_at_first && tally.violations() > 0 {
                     stop.store(true, Ordering::Relaxed);
@@ -120,7 +121,7 @@ pub fn run_seed(seed: u64, images_per_point: usize, fail_a_sync: bool, stop_at_f
     tally
 }
 
-fn crash_states(snapshot: &SimSnapshot, acked: &[u64], images: usize, rng: &mut Rng) -> Tally {
+fn crash_states(snapshot: &SimSnapshot, acked: &[u64], images: usize, rng: &mut Rng, path: bool) -> Tally {
     let dirty = snapshot.dirty_sectors();
     let mut tally = Tally::default();
     let masks: Vec<u64> = if dirty <= 6 {
@@ -132,7 +133,7 @@ fn crash_states(snapshot: &SimSnapshot, acked: &[u64], images: usize, rng: &mut 
     };
     for mask in masks {
         // The image holds the abort marker and the checkpoint as they stood then.
-        let image = crash_image(snapshot, mask);
+        let image = crash_image(snapshot, mask, path);
         debug_assert!(image.file_bytes(&Path::new(SIM_STORE).join(commitlog::ABORT_FILE)).is_some());
         tally.states += 1;
         let storage: Arc<dyn Storage> = Arc::new(image);

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use commitlog::{CommitLog, Error, FlushDiskType};
-use mapped_file::{SimStorage, Storage};
+use mapped_file::Storage;
 
 use crate::common::*;
 
@@ -22,9 +22,9 @@ pub struct Tally {
 pub fn run(seed: u64, cases: usize) -> Tally {
     let mut tally = Tally::default();
     let mut rng = Rng(seed);
-    for _ in 0..cases {
+    for case in 0..cases {
         let dir = scratch();
-        let sim = SimStorage::new();
+        let sim = sim_storage(write_without_mmap(case as u64));
         let storage: Arc<dyn Storage> = Arc::new(sim.clone());
         let log = CommitLog::open_with_storage(dir.path(), config(SEGMENT, FlushDiskType::SyncFlush), storage.clone())
             .expect("open");

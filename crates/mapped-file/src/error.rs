@@ -125,6 +125,21 @@ pub enum MappedFileError {
         /// Bytes available.
         remaining: usize,
     },
+    /// Writing bytes into a segment written without mmap (`pwrite`) failed. Nothing
+    /// of the write was published: positions are where they were, and the bytes
+    /// are written again by the next append or commit.
+    #[error("cannot write {len} bytes at position {pos} of {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// File position of the write.
+        pos: usize,
+        /// Its length.
+        len: usize,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
     /// The file could not be deleted.
     #[error("cannot delete segment {}: {source}", path.display())]
     Remove {

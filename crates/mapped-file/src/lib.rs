@@ -65,7 +65,7 @@ pub use latch::{FailureLatch, SyncFailure};
 pub use raw::SegmentMemory;
 pub use sim::SimStorage;
 
-use raw::{Filled, Region, ResetRefused};
+use raw::{AppendRefused, Filled, Region, ResetRefused, WriteFailed};
 
 /// The page size that least-pages thresholds count in (RocketMQ's `OS_PAGE_SIZE`).
 pub const OS_PAGE_SIZE: usize = 4096;
@@ -310,6 +310,12 @@ impl MappedFile {
         self.wrote_position() == self.file_size()
     }
 
+    /// True when the segment is written with `pwrite` through its file and its
+    /// mapping is only read ([`SegmentIo::writes_through_file`]).
+    pub fn writes_without_mmap(&self) -> bool {
+        self.region.io().writes_through_file()
+    }
+
     /// True while a write buffer is attached.
     pub fn has_write_buffer(&self) -> bool {
         self.region.has_write_buffer()
@@ -364,6 +370,11 @@ impl MappedFile {
         segment_end(self.file_from_offset, pos).expect("segment inside the offset space (checked at create/open)")
     }
 
+    fn write_failed(&self, failed: WriteFailed) -> MappedFileError {
+        tracing::error!(path = %self.path.display(), pos = failed.pos, len = failed.len, error = %failed.source, "segment write failed");
+        MappedFileError::Write { path: self.path.clone(), pos: failed.pos, len: failed.len, source: failed.source }
+    }
+
     fn check_usable(&self) -> Result<(), MappedFileError> {
         if let Some(first) = self.latch.get() {
             return Err(MappedFileError::Latched { path: self.path.clone(), first });
@@ -388,16 +399,34 @@ impl MappedFile {
     }
 
     /// Appends through `fill`, which gets the absolute offset of the free tail and
-    /// the tail itself (`&mut [u8]` of the remaining bytes, in the write buffer if
-    /// one is attached, else in the mapping), and reports what it wrote.
-    /// `store_timestamp_ms` becomes the file's store timestamp on success.
+    /// the tail itself (`&mut [u8]` of all the remaining bytes), and reports what
+    /// it wrote. `store_timestamp_ms` becomes the file's store timestamp on
+    /// success. The same as [`append_sized`](Self::append_sized) with no bound:
+    /// prefer that one when the most bytes an append writes are known, as a
+    /// segment written without mmap stages the whole tail it hands out.
     pub fn append_with<T>(
         &self,
         store_timestamp_ms: u64,
         fill: impl FnOnce(u64, &mut [u8]) -> AppendStatus<T>,
     ) -> Result<Appended<T>, MappedFileError> {
+        self.append_sized(store_timestamp_ms, usize::MAX, fill)
+    }
+
+    /// Appends through `fill`, which gets the absolute offset of the free tail and
+    /// the tail cut to at most `max_len` bytes (shorter only when fewer remain),
+    /// and reports what it wrote at the tail's start. The tail is in the write
+    /// buffer if one is attached, in the mapping, or, for a segment written
+    /// without mmap, a staging buffer written to the file with one `pwrite`. Its
+    /// bytes are unspecified (zeros, or older bytes): write every byte claimed.
+    /// `store_timestamp_ms` becomes the file's store timestamp on success.
+    pub fn append_sized<T>(
+        &self,
+        store_timestamp_ms: u64,
+        max_len: usize,
+        fill: impl FnOnce(u64, &mut [u8]) -> AppendStatus<T>,
+    ) -> Result<Appended<T>, MappedFileError> {
         self.check_usable()?;
-        let result = self.region.append(|pos, tail| match fill(self.offset_at(pos), tail) {
+        let result = self.region.append(max_len, |pos, tail| match fill(self.offset_at(pos), tail) {
             AppendStatus::Written { bytes, value } => Filled::Wrote { bytes, value },
             AppendStatus::DoesNotFit => Filled::DoesNotFit,
         });
@@ -409,9 +438,12 @@ impl MappedFile {
             Ok((pos, Filled::DoesNotFit)) => {
                 Ok(Appended::DoesNotFit { remaining: self.file_size().saturating_sub(pos) })
             }
-            Err(claimed) => {
-                Err(MappedFileError::AppendOverrun { path: self.path.clone(), claimed, remaining: self.remaining() })
-            }
+            Err(AppendRefused::Overrun(claimed)) => Err(MappedFileError::AppendOverrun {
+                path: self.path.clone(),
+                claimed,
+                remaining: self.remaining().min(max_len),
+            }),
+            Err(AppendRefused::Write(failed)) => Err(self.write_failed(failed)),
         }
     }
 
@@ -436,7 +468,7 @@ impl MappedFile {
         if !self.region.has_write_buffer() || !is_due(committed, wrote, self.file_size(), least_pages) {
             return Ok(Progress { from: committed, to: committed });
         }
-        let (from, to) = self.region.commit();
+        let (from, to) = self.region.commit().map_err(|failed| self.write_failed(failed))?;
         Ok(Progress { from, to })
     }
 
@@ -592,17 +624,18 @@ impl MappedFile {
             ResetRefused::OutOfBounds => {
                 MappedFileError::BadPosition { path: self.path.clone(), pos, file_size: self.file_size() }
             }
+            ResetRefused::Write(failed) => self.write_failed(failed),
         })
     }
 
-    /// Warms the file up before use: writes zeros over every page (so appends take
-    /// no page faults and the filesystem converts its preallocated extents now, not
-    /// during a latency-critical sync), syncs them, advises the kernel, and pins the
-    /// pages if `lock`. Only on a file nothing was appended to; returns false
-    /// otherwise.
+    /// Warms the file up before use: writes zeros over every page (through the
+    /// mapping or the file, as the segment is written: so appends take no page
+    /// faults and the filesystem converts its preallocated extents now, not during
+    /// a latency-critical sync), syncs them, advises the kernel, and pins the pages
+    /// if `lock`. Only on a file nothing was appended to; returns false otherwise.
     pub fn warm_up(&self, lock: bool) -> Result<bool, MappedFileError> {
         self.check_usable()?;
-        if !self.region.zero_fill() {
+        if !self.region.zero_fill().map_err(|failed| self.write_failed(failed))? {
             return Ok(false);
         }
         let _flush = self.flush_lock.lock();
@@ -628,5 +661,18 @@ impl MappedFile {
     }
 }
 
+/// The segment tests, over segments written through their mapping.
 #[cfg(all(test, not(loom)))]
-mod tests;
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+mod tests_mmap {
+    const WRITE_WITHOUT_MMAP: bool = false;
+    include!("tests.rs");
+}
+
+/// The same tests over segments written with `pwrite` (write without mmap).
+#[cfg(all(test, not(loom)))]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+mod tests_pwrite {
+    const WRITE_WITHOUT_MMAP: bool = true;
+    include!("tests.rs");
+}

@@ -10,11 +10,15 @@
 //!   alone above the committed position when a write buffer is attached), and
 //!   readers only read below the read position. The `unsafe fn` accessors below
 //!   state that contract; no raw pointer leaves this module.
-//! - The mapped file is never truncated, and never written except through this
-//!   mapping, while mapped (mmap hazard: SIGBUS, or bytes changing under a `&[u8]`):
-//!   the caller of the `unsafe` [`SegmentMemory::map_file`] promises it, and the one
-//!   caller, `MmapStorage`, keeps it by holding the directory's lock file for as
-//!   long as the mapping lives ([`SegmentMemory::keeping_alive`]).
+//! - The mapped file is never truncated, and never written except by its owner
+//!   under the position protocol (through this mapping, or with `pwrite` when the
+//!   segment writes without mmap and the mapping is read-only), while mapped (mmap
+//!   hazard: SIGBUS, or bytes changing under a `&[u8]`): the caller of the `unsafe`
+//!   [`SegmentMemory::map_file`] promises it, and the one caller, `MmapStorage`,
+//!   keeps it by holding the directory's lock file for as long as the mapping lives
+//!   ([`SegmentMemory::keeping_alive`]).
+//! - A read-only mapping is never written through: `range_mut` asserts it, and
+//!   `Region` sends every write of such a segment to the file instead.
 
 use std::fs::File;
 use std::io;
@@ -38,6 +42,8 @@ enum Backing {
 pub struct SegmentMemory {
     ptr: NonNull<u8>,
     len: usize,
+    /// False for a read-only mapping: bytes reach its file through `pwrite`.
+    writable: bool,
     backing: Backing,
     /// Dropped after `backing`: whatever must outlive the mapping (a directory lock).
     _keep_alive: Option<Arc<dyn std::any::Any + Send + Sync>>,
@@ -49,7 +55,11 @@ impl std::fmt::Debug for SegmentMemory {
             Backing::Mmap(_) => "mmap",
             Backing::Heap => "heap",
         };
-        f.debug_struct("SegmentMemory").field("kind", &kind).field("len", &self.len).finish()
+        f.debug_struct("SegmentMemory")
+            .field("kind", &kind)
+            .field("len", &self.len)
+            .field("writable", &self.writable)
+            .finish()
     }
 }
 
@@ -70,12 +80,34 @@ impl SegmentMemory {
     /// mapped writable by anyone else, in this process or another: readers get
     /// `&[u8]` views of the mapping that must not change under them.
     pub unsafe fn map_file(file: &File, len: usize) -> io::Result<Self> {
+        Self::map(file, len, true)
+    }
+
+    /// Maps the first `len` bytes of `file` shared and read-only, for a segment
+    /// whose bytes are written with `pwrite` (write without mmap): readers see the
+    /// page cache the writes land in. A zero `len` is an `InvalidInput` error.
+    ///
+    /// # Safety
+    /// As for [`map_file`](Self::map_file), except that the owner of the returned
+    /// memory may write the file itself (with `pwrite`), and only where the
+    /// position protocol allows: at or above the published read position, or with
+    /// no view outstanding.
+    pub unsafe fn map_file_read_only(file: &File, len: usize) -> io::Result<Self> {
+        Self::map(file, len, false)
+    }
+
+    fn map(file: &File, len: usize, writable: bool) -> io::Result<Self> {
         if len == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "cannot map a zero-length segment"));
         }
-        let map = memmap2::MmapOptions::new().len(len).map_raw(file)?;
+        let options = {
+            let mut options = memmap2::MmapOptions::new();
+            options.len(len);
+            options
+        };
+        let map = if writable { options.map_raw(file)? } else { options.map_raw_read_only(file)? };
         let ptr = NonNull::new(map.as_mut_ptr()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        Ok(SegmentMemory { ptr, len, backing: Backing::Mmap(map), _keep_alive: None })
+        Ok(SegmentMemory { ptr, len, writable, backing: Backing::Mmap(map), _keep_alive: None })
     }
 
     /// Keeps `guard` alive until this memory is gone (unmapped after the mapping):
@@ -94,7 +126,7 @@ impl SegmentMemory {
         let len = bytes.len();
         let raw = Box::into_raw(bytes.into_boxed_slice());
         let ptr = NonNull::new(raw.cast::<u8>()).expect("Box::into_raw is never null");
-        Ok(SegmentMemory { ptr, len, backing: Backing::Heap, _keep_alive: None })
+        Ok(SegmentMemory { ptr, len, writable: true, backing: Backing::Heap, _keep_alive: None })
     }
 
     /// Length in bytes.
@@ -112,11 +144,27 @@ impl SegmentMemory {
         matches!(self.backing, Backing::Mmap(_))
     }
 
+    /// False for a read-only mapping (a segment written without mmap).
+    pub fn is_writable(&self) -> bool {
+        self.writable
+    }
+
     /// `msync(MS_SYNC)` of `[offset, offset + len)`; a no-op on heap memory.
     pub fn sync_range(&self, offset: usize, len: usize) -> io::Result<()> {
         match &self.backing {
             Backing::Mmap(map) => map.flush_range(offset, len),
             Backing::Heap => Ok(()),
+        }
+    }
+
+    /// `madvise(MADV_POPULATE_WRITE)` of `[offset, offset + len)`: faults the pages
+    /// in writable now (allocating and zeroing page-cache pages of unwritten
+    /// extents), so the appender takes no page fault there later. A no-op on heap
+    /// memory and read-only mappings.
+    pub fn populate_write(&self, offset: usize, len: usize) -> io::Result<()> {
+        match &self.backing {
+            Backing::Mmap(map) if self.writable => map.advise_range(memmap2::Advice::PopulateWrite, offset, len),
+            _ => Ok(()),
         }
     }
 
@@ -152,8 +200,12 @@ impl SegmentMemory {
     /// The range is in bounds, and no other reference to any of its bytes exists or
     /// is created while the returned slice lives (the caller is the single appender
     /// or committer for bytes above the published position).
+    ///
+    /// # Panics
+    /// On a read-only mapping, which must be written through its file.
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn range_mut(&self, start: usize, len: usize) -> &mut [u8] {
+        assert!(self.writable, "a read-only segment mapping is written through its file");
         assert!(start.checked_add(len).is_some_and(|end| end <= self.len));
         // SAFETY: in bounds (asserted) and valid (module invariant); exclusive per
         // this function's contract.
@@ -203,6 +255,26 @@ impl<T> Filled<T> {
     }
 }
 
+/// A write to a segment written through its file (`pwrite`) failed; nothing of
+/// it was published.
+#[derive(Debug)]
+pub(crate) struct WriteFailed {
+    /// File position of the write.
+    pub(crate) pos: usize,
+    /// Its length.
+    pub(crate) len: usize,
+    /// The OS error.
+    pub(crate) source: io::Error,
+}
+
+/// Why [`Region::append`] wrote nothing.
+pub(crate) enum AppendRefused {
+    /// The closure claimed this many bytes, more than its tail.
+    Overrun(usize),
+    /// The bytes could not be written to the file.
+    Write(WriteFailed),
+}
+
 /// Why [`Region`] refused to move positions down.
 pub(crate) enum ResetRefused {
     /// Zero-copy views are still held; lowering positions would let the appender
@@ -210,7 +282,16 @@ pub(crate) enum ResetRefused {
     ViewsOutstanding(usize),
     /// Position beyond the segment.
     OutOfBounds,
+    /// Committing buffered bytes or erasing the tail failed.
+    Write(WriteFailed),
 }
+
+/// Staging for appends to a segment written through its file is kept between
+/// appends up to this size; a larger append gets a buffer of its own.
+const STAGING_KEEP: usize = 4 << 20;
+
+/// Zeros for erasing and zero-filling through the file.
+static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
 
 /// The segment's memory together with the positions that partition it, the
 /// optional write buffer, and the count of outstanding zero-copy views.
@@ -230,8 +311,15 @@ pub(crate) enum ResetRefused {
 pub(crate) struct Region {
     memory: SegmentMemory,
     /// Told about every byte written into `memory`, by the one function that
-    /// writes there ([`Region::write_memory`]), so no caller can forget it.
+    /// writes there ([`Region::write_memory`]), so no caller can forget it. When
+    /// the segment writes without mmap, every write goes to it instead
+    /// ([`SegmentIo::write_at`], from [`Region::store`]).
     io: Box<dyn SegmentIo>,
+    /// Bytes reach the file through `io.write_at`, never through the memory.
+    file_writes: bool,
+    /// Where an append to a segment written through its file is encoded before
+    /// its `pwrite`; used only under `append_lock`.
+    staging: Mutex<Vec<u8>>,
     wrote: AtomicUsize,
     committed: AtomicUsize,
     write_buffer: RwLock<Option<WriteBuffer>>,
@@ -260,9 +348,12 @@ impl std::fmt::Debug for Region {
 
 impl Region {
     pub(crate) fn new(memory: SegmentMemory, io: Box<dyn SegmentIo>) -> Self {
+        let file_writes = io.writes_through_file();
         Region {
             memory,
             io,
+            file_writes,
+            staging: Mutex::new(Vec::new()),
             wrote: AtomicUsize::new(0),
             committed: AtomicUsize::new(0),
             write_buffer: RwLock::new(None),
@@ -299,6 +390,60 @@ impl Region {
         let (wrote, value) = write(dst);
         self.io.note_written(start, &dst[..wrote.min(len)]);
         value
+    }
+
+    /// Writes `src` at `start`: into the memory, or with `pwrite` when the segment
+    /// writes through its file. Heap memory standing in for a file (the simulated
+    /// storage) gets a copy, as a shared mapping shows the page cache by itself.
+    ///
+    /// # Safety
+    /// As for [`write_memory`](Self::write_memory).
+    unsafe fn store(&self, start: usize, src: &[u8]) -> Result<(), WriteFailed> {
+        if !self.file_writes {
+            // SAFETY: the caller's contract is `write_memory`'s.
+            unsafe {
+                self.write_memory(start, src.len(), |dst| {
+                    dst.copy_from_slice(src);
+                    (src.len(), ())
+                })
+            };
+            return Ok(());
+        }
+        #[cfg(loom)]
+        self.memory_ops.fetch_add(1, Ordering::Relaxed);
+        self.io.write_at(start, src).map_err(|source| WriteFailed { pos: start, len: src.len(), source })?;
+        if self.memory.is_writable() {
+            // SAFETY: in bounds (the write above succeeded on the same range) and
+            // exclusive, per this function's contract.
+            unsafe { self.memory.range_mut(start, src.len()).copy_from_slice(src) };
+        }
+        Ok(())
+    }
+
+    /// Writes `len` zeros at `start`, through the memory or the file.
+    ///
+    /// # Safety
+    /// As for [`write_memory`](Self::write_memory).
+    unsafe fn store_zeros(&self, start: usize, len: usize) -> Result<(), WriteFailed> {
+        if !self.file_writes {
+            // SAFETY: the caller's contract is `write_memory`'s.
+            unsafe {
+                self.write_memory(start, len, |dst| {
+                    dst.fill(0);
+                    (len, ())
+                })
+            };
+            return Ok(());
+        }
+        let end = end_of(start, len);
+        let mut pos = start;
+        while pos < end {
+            let n = ZEROS.len().min(end.saturating_sub(pos)); // `pos < end` in the loop
+                                                              // SAFETY: `[pos, pos + n)` lies in the caller's range.
+            unsafe { self.store(pos, &ZEROS[..n])? };
+            pos = end_of(pos, n);
+        }
+        Ok(())
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -343,43 +488,74 @@ impl Region {
         Ok(())
     }
 
-    /// Runs `fill` on the free tail and publishes what it wrote: into the write
-    /// buffer when one is attached, else straight into the memory.
+    /// Runs `fill` on the free tail, cut to at most `want` bytes, and publishes
+    /// what it wrote: into the write buffer when one is attached, else into the
+    /// memory, or with one `pwrite` when the segment writes through its file (the
+    /// tail is then a staging buffer).
     pub(crate) fn append<T>(
         &self,
+        want: usize,
         fill: impl FnOnce(usize, &mut [u8]) -> Filled<T>,
-    ) -> Result<(usize, Filled<T>), usize> {
+    ) -> Result<(usize, Filled<T>), AppendRefused> {
         let _append = self.append_lock.lock();
         let wrote = self.wrote.load(Ordering::Relaxed); // only moved under this lock
-        let remaining = self.len().saturating_sub(wrote); // `wrote <= len` always
+        let tail_len = self.len().saturating_sub(wrote).min(want); // `wrote <= len` always
         let buffer = self.write_buffer.read();
         if let Some(buf) = buffer.as_ref() {
             // The buffer's own protocol keeps the appender and the committer apart;
             // its published position mirrors `wrote`.
+            let mut claimed = 0;
             let appended = buf.append(|start, tail| {
                 debug_assert_eq!(start, wrote, "write buffer out of line with the segment");
-                let filled = fill(start, tail);
-                (filled.bytes(), filled)
+                let filled = fill(start, &mut tail[..tail_len]);
+                claimed = filled.bytes();
+                // More than the cut tail is an overrun too, however long the buffer.
+                (if claimed > tail_len { usize::MAX } else { claimed }, filled)
             });
-            let (_, filled) = appended.map_err(|overrun| overrun.claimed)?;
+            let (_, filled) = appended.map_err(|_| AppendRefused::Overrun(claimed))?;
             if filled.bytes() > 0 {
                 self.wrote.store(end_of(wrote, filled.bytes()), Ordering::Release);
             }
             return Ok((wrote, filled));
         }
-        // SAFETY: no buffer, so the appender (we hold `append_lock`) alone writes
-        // memory at and above `wrote == committed`; readers stay below `committed`.
-        let filled = unsafe {
-            self.write_memory(wrote, remaining, |tail| {
-                let filled = fill(wrote, tail);
-                // An overrun is refused below, so nothing of it counts as written.
-                let reported = if filled.bytes() > remaining { 0 } else { filled.bytes() };
-                (reported, filled)
-            })
+        let filled = if self.file_writes {
+            let mut staging = self.staging.lock();
+            let mut own = Vec::new();
+            let tail = if tail_len <= STAGING_KEEP {
+                if staging.len() < tail_len {
+                    staging.resize(tail_len, 0);
+                }
+                &mut staging[..tail_len]
+            } else {
+                own.resize(tail_len, 0);
+                &mut own[..]
+            };
+            let filled = fill(wrote, tail);
+            let bytes = filled.bytes();
+            if bytes > tail_len {
+                return Err(AppendRefused::Overrun(bytes));
+            }
+            if bytes > 0 {
+                // SAFETY: the appender (we hold `append_lock`) alone writes at and
+                // above `wrote == committed`; readers stay below `committed`.
+                unsafe { self.store(wrote, &tail[..bytes]) }.map_err(AppendRefused::Write)?;
+            }
+            filled
+        } else {
+            // SAFETY: no buffer, so the appender (we hold `append_lock`) alone writes
+            // memory at and above `wrote == committed`; readers stay below `committed`.
+            unsafe {
+                self.write_memory(wrote, tail_len, |tail| {
+                    let filled = fill(wrote, tail);
+                    // An overrun is refused below, so nothing of it counts as written.
+                    let reported = if filled.bytes() > tail_len { 0 } else { filled.bytes() };
+                    (reported, filled)
+                })
+            }
         };
         let bytes = filled.bytes();
-        if bytes > remaining {
-            return Err(bytes);
+        if bytes > tail_len {
+            return Err(AppendRefused::Overrun(bytes));
         }
         if bytes > 0 {
             let end = end_of(wrote, bytes);
@@ -393,19 +569,19 @@ impl Region {
     /// Copies the write buffer's `[committed, wrote)` into the memory and publishes
     /// it; gives the buffer back once the segment is full and fully committed.
     /// Returns `(from, to)` of the committed position.
-    pub(crate) fn commit(&self) -> (usize, usize) {
+    pub(crate) fn commit(&self) -> Result<(usize, usize), WriteFailed> {
         let _commit = self.commit_lock.lock();
         let from = self.committed.load(Ordering::Relaxed); // only moved under this lock
         let to = {
             let buffer = self.write_buffer.read();
             let Some(buf) = buffer.as_ref() else {
-                return (from, from);
+                return Ok((from, from));
             };
             let to = self.wrote(); // Acquire: the buffer bytes below `to` are complete
             if to > from {
                 // SAFETY: we hold `commit_lock`, `from` is the committed position, and
                 // `to` is the wrote position we just loaded.
-                unsafe { self.copy_to_memory(buf, from, to) };
+                unsafe { self.copy_to_memory(buf, from, to)? };
                 self.committed.store(to, Ordering::Release);
             }
             to
@@ -414,7 +590,7 @@ impl Region {
             // Full and fully committed: the appender is done with this buffer.
             self.write_buffer.write().take();
         }
-        (from, to)
+        Ok((from, to))
     }
 
     /// Copies write-buffer bytes `[from, to)` into the same range of the memory.
@@ -423,16 +599,11 @@ impl Region {
     /// The caller holds `commit_lock`, `from` is the current committed position and
     /// `to` is at most the wrote position: no-one but the committer touches memory
     /// at or above `committed`.
-    unsafe fn copy_to_memory(&self, buf: &WriteBuffer, from: usize, to: usize) {
+    unsafe fn copy_to_memory(&self, buf: &WriteBuffer, from: usize, to: usize) -> Result<(), WriteFailed> {
         let len = to.saturating_sub(from); // `from < to` (contract)
         let src = buf.published(from, len).expect("bytes below the wrote position are published in the buffer");
         // SAFETY: memory at and above `committed` is the committer's (contract).
-        unsafe {
-            self.write_memory(from, len, |dst| {
-                dst.copy_from_slice(src);
-                (len, ())
-            })
-        };
+        unsafe { self.store(from, src) }
     }
 
     /// A zero-copy view of `[start, start + len)`, if it lies below the read position.
@@ -472,7 +643,7 @@ impl Region {
             if end > committed {
                 // SAFETY: we hold `commit_lock` (and `append_lock`), `committed` is the
                 // committed position, and `end` is at most the wrote position.
-                unsafe { self.copy_to_memory(buf, committed, end) };
+                unsafe { self.copy_to_memory(buf, committed, end) }.map_err(ResetRefused::Write)?;
             }
             // Buffer bytes above `pos` are stale now: unpublished, the appender
             // overwrites them before any commit copies them.
@@ -487,37 +658,34 @@ impl Region {
         if !erase {
             return Ok(0);
         }
+        #[cfg(loom)]
+        self.memory_ops.load(Ordering::Relaxed);
         // SAFETY: we hold both locks and the gate write lock, and no view reaches
         // `pos` or above (checked above; views are only made under the gate read
         // lock): nobody else references memory at or above `pos`.
-        let erased = unsafe {
-            self.write_memory(pos, self.len().saturating_sub(pos), |tail| {
-                // `last < tail.len()`, so `last + 1` fits.
-                let erased = tail.iter().rposition(|&b| b != 0).map_or(0, |last| last.saturating_add(1));
-                tail[..erased].fill(0);
-                (erased, erased)
-            })
-        };
+        let tail = unsafe { self.memory.range(pos, self.len().saturating_sub(pos)) };
+        // `last < tail.len()`, so `last + 1` fits.
+        let erased = tail.iter().rposition(|&b| b != 0).map_or(0, |last| last.saturating_add(1));
+        if erased > 0 {
+            // SAFETY: as above; the shared view of the tail is no longer used.
+            unsafe { self.store_zeros(pos, erased) }.map_err(ResetRefused::Write)?;
+        }
         Ok(erased)
     }
 
-    /// Writes zeros over the whole memory to fault every page in; only while nothing
-    /// has been appended. Returns false (and does nothing) otherwise.
-    pub(crate) fn zero_fill(&self) -> bool {
+    /// Writes zeros over the whole segment (through the memory, faulting every page
+    /// in, or through the file); only while nothing has been appended. Returns
+    /// false (and does nothing) otherwise.
+    pub(crate) fn zero_fill(&self) -> Result<bool, WriteFailed> {
         let _append = self.append_lock.lock();
         let _commit = self.commit_lock.lock();
         if self.wrote() != 0 || self.committed() != 0 {
-            return false;
+            return Ok(false);
         }
         // SAFETY: nothing is published (both positions are 0), so no view exists, and
         // we hold both locks, so no appender or committer runs.
-        unsafe {
-            self.write_memory(0, self.len(), |all| {
-                all.fill(0);
-                (all.len(), ())
-            })
-        };
-        true
+        unsafe { self.store_zeros(0, self.len())? };
+        Ok(true)
     }
 }
 

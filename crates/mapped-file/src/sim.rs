@@ -116,6 +116,7 @@ struct SimState {
     fail_all_syncs: bool,
     fail_removes: bool,
     create_delay: std::time::Duration,
+    write_without_mmap: bool,
     sink: Option<std::sync::mpsc::SyncSender<SimSnapshot>>,
 }
 
@@ -189,6 +190,20 @@ impl SimStorage {
     /// Makes every file removal fail with `EIO` (`true`) or succeed again (`false`).
     pub fn fail_removes(&self, fail: bool) {
         self.state.lock().fail_removes = fail;
+    }
+
+    /// Chooses how segments created or opened from now on are written, as
+    /// [`MmapStorage::write_without_mmap`](crate::MmapStorage::write_without_mmap)
+    /// does: through [`SegmentIo::write_at`] (`true`), or into their memory
+    /// (`false`, the default). The crash model is the same for both: every byte
+    /// written is in the cache, durable once synced.
+    pub fn set_write_without_mmap(&self, enable: bool) {
+        self.state.lock().write_without_mmap = enable;
+    }
+
+    /// True when segments are written through [`SegmentIo::write_at`].
+    pub fn writes_without_mmap(&self) -> bool {
+        self.state.lock().write_without_mmap
     }
 
     /// Makes every file creation take at least `delay` (a slow `fallocate`), so
@@ -341,9 +356,10 @@ impl Storage for SimStorage {
         }
         let memory = SegmentMemory::heap(vec![0; len])?;
         state.files.insert(path.to_path_buf(), SimFile::new(vec![0; len]));
+        let file_writes = state.write_without_mmap;
         Ok(OpenedSegment {
             memory,
-            io: Box::new(SimSegment { path: path.to_path_buf(), state: Arc::clone(&self.state) }),
+            io: Box::new(SimSegment { path: path.to_path_buf(), state: Arc::clone(&self.state), file_writes }),
         })
     }
 
@@ -354,9 +370,10 @@ impl Storage for SimStorage {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "file shorter than the segment size"));
         }
         let memory = SegmentMemory::heap(file.cache[..len].to_vec())?;
+        let file_writes = state.write_without_mmap;
         Ok(OpenedSegment {
             memory,
-            io: Box::new(SimSegment { path: path.to_path_buf(), state: Arc::clone(&self.state) }),
+            io: Box::new(SimSegment { path: path.to_path_buf(), state: Arc::clone(&self.state), file_writes }),
         })
     }
 
@@ -389,6 +406,8 @@ impl Storage for SimStorage {
 struct SimSegment {
     path: PathBuf,
     state: Arc<Mutex<SimState>>,
+    /// Written through `write_at` (write without mmap), not the memory.
+    file_writes: bool,
 }
 
 impl fmt::Debug for SimSegment {
@@ -398,6 +417,18 @@ impl fmt::Debug for SimSegment {
 }
 
 impl SegmentIo for SimSegment {
+    fn writes_through_file(&self) -> bool {
+        self.file_writes
+    }
+
+    fn write_at(&self, offset: usize, bytes: &[u8]) -> io::Result<()> {
+        if !self.file_writes {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, "this segment is written through its memory"));
+        }
+        self.note_written(offset, bytes);
+        Ok(())
+    }
+
     fn note_written(&self, offset: usize, bytes: &[u8]) {
         let mut state = self.state.lock();
         if let Some(file) = state.files.get_mut(&self.path) {

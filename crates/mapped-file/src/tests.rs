@@ -1,5 +1,5 @@
-// Test arithmetic works on small, known values.
-#![allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+// Included twice from lib.rs, once per write path: `WRITE_WITHOUT_MMAP` is
+// defined by the including module. Test arithmetic works on small, known values.
 
 use super::*;
 use std::sync::atomic::AtomicBool;
@@ -8,8 +8,20 @@ use transient_pool::{LockMemory, PoolConfig, TransientStorePool};
 // Smaller under Miri, which interprets every byte access.
 const SIZE: usize = if cfg!(miri) { 8 * 1024 } else { 64 * 1024 };
 
-fn sim_file(size: usize) -> (SimStorage, MappedFile) {
+/// A simulated storage writing the way this copy of the tests is about.
+fn sim() -> SimStorage {
     let storage = SimStorage::new();
+    storage.set_write_without_mmap(WRITE_WITHOUT_MMAP);
+    storage
+}
+
+/// A real storage over `dir`, writing the way this copy of the tests is about.
+fn real(dir: &Path) -> MmapStorage {
+    MmapStorage::lock(dir).unwrap().write_without_mmap(WRITE_WITHOUT_MMAP)
+}
+
+fn sim_file(size: usize) -> (SimStorage, MappedFile) {
+    let storage = sim();
     let file = MappedFile::create(&storage, Path::new("/s"), 0, size).unwrap();
     (storage, file)
 }
@@ -53,7 +65,7 @@ fn least_pages_decisions_follow_rocketmq() {
 #[cfg_attr(miri, ignore = "real files and mappings: system calls Miri cannot run")]
 fn append_read_and_flush_on_a_real_mapping() {
     let dir = tempfile::tempdir().unwrap();
-    let storage = MmapStorage::lock(dir.path()).unwrap();
+    let storage = real(dir.path());
     let file = MappedFile::create(&storage, dir.path(), 1 << 20, SIZE).unwrap();
     assert_eq!(file.path().file_name().unwrap(), "00000000000001048576");
     assert_eq!(std::fs::metadata(file.path()).unwrap().len(), SIZE as u64, "preallocated");
@@ -79,7 +91,7 @@ fn append_read_and_flush_on_a_real_mapping() {
 #[cfg_attr(miri, ignore = "real files and mappings: system calls Miri cannot run")]
 fn creating_over_an_existing_file_or_beyond_the_disk_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
-    let storage = MmapStorage::lock(dir.path()).unwrap();
+    let storage = real(dir.path());
     let _first = MappedFile::create(&storage, dir.path(), 0, SIZE).unwrap();
     assert!(matches!(MappedFile::create(&storage, dir.path(), 0, SIZE), Err(MappedFileError::Create { .. })));
     // Far larger than any disk here: fallocate refuses up front, and no file is left.
@@ -93,7 +105,7 @@ fn creating_over_an_existing_file_or_beyond_the_disk_is_an_error() {
 #[cfg_attr(miri, ignore = "real files and mappings: system calls Miri cannot run")]
 fn opening_checks_name_and_size() {
     let dir = tempfile::tempdir().unwrap();
-    let storage = MmapStorage::lock(dir.path()).unwrap();
+    let storage = real(dir.path());
     let bad = dir.path().join("not-a-segment");
     std::fs::write(&bad, vec![0; SIZE]).unwrap();
     assert!(matches!(MappedFile::open(&storage, &bad, SIZE), Err(MappedFileError::BadName { .. })));
@@ -126,7 +138,7 @@ fn a_closure_claiming_too_much_is_refused() {
 
 #[test]
 fn closure_gets_absolute_offsets() {
-    let storage = SimStorage::new();
+    let storage = sim();
     let file = MappedFile::create(&storage, Path::new("/s"), 8192, OS_PAGE_SIZE).unwrap();
     put(&file, b"12");
     let seen = file.append_with(0, |offset, _| {
@@ -233,7 +245,7 @@ fn views_keep_memory_alive_and_block_truncation_below_them() {
 #[cfg_attr(miri, ignore = "real files and mappings: system calls Miri cannot run")]
 fn a_locked_directory_cannot_be_mapped_by_a_second_storage_until_every_mapping_is_gone() {
     let dir = tempfile::tempdir().unwrap();
-    let storage = MmapStorage::lock(dir.path()).unwrap();
+    let storage = real(dir.path());
     let file = MappedFile::create(&storage, dir.path(), 0, SIZE).unwrap();
     put(&file, b"seen");
     let view = file.read(0, 4).unwrap();
@@ -256,7 +268,7 @@ fn a_locked_directory_cannot_be_mapped_by_a_second_storage_until_every_mapping_i
 #[cfg_attr(miri, ignore = "real files and mappings: system calls Miri cannot run")]
 fn warm_up_zeroes_and_syncs_only_an_unused_file() {
     let dir = tempfile::tempdir().unwrap();
-    let storage = MmapStorage::lock(dir.path()).unwrap();
+    let storage = real(dir.path());
     let file = MappedFile::create(&storage, dir.path(), 0, SIZE).unwrap();
     assert!(file.warm_up(false).unwrap());
     put(&file, b"x");
@@ -268,7 +280,7 @@ fn warm_up_zeroes_and_syncs_only_an_unused_file() {
 fn appender_flusher_and_readers_run_concurrently() {
     // Under Miri (which checks these threads for data races) a smaller file.
     let size: usize = if cfg!(miri) { 1 << 10 } else { 1 << 20 };
-    let storage = SimStorage::new();
+    let storage = sim();
     let file = Arc::new(MappedFile::create(&storage, Path::new("/c"), 0, size).unwrap());
     let pool = pool(size, 1);
     file.attach_write_buffer(pool.try_borrow().unwrap()).unwrap();
@@ -340,4 +352,38 @@ fn truncating_with_a_write_buffer_keeps_uncommitted_bytes_below_the_cut() {
     put(&file, &[9]);
     file.commit(0).unwrap();
     assert_eq!(&file.read(0, 3).unwrap()[..], &[1, 2, 9]);
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "real files and mappings: system calls Miri cannot run")]
+fn segments_are_written_the_way_their_storage_says_and_the_file_sees_every_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = real(dir.path());
+    let file = MappedFile::create(&storage, dir.path(), 0, SIZE).unwrap();
+    assert_eq!(file.writes_without_mmap(), WRITE_WITHOUT_MMAP);
+    put(&file, b"abc");
+    // Before any sync: a shared mapping and pwrite both put the bytes in the page
+    // cache, which an ordinary read of the file sees.
+    assert_eq!(&std::fs::read(file.path()).unwrap()[..3], b"abc");
+    assert_eq!(file.commit(0).unwrap().moved(), 0, "nothing to commit without a write buffer");
+    assert_eq!(file.flush(0).unwrap().to, 3);
+    let (_sim, simulated) = sim_file(SIZE);
+    assert_eq!(simulated.writes_without_mmap(), WRITE_WITHOUT_MMAP);
+}
+
+#[test]
+fn a_bounded_append_sees_at_most_its_bound() {
+    let (_storage, file) = sim_file(SIZE);
+    let seen = file
+        .append_sized(1, 100, |_, tail| {
+            let len = tail.len();
+            tail[..len].fill(5);
+            AppendStatus::Written { bytes: len, value: len }
+        })
+        .unwrap();
+    assert!(matches!(seen, Appended::Written { bytes: 100, value: 100, .. }));
+    let claimed_too_much = file.append_sized(1, 10, |_, _| AppendStatus::Written { bytes: 11, value: () });
+    assert!(matches!(claimed_too_much, Err(MappedFileError::AppendOverrun { claimed: 11, .. })));
+    assert_eq!(file.wrote_position(), 100, "a refused append publishes nothing");
+    assert_eq!(&file.read(0, 100).unwrap()[..], &[5u8; 100][..]);
 }

@@ -7,9 +7,29 @@ use commitlog::{CommitLog, CommitLogConfig, FlushConfig, FlushDiskType};
 
 pub const SEGMENT: usize = 64 * 1024;
 
+/// The write path these tests run on: the default one, or the one named by
+/// `COMMITLOG_TEST_WRITE_WITHOUT_MMAP` (`1`: pwrite, `0`: through the mapping).
+/// `cargo xtask test` runs the suite once per path.
+pub fn write_without_mmap() -> bool {
+    match std::env::var("COMMITLOG_TEST_WRITE_WITHOUT_MMAP").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        Ok(other) => panic!("COMMITLOG_TEST_WRITE_WITHOUT_MMAP must be 0 or 1, not {other:?}"),
+        Err(_) => CommitLogConfig::default().write_without_mmap,
+    }
+}
+
+/// A simulated storage writing segments the way [`write_without_mmap`] says.
+pub fn sim() -> mapped_file::SimStorage {
+    let sim = mapped_file::SimStorage::new();
+    sim.set_write_without_mmap(write_without_mmap());
+    sim
+}
+
 /// Small segments, fast async flushes, no preallocation thread unless asked.
 pub fn config(flush_disk_type: FlushDiskType) -> CommitLogConfig {
     CommitLogConfig::builder()
+        .write_without_mmap(write_without_mmap())
         .mapped_file_size_commit_log(SEGMENT)
         .max_message_size(16 * 1024)
         .flush_disk_type(flush_disk_type)
