@@ -1,36 +1,55 @@
 //! Side-by-side comparison with peer crates, in one process and one run:
-//! `cargo xtask bench-compare [--quick]` (writes docs/benchmarks.md).
+//! `cargo xtask bench-compare [--quick]` (writes docs/benchmarks.md and
+//! docs/benchmarks.svg).
 //!
 //! Work, with 1 KiB records:
 //! (a) durable batches: one producer, 64 records per durable wait;
 //! (b) group commit: 16 producers, each waits for its own record to be durable;
-//! (c) no sync: one producer appending.
-//! Plus the physical limits of this machine in the same run: memcpy into an
-//! already-faulted mapping, and fdatasync latency.
+//! (c) no sync: one producer appending batches of 64.
+//!
+//! Every (system, workload) runs `ROUNDS` times, interleaved: round after round,
+//! each system once per workload, the order rotated each round, so drift of this
+//! shared machine spreads over all systems. The physical lines run in every round
+//! too: memcpy into a faulted mapping, 64 KiB `pwrite` + `fdatasync` into blocks
+//! written before, and `fdatasync` of a 4 KiB overwrite. Reported: the median run
+//! (by throughput) with the min and max, and the median run's latencies.
 
 #![forbid(unsafe_code)]
 
 use std::path::Path;
 use std::time::Instant;
 
+mod ours;
 mod peers;
+mod physical;
+mod report;
 
-const RECORD: usize = 1024;
+/// Record body size.
+pub const RECORD: usize = 1024;
+/// Records per batch in (a) and (c).
+pub const BATCH: usize = 64;
+/// Producers in (b).
+pub const PRODUCERS: usize = 16;
+/// Segment size of the logs that have one (ours, rocketmq-store).
+pub const SEGMENT: usize = 128 << 20;
 
-/// One measured line.
+/// One measured run.
 #[derive(Clone, Debug)]
 pub struct Line {
-    pub system: &'static str,
+    /// Records written (for the physical lines: 1 KiB units).
     pub records: u64,
+    /// Wall time of the run.
     pub seconds: f64,
-    /// Latency of the unit of work (a batch, a record), sorted, in nanoseconds.
+    /// Latency of the unit of work (a batch, a record, a sync), sorted, in ns.
     pub latencies: Vec<u64>,
+    /// Records per sync, where the system reports it.
+    pub records_per_sync: Option<f64>,
 }
 
 impl Line {
-    pub fn new(system: &'static str, records: u64, seconds: f64, mut latencies: Vec<u64>) -> Self {
+    pub fn new(records: u64, seconds: f64, mut latencies: Vec<u64>) -> Self {
         latencies.sort_unstable();
-        Line { system, records, seconds, latencies }
+        Line { records, seconds, latencies, records_per_sync: None }
     }
     pub fn rate(&self) -> f64 {
         self.records as f64 / self.seconds
@@ -38,6 +57,7 @@ impl Line {
     pub fn mb_s(&self) -> f64 {
         self.rate() * RECORD as f64 / 1e6
     }
+    /// The `q` quantile of the latencies, in µs.
     pub fn pct_us(&self, q: f64) -> f64 {
         if self.latencies.is_empty() {
             return f64::NAN;
@@ -45,12 +65,56 @@ impl Line {
         let i = ((self.latencies.len() as f64 * q) as usize).min(self.latencies.len() - 1);
         self.latencies[i] as f64 / 1000.0
     }
+    pub fn max_us(&self) -> f64 {
+        self.latencies.last().map_or(f64::NAN, |&l| l as f64 / 1000.0)
+    }
 }
 
 /// Outcome of one system on one workload.
-pub enum Result {
+pub enum Outcome {
     Measured(Line),
-    NotApplicable(&'static str, &'static str),
+    /// The system cannot do this work: why.
+    NotApplicable(&'static str),
+}
+
+/// How much work one run does.
+#[derive(Clone, Copy, Debug)]
+pub struct Sizes {
+    /// (a): batches of 64 per run.
+    pub a_batches: usize,
+    /// (b): records per producer per run.
+    pub b_per_producer: usize,
+    /// (c): batches of 64 per run.
+    pub c_batches: usize,
+}
+
+/// A system able to run some of the workloads.
+pub struct System {
+    pub name: &'static str,
+    /// True for this project's rows.
+    pub ours: bool,
+    pub a: fn(&Sizes) -> Outcome,
+    pub b: fn(&Sizes) -> Outcome,
+    pub c: fn(&Sizes) -> Outcome,
+}
+
+/// The workloads, in report order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    A,
+    B,
+    C,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 3] = [Workload::A, Workload::B, Workload::C];
+    fn run(self, system: &System, sizes: &Sizes) -> Outcome {
+        match self {
+            Workload::A => (system.a)(sizes),
+            Workload::B => (system.b)(sizes),
+            Workload::C => (system.c)(sizes),
+        }
+    }
 }
 
 pub fn scratch() -> tempfile::TempDir {
@@ -61,127 +125,66 @@ pub fn scratch() -> tempfile::TempDir {
     }
 }
 
-fn ours_config(flush: commitlog::FlushDiskType) -> commitlog::CommitLogConfig {
-    let mut flush_config = commitlog::FlushConfig::default();
-    if std::env::var_os("BENCH_NO_BACKGROUND_FLUSH").is_some() {
-        flush_config.flush_interval_commit_log_ms = 3_600_000;
-        flush_config.flush_commit_log_thorough_interval_ms = 3_600_000;
-    }
-    commitlog::CommitLogConfig::builder()
-        .flush(flush_config)
-        .mapped_file_size_commit_log(128 << 20)
-        .flush_disk_type(flush)
-        .warm_mapped_file_enable(std::env::var_os("BENCH_WARM").is_some())
-        .build()
-        .expect("config")
+/// Every run of one system on one workload.
+pub struct Runs {
+    pub system: &'static str,
+    pub ours: bool,
+    pub runs: Vec<Line>,
+    pub not_applicable: Option<&'static str>,
 }
 
-/// (a) ours: sync flush, a batch of 64 per durable wait.
-fn ours_durable_batches(batches: usize) -> Line {
-    let dir = scratch();
-    let log = commitlog::CommitLog::open(dir.path(), ours_config(commitlog::FlushDiskType::SyncFlush)).expect("open");
-    let bodies: Vec<Vec<u8>> = (0..64).map(|i| vec![i as u8; RECORD]).collect();
-    let mut lat = Vec::with_capacity(batches);
-    let start = Instant::now();
-    for _ in 0..batches {
-        let t = Instant::now();
-        log.append_batch(&bodies).expect("append").durability.wait().expect("durable");
-        lat.push(t.elapsed().as_nanos() as u64);
+impl Runs {
+    /// The median run by throughput.
+    pub fn median(&self) -> Option<&Line> {
+        let mut sorted: Vec<&Line> = self.runs.iter().collect();
+        sorted.sort_by(|a, b| a.rate().total_cmp(&b.rate()));
+        sorted.get(sorted.len() / 2).copied()
     }
-    let seconds = start.elapsed().as_secs_f64();
-    log.shutdown().expect("shutdown");
-    Line::new("commitlog (this)", (batches * 64) as u64, seconds, lat)
+    pub fn min_rate(&self) -> f64 {
+        self.runs.iter().map(Line::rate).fold(f64::INFINITY, f64::min)
+    }
+    pub fn max_rate(&self) -> f64 {
+        self.runs.iter().map(Line::rate).fold(0.0, f64::max)
+    }
+    /// (max - min) / median of the throughputs.
+    pub fn spread(&self) -> f64 {
+        self.median().map_or(f64::NAN, |m| (self.max_rate() - self.min_rate()) / m.rate())
+    }
 }
 
-/// (b) ours: 16 producers, each waits for its own record.
-fn ours_group_commit(per_producer: usize) -> Line {
-    let dir = scratch();
-    let log = commitlog::CommitLog::open(dir.path(), ours_config(commitlog::FlushDiskType::SyncFlush)).expect("open");
-    let start = Instant::now();
-    let threads: Vec<_> = (0..16)
-        .map(|p| {
-            let log = log.clone();
-            std::thread::spawn(move || {
-                let body = vec![p as u8; RECORD];
-                let mut lat = Vec::with_capacity(per_producer);
-                for _ in 0..per_producer {
-                    let t = Instant::now();
-                    log.append(&body).expect("append").durability.wait().expect("durable");
-                    lat.push(t.elapsed().as_nanos() as u64);
-                }
-                lat
-            })
-        })
-        .collect();
-    let lat: Vec<u64> = threads.into_iter().flat_map(|t| t.join().expect("producer")).collect();
-    let seconds = start.elapsed().as_secs_f64();
-    log.shutdown().expect("shutdown");
-    Line::new("commitlog (this)", lat.len() as u64, seconds, lat)
+/// The physical lines of all rounds.
+#[derive(Default)]
+pub struct Physical {
+    pub memcpy: Vec<Line>,
+    pub pwrite_fdatasync: Vec<Line>,
+    pub fdatasync_4k: Vec<Line>,
 }
 
-/// (c) ours: async flush, one producer.
-fn ours_no_sync(records: usize) -> Line {
-    let dir = scratch();
-    let log = commitlog::CommitLog::open(dir.path(), ours_config(commitlog::FlushDiskType::AsyncFlush)).expect("open");
-    let body = vec![7u8; RECORD];
-    let mut lat = Vec::with_capacity(records);
-    let start = Instant::now();
-    for _ in 0..records {
-        let t = Instant::now();
-        log.append(&body).expect("append");
-        lat.push(t.elapsed().as_nanos() as u64);
-    }
-    let seconds = start.elapsed().as_secs_f64();
-    log.shutdown().expect("shutdown");
-    Line::new("commitlog (this)", records as u64, seconds, lat)
-}
-
-/// memcpy of 1 KiB records into an already-faulted anonymous mapping.
-fn memcpy_limit(records: usize) -> Line {
-    let len = records * RECORD;
-    let mut map = memmap2::MmapMut::map_anon(len).expect("map");
-    map.iter_mut().step_by(4096).for_each(|b| *b = 1); // fault every page in
-    let body = vec![7u8; RECORD];
-    let start = Instant::now();
-    for i in 0..records {
-        map[i * RECORD..(i + 1) * RECORD].copy_from_slice(&body);
-    }
-    std::hint::black_box(&map);
-    Line::new("memcpy into a faulted mapping", records as u64, start.elapsed().as_secs_f64(), Vec::new())
-}
-
-/// fdatasync after overwriting 4 KiB of a preallocated file.
-fn fdatasync_limit(samples: usize) -> Line {
-    use std::os::unix::fs::FileExt;
-    let dir = scratch();
-    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(dir.path().join("f")).expect("file");
-    file.set_len(64 << 20).expect("len");
-    file.write_all_at(&vec![0u8; 64 << 20], 0).expect("fill");
-    file.sync_all().expect("sync");
-    let page = vec![9u8; 4096];
-    let mut lat = Vec::with_capacity(samples);
-    let start = Instant::now();
-    for i in 0..samples {
-        file.write_all_at(&page, (i as u64 * 4096) % (64 << 20)).expect("write");
-        let t = Instant::now();
-        file.sync_data().expect("fdatasync");
-        lat.push(t.elapsed().as_nanos() as u64);
-    }
-    Line::new("fdatasync (4 KiB overwrite, preallocated)", samples as u64, start.elapsed().as_secs_f64(), lat)
+fn median_line(lines: &[Line]) -> &Line {
+    let mut sorted: Vec<&Line> = lines.iter().collect();
+    sorted.sort_by(|a, b| a.rate().total_cmp(&b.rate()));
+    sorted[sorted.len() / 2]
 }
 
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_else(|| "unknown CPU".into());
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let mem = std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|s| s.lines().next().map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse::<u64>().unwrap_or(0) / 1024 / 1024))
+        .and_then(|s| {
+            s.lines()
+                .next()
+                .map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse::<u64>().unwrap_or(0) / 1024 / 1024)
+        })
         .unwrap_or(0);
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
-    let fs = fs_type(Path::new("."));
+    let dir = std::env::var_os("BENCH_DIR").map_or_else(|| ".".into(), std::path::PathBuf::from);
+    let fs = fs_type(&dir);
     format!("{cores} x {cpu}, {mem} GiB RAM, Linux {kernel}, bench directory on {fs}")
 }
 
@@ -199,92 +202,86 @@ fn fs_type(path: &Path) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-fn fmt_ratio(ours: &Line, peer: &Result) -> String {
-    match peer {
-        Result::Measured(p) => format!("{:.2}x", ours.rate() / p.rate()),
-        Result::NotApplicable(..) => "-".into(),
-    }
+fn arg(name: &str) -> Option<String> {
+    std::env::args().skip_while(|a| a != name).nth(1)
 }
 
-fn table(title: &str, ours: &Line, peers: &[Result], latency: &str) -> String {
-    let mut out = format!("### {title}\n\n| system | records/s | MB/s | {latency} p50 / p99 / p99.9 (µs) | ours / peer |\n|---|---|---|---|---|\n");
-    let row = |l: &Line, ratio: String| {
-        format!(
-            "| {} | {:.0} | {:.1} | {:.1} / {:.1} / {:.1} | {ratio} |\n",
-            l.system,
-            l.rate(),
-            l.mb_s(),
-            l.pct_us(0.5),
-            l.pct_us(0.99),
-            l.pct_us(0.999)
-        )
+/// `--only SYSTEM[:WORKLOADS]` (e.g. `--only pwrite:c`) runs what matches: for
+/// profiling one system. Reports from such runs are partial.
+fn wanted(system: &str, workload: Workload) -> bool {
+    let Some(only) = arg("--only") else {
+        return true;
     };
-    out.push_str(&row(ours, "-".into()));
-    for p in peers {
-        match p {
-            Result::Measured(l) => out.push_str(&row(l, fmt_ratio(ours, p))),
-            Result::NotApplicable(system, why) => out.push_str(&format!("| {system} | n/a | n/a | {why} | n/a |\n")),
-        }
-    }
-    out
+    let (name, workloads) = only.split_once(':').unwrap_or((&only, "abc"));
+    let letter = match workload {
+        Workload::A => 'a',
+        Workload::B => 'b',
+        Workload::C => 'c',
+    };
+    system.contains(name) && workloads.contains(letter)
 }
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
-    let scale = if quick { 1 } else { 4 };
-    let out_path = std::env::args().skip_while(|a| a != "--out").nth(1);
+    let rounds: usize = arg("--rounds").and_then(|r| r.parse().ok()).unwrap_or(if quick { 2 } else { 5 });
+    let sizes = if quick {
+        Sizes { a_batches: 300, b_per_producer: 150, c_batches: 2_000 }
+    } else {
+        Sizes { a_batches: 1_000, b_per_producer: 400, c_batches: 6_000 }
+    };
+    let out_path = arg("--out");
     let started = Instant::now();
 
-    eprintln!("limits...");
-    let memcpy = memcpy_limit(1 << 20);
-    let fsync = fdatasync_limit(500 * scale);
+    let systems = [ours::PWRITE, ours::MMAP, peers::ROCKETMQ, peers::RAFT_ENGINE, peers::OKAYWAL];
+    let mut results: Vec<Vec<Runs>> = Workload::ALL
+        .iter()
+        .map(|_| {
+            systems
+                .iter()
+                .map(|s| Runs { system: s.name, ours: s.ours, runs: Vec::new(), not_applicable: None })
+                .collect()
+        })
+        .collect();
+    let mut physical = Physical::default();
 
-    eprintln!("(a) durable batches...");
-    let batches = 200 * scale;
-    let a_ours = ours_durable_batches(batches);
-    let a_peers = vec![peers::rocketmq_durable_batches(batches), peers::raft_engine_durable_batches(batches), peers::okaywal_durable_batches(batches)];
-
-    eprintln!("(b) group commit...");
-    let per = 100 * scale;
-    let b_ours = ours_group_commit(per);
-    let b_peers = vec![
-        Result::NotApplicable("rocketmq-store 1.0.0", "no multi-producer durable wait in its MappedFileQueue"),
-        peers::raft_engine_group_commit(per),
-        peers::okaywal_group_commit(per),
-    ];
-
-    eprintln!("(c) no sync...");
-    let records = 200_000 * scale;
-    let c_ours = ours_no_sync(records);
-    let c_peers = vec![
-        peers::rocketmq_no_sync(records),
-        peers::raft_engine_no_sync(records),
-        Result::NotApplicable("okaywal 0.3.1", "always syncs on commit"),
-    ];
-
-    let mut md = String::new();
-    md.push_str("# Benchmarks\n\n");
-    md.push_str("Produced by `cargo xtask bench-compare` (the comparison runner in `bench-compare/`), all systems in one process, one after another, on the same directory's file system. Ratios are ours / peer throughput from this one run; runs on this shared VM vary by 10-30 %, so compare ratios, not absolute numbers across runs.\n\n");
-    md.push_str(&format!("Machine: {}.\n\nRun took {:.0?}{}.\n\n", machine(), started.elapsed(), if quick { " (--quick)" } else { "" }));
-    md.push_str("## Physical limits in the same run\n\n| line | records/s | MB/s | latency p50 / p99 (µs) |\n|---|---|---|---|\n");
-    md.push_str(&format!("| {} | {:.0} | {:.0} | |\n", memcpy.system, memcpy.rate(), memcpy.mb_s()));
-    md.push_str(&format!("| {} | | | {:.1} / {:.1} |\n\n", fsync.system, fsync.pct_us(0.5), fsync.pct_us(0.99)));
-    md.push_str("## Results (1 KiB records)\n\n");
-    md.push_str(&table("(a) durable batches: one producer, 64 records per durable wait", &a_ours, &a_peers, "batch latency"));
-    md.push_str(&format!("\nOurs reaches {:.1} % of the preallocated-fdatasync line ({:.0} MB/s if every 64 KiB batch paid one p50 fdatasync).\n\n", 100.0 * a_ours.mb_s() / (64.0 * RECORD as f64 / (fsync.pct_us(0.5) / 1e6) / 1e6), 64.0 * RECORD as f64 / (fsync.pct_us(0.5) / 1e6) / 1e6));
-    md.push_str(&table("(b) group commit: 16 producers, each waits for its own record", &b_ours, &b_peers, "ack latency"));
-    md.push_str(&format!("\nOur ack p99 is {:.1}x the fdatasync p99 of the same run.\n\n", b_ours.pct_us(0.99) / fsync.pct_us(0.99)));
-    md.push_str(&table("(c) no sync: one producer", &c_ours, &c_peers, "append latency"));
-    md.push_str(&format!("\nOurs reaches {:.1} % of the faulted-memcpy line.\n", 100.0 * c_ours.rate() / memcpy.rate()));
-    // The maintained analysis goes with every run's numbers.
-    if let Ok(analysis) = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/ANALYSIS.md")) {
-        md.push('\n');
-        md.push_str(&analysis);
+    for round in 0..rounds {
+        eprintln!("round {}/{rounds}: physical lines", round + 1);
+        physical.memcpy.push(physical::memcpy_into_faulted_mapping(256 << 10));
+        physical.pwrite_fdatasync.push(physical::pwrite_fdatasync_written(sizes.a_batches));
+        physical.fdatasync_4k.push(physical::fdatasync_4k(500));
+        for (w, workload) in Workload::ALL.iter().enumerate() {
+            for i in 0..systems.len() {
+                // Rotate the order every round.
+                let s = (i + round) % systems.len();
+                let system = &systems[s];
+                if !wanted(system.name, *workload) {
+                    continue;
+                }
+                eprintln!("round {}/{rounds}: {workload:?} {}", round + 1, system.name);
+                match workload.run(system, &sizes) {
+                    Outcome::Measured(line) => results[w][s].runs.push(line),
+                    Outcome::NotApplicable(why) => results[w][s].not_applicable = Some(why),
+                }
+            }
+        }
     }
-    md.push_str("\nCommand: `cargo xtask bench-compare` (add `--quick` for a short run; `BENCH_DIR` picks the file system, `BENCH_WARM=1` turns segment warm-up on, `BENCH_NO_BACKGROUND_FLUSH=1` keeps the async flusher idle).\n");
+
+    let context = report::Context {
+        machine: machine(),
+        took: started.elapsed(),
+        rounds,
+        quick,
+        sizes,
+        memcpy: median_line(&physical.memcpy).clone(),
+        pwrite_fdatasync: median_line(&physical.pwrite_fdatasync).clone(),
+        fdatasync_4k: median_line(&physical.fdatasync_4k).clone(),
+    };
+    let md = report::markdown(&context, &results);
     println!("{md}");
     if let Some(path) = out_path {
         std::fs::write(&path, &md).expect("write results");
-        eprintln!("wrote {path}");
+        let svg_path = Path::new(&path).with_extension("svg");
+        std::fs::write(&svg_path, report::svg(&results)).expect("write plot");
+        eprintln!("wrote {path} and {}", svg_path.display());
     }
 }

@@ -3,17 +3,40 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::{scratch, Line, Result, RECORD};
+use crate::{scratch, Line, Outcome, Sizes, System, BATCH, PRODUCERS, RECORD, SEGMENT};
 
-const RMQ: &str = "rocketmq-store 1.0.0 (MappedFileQueue, msync)";
-const RAFT: &str = "raft-engine 0.4.2";
-const OKAY: &str = "okaywal 0.3.1";
+/// rocketmq-store's MappedFileQueue, flushed with msync.
+pub const ROCKETMQ: System = System {
+    name: "rocketmq-store 1.0.0 (MappedFileQueue, msync)",
+    ours: false,
+    a: rocketmq_durable_batches,
+    b: |_| Outcome::NotApplicable("no multi-producer durable wait in its MappedFileQueue"),
+    c: rocketmq_no_sync,
+};
+
+/// TiKV's raft-engine.
+pub const RAFT_ENGINE: System = System {
+    name: "raft-engine 0.4.2",
+    ours: false,
+    a: raft_engine_durable_batches,
+    b: raft_engine_group_commit,
+    c: raft_engine_no_sync,
+};
+
+/// okaywal.
+pub const OKAYWAL: System = System {
+    name: "okaywal 0.3.1",
+    ours: false,
+    a: okaywal_durable_batches,
+    b: okaywal_group_commit,
+    c: |_| Outcome::NotApplicable("always syncs on commit"),
+};
 
 // ---- rocketmq-store: its MappedFileQueue with msync flush ------------------------
 
 fn rmq_queue(dir: &std::path::Path) -> rocketmq_store::MappedFileQueue {
     // Segment size a multiple of the record size, so a segment fills exactly.
-    rocketmq_store::MappedFileQueue::new(dir.to_string_lossy().into_owned(), 128 << 20, None)
+    rocketmq_store::MappedFileQueue::new(dir.to_string_lossy().into_owned(), SEGMENT as u64, None)
 }
 
 fn rmq_append(queue: &rocketmq_store::MappedFileQueue, data: &[u8]) {
@@ -27,7 +50,8 @@ fn rmq_append(queue: &rocketmq_store::MappedFileQueue, data: &[u8]) {
     }
 }
 
-pub fn rocketmq_durable_batches(batches: usize) -> Result {
+fn rocketmq_durable_batches(sizes: &Sizes) -> Outcome {
+    let batches = sizes.a_batches;
     let dir = scratch();
     let queue = rmq_queue(dir.path());
     let body = vec![1u8; RECORD];
@@ -35,27 +59,29 @@ pub fn rocketmq_durable_batches(batches: usize) -> Result {
     let start = Instant::now();
     for _ in 0..batches {
         let t = Instant::now();
-        for _ in 0..64 {
+        for _ in 0..BATCH {
             rmq_append(&queue, &body);
         }
         queue.flush(0);
         lat.push(t.elapsed().as_nanos() as u64);
     }
-    Result::Measured(Line::new(RMQ, (batches * 64) as u64, start.elapsed().as_secs_f64(), lat))
+    Outcome::Measured(Line::new((batches * BATCH) as u64, start.elapsed().as_secs_f64(), lat))
 }
 
-pub fn rocketmq_no_sync(records: usize) -> Result {
+fn rocketmq_no_sync(sizes: &Sizes) -> Outcome {
     let dir = scratch();
     let queue = rmq_queue(dir.path());
     let body = vec![1u8; RECORD];
-    let mut lat = Vec::with_capacity(records);
+    let mut lat = Vec::with_capacity(sizes.c_batches);
     let start = Instant::now();
-    for _ in 0..records {
+    for _ in 0..sizes.c_batches {
         let t = Instant::now();
-        rmq_append(&queue, &body);
+        for _ in 0..BATCH {
+            rmq_append(&queue, &body);
+        }
         lat.push(t.elapsed().as_nanos() as u64);
     }
-    Result::Measured(Line::new(RMQ, records as u64, start.elapsed().as_secs_f64(), lat))
+    Outcome::Measured(Line::new((sizes.c_batches * BATCH) as u64, start.elapsed().as_secs_f64(), lat))
 }
 
 // ---- raft-engine: write(batch, sync) ------------------------------------------------
@@ -73,26 +99,28 @@ fn raft_batch(region: u64, first_key: u64, n: usize, body: &[u8]) -> raft_engine
     batch
 }
 
-pub fn raft_engine_durable_batches(batches: usize) -> Result {
+fn raft_engine_durable_batches(sizes: &Sizes) -> Outcome {
+    let batches = sizes.a_batches;
     let dir = scratch();
     let engine = raft(dir.path());
     let body = vec![1u8; RECORD];
     let mut lat = Vec::with_capacity(batches);
     let start = Instant::now();
     for b in 0..batches {
-        let mut batch = raft_batch(1, (b * 64) as u64, 64, &body);
+        let mut batch = raft_batch(1, (b * BATCH) as u64, BATCH, &body);
         let t = Instant::now();
         engine.write(&mut batch, true).expect("write");
         lat.push(t.elapsed().as_nanos() as u64);
     }
-    Result::Measured(Line::new(RAFT, (batches * 64) as u64, start.elapsed().as_secs_f64(), lat))
+    Outcome::Measured(Line::new((batches * BATCH) as u64, start.elapsed().as_secs_f64(), lat))
 }
 
-pub fn raft_engine_group_commit(per_producer: usize) -> Result {
+fn raft_engine_group_commit(sizes: &Sizes) -> Outcome {
+    let per_producer = sizes.b_per_producer;
     let dir = scratch();
     let engine = Arc::new(raft(dir.path()));
     let start = Instant::now();
-    let threads: Vec<_> = (0..16u64)
+    let threads: Vec<_> = (0..PRODUCERS as u64)
         .map(|p| {
             let engine = Arc::clone(&engine);
             std::thread::spawn(move || {
@@ -109,22 +137,23 @@ pub fn raft_engine_group_commit(per_producer: usize) -> Result {
         })
         .collect();
     let lat: Vec<u64> = threads.into_iter().flat_map(|t| t.join().expect("producer")).collect();
-    Result::Measured(Line::new(RAFT, lat.len() as u64, start.elapsed().as_secs_f64(), lat))
+    Outcome::Measured(Line::new(lat.len() as u64, start.elapsed().as_secs_f64(), lat))
 }
 
-pub fn raft_engine_no_sync(records: usize) -> Result {
+fn raft_engine_no_sync(sizes: &Sizes) -> Outcome {
     let dir = scratch();
     let engine = raft(dir.path());
     let body = vec![1u8; RECORD];
-    let mut lat = Vec::with_capacity(records);
+    let mut lat = Vec::with_capacity(sizes.c_batches);
     let start = Instant::now();
-    for i in 0..records {
-        let mut batch = raft_batch(1, i as u64, 1, &body);
+    for b in 0..sizes.c_batches {
+        // Building the batch (copying the bodies in) is part of its append.
         let t = Instant::now();
+        let mut batch = raft_batch(1, (b * BATCH) as u64, BATCH, &body);
         engine.write(&mut batch, false).expect("write");
         lat.push(t.elapsed().as_nanos() as u64);
     }
-    Result::Measured(Line::new(RAFT, records as u64, start.elapsed().as_secs_f64(), lat))
+    Outcome::Measured(Line::new((sizes.c_batches * BATCH) as u64, start.elapsed().as_secs_f64(), lat))
 }
 
 // ---- okaywal: begin_entry / write_chunk / commit (always durable) ------------------
@@ -133,7 +162,8 @@ fn okay(dir: &std::path::Path) -> okaywal::WriteAheadLog {
     okaywal::WriteAheadLog::recover(dir, okaywal::LogVoid).expect("okaywal open")
 }
 
-pub fn okaywal_durable_batches(batches: usize) -> Result {
+fn okaywal_durable_batches(sizes: &Sizes) -> Outcome {
+    let batches = sizes.a_batches;
     let dir = scratch();
     let wal = okay(dir.path());
     let body = vec![1u8; RECORD];
@@ -142,20 +172,21 @@ pub fn okaywal_durable_batches(batches: usize) -> Result {
     for _ in 0..batches {
         let t = Instant::now();
         let mut entry = wal.begin_entry().expect("entry");
-        for _ in 0..64 {
+        for _ in 0..BATCH {
             entry.write_chunk(&body).expect("chunk");
         }
         entry.commit().expect("commit");
         lat.push(t.elapsed().as_nanos() as u64);
     }
-    Result::Measured(Line::new(OKAY, (batches * 64) as u64, start.elapsed().as_secs_f64(), lat))
+    Outcome::Measured(Line::new((batches * BATCH) as u64, start.elapsed().as_secs_f64(), lat))
 }
 
-pub fn okaywal_group_commit(per_producer: usize) -> Result {
+fn okaywal_group_commit(sizes: &Sizes) -> Outcome {
+    let per_producer = sizes.b_per_producer;
     let dir = scratch();
     let wal = okay(dir.path());
     let start = Instant::now();
-    let threads: Vec<_> = (0..16u8)
+    let threads: Vec<_> = (0..PRODUCERS as u8)
         .map(|p| {
             let wal = wal.clone();
             std::thread::spawn(move || {
@@ -173,5 +204,5 @@ pub fn okaywal_group_commit(per_producer: usize) -> Result {
         })
         .collect();
     let lat: Vec<u64> = threads.into_iter().flat_map(|t| t.join().expect("producer")).collect();
-    Result::Measured(Line::new(OKAY, lat.len() as u64, start.elapsed().as_secs_f64(), lat))
+    Outcome::Measured(Line::new(lat.len() as u64, start.elapsed().as_secs_f64(), lat))
 }

@@ -34,6 +34,13 @@ pub struct FlushConfig {
     /// Group commit's wait between rounds when not woken (RocketMQ's
     /// `waitForRunning(10)`, 10 ms).
     pub group_commit_interval_ms: u64,
+    /// Longest a group-commit round waits, before its sync, for the producers the
+    /// previous round acknowledged to come back with their next request
+    /// (microseconds, 100; 0 never waits). A round waits only while fewer
+    /// requests are queued than the last round acknowledged, so a lone producer
+    /// never waits. Like MySQL's `binlog_group_commit_sync_delay` with its
+    /// no-delay count taken from the last round.
+    pub group_commit_gather_us: u64,
     /// Bound on joining a service thread at shutdown (RocketMQ: 5 min for flushers).
     pub service_join_time_ms: u64,
     /// The policy the async flush and commit services ask when to act (RocketMQ's
@@ -55,6 +62,7 @@ impl Default for FlushConfig {
             wake_commit_when_put_message: true,
             wake_flush_when_put_message: false,
             group_commit_interval_ms: 10,
+            group_commit_gather_us: 100,
             service_join_time_ms: 5 * 60 * 1000,
             policy: PolicyChoice::RocketMq,
         }

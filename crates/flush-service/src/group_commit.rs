@@ -39,6 +39,9 @@ pub struct GroupCommitConfig {
     /// How long the service waits for a wake-up before flushing anyway
     /// (RocketMQ's `waitForRunning(10)`).
     pub wait_interval: Duration,
+    /// Longest a round waits for the producers the last round acknowledged
+    /// ([`GroupCommit::gather`]).
+    pub gather: Duration,
 }
 
 impl Default for GroupCommitConfig {
@@ -47,6 +50,7 @@ impl Default for GroupCommitConfig {
             sync_flush_timeout: Duration::from_millis(5000),
             commit_before_flush: false,
             wait_interval: Duration::from_millis(10),
+            gather: Duration::from_micros(100),
         }
     }
 }
@@ -102,6 +106,8 @@ pub struct GroupCommit {
     /// the service thread, or shutdown's drain. Never by a waiting producer, whose
     /// wait must end by its own deadline however long a sync takes.
     round: Mutex<()>,
+    /// Requests the last round acknowledged: how many a round waits for.
+    last_acknowledged: AtomicU64,
     counters: Counters,
     on_flushed: Option<FlushedCallback>,
 }
@@ -127,6 +133,7 @@ impl GroupCommit {
             write: Mutex::new(WriteList::default()),
             inflight: Mutex::new(VecDeque::new()),
             round: Mutex::new(()),
+            last_acknowledged: AtomicU64::new(0),
             counters: Counters::default(),
             on_flushed,
         }
@@ -167,6 +174,28 @@ impl GroupCommit {
         self.flush_swapped()
     }
 
+    /// Before a round's sync: waits, up to `within` (the real clock: this is a
+    /// scheduling delay, not a deadline), until as many requests are queued as
+    /// the last round acknowledged. Producers a round acknowledged usually come
+    /// back within microseconds, and on few cores they need the CPU to do it; a
+    /// sync started before them would serve one or two, and the rest would wait a
+    /// whole round. Returns at once when enough are queued (a lone producer never
+    /// waits), when nothing is queued, or when `within` is zero.
+    pub fn gather(&self, within: Duration) {
+        let want = self.last_acknowledged.load(Ordering::Relaxed);
+        if within.is_zero() || want <= 1 {
+            return;
+        }
+        let start = std::time::Instant::now();
+        loop {
+            let queued = lock(&self.write).requests.len() as u64;
+            if queued == 0 || queued >= want || start.elapsed() >= within {
+                return;
+            }
+            std::thread::yield_now();
+        }
+    }
+
     /// Moves queued requests to the in-flight list (RocketMQ's `swapRequests`, run
     /// in `onWaitEnd`). Producers hold the write lock only for a push.
     pub fn swap(&self) {
@@ -201,7 +230,11 @@ impl GroupCommit {
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
         match result {
             Ok(flushed) => {
+                // Requests queued while the sync ran may be covered by it too (their
+                // bytes were in place before it started): one sync serves them all.
+                self.swap();
                 let acknowledged = self.complete_covered(flushed);
+                self.last_acknowledged.store(acknowledged as u64, Ordering::Relaxed);
                 if let Some(callback) = &self.on_flushed {
                     callback(FlushedReport { flushed_where: flushed, store_timestamp: self.target.store_timestamp() });
                 }

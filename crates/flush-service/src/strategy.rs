@@ -90,6 +90,7 @@ impl SyncFlush {
             sync_flush_timeout: FlushConfig::ms(config.sync_flush_timeout_ms),
             commit_before_flush,
             wait_interval: FlushConfig::ms(config.group_commit_interval_ms),
+            gather: Duration::from_micros(config.group_commit_gather_us),
         };
         let core = Arc::new(GroupCommit::new(target, clock, gc_config, on_flushed));
         let state = ServiceState::new();
@@ -97,8 +98,10 @@ impl SyncFlush {
             let core = Arc::clone(&core);
             spawn("GroupCommitService", Arc::clone(&state), move |s| {
                 let interval = core.config().wait_interval;
+                let gather = core.config().gather;
                 while !s.is_stopped() {
                     s.wait_for_running(interval, || {});
+                    core.gather(gather);
                     core.run_round();
                 }
                 core.drain();

@@ -46,18 +46,53 @@ fn concurrent_requests_are_batched_into_one_flush() {
 }
 
 #[test]
-fn requests_not_yet_swapped_wait_for_the_next_round() {
+fn a_flush_serves_every_request_it_covered_and_later_ones_wait_for_the_next_round() {
     let target = MemoryTarget::new();
     let gc = group_commit(target.clone(), clock(), false);
     let first = gc.put_request(target.append(10));
     gc.swap();
-    let second = gc.put_request(target.append(10)); // arrives after the swap
-    gc.flush_swapped();
-    assert!(first.is_done());
-    assert!(!second.is_done(), "not in flight yet, even though the flush happened to cover it");
-    gc.swap();
-    gc.flush_swapped();
-    assert!(settle(second).is_ok());
+    // Queued after the swap, with its bytes in place before the flush: covered.
+    let second = gc.put_request(target.append(10));
+    assert_eq!(gc.flush_swapped(), 2, "one sync serves both");
+    assert!(first.is_done() && second.is_done());
+    assert_eq!(target.flushes(), 1);
+    // Bytes appended after the flush: not covered, so not acknowledged by it.
+    let third = gc.put_request(target.append(10));
+    assert!(!third.is_done());
+    gc.run_round();
+    assert!(settle(third).is_ok());
+    assert_eq!(gc.stats().acknowledged, 3);
+}
+
+#[test]
+fn a_round_gathers_the_producers_the_last_round_served_but_a_lone_one_never_waits() {
+    let target = MemoryTarget::new();
+    let gc = Arc::new(group_commit(target.clone(), clock(), false));
+    // A lone producer: the last round served one, so gather returns at once.
+    let _ = gc.put_request(target.append(10));
+    gc.run_round();
+    let started = std::time::Instant::now();
+    gc.gather(Duration::from_secs(30));
+    assert!(started.elapsed() < Duration::from_secs(10), "gather waited for nobody");
+    // Four served; the next round waits until four are queued again.
+    for _ in 0..4 {
+        let _ = gc.put_request(target.append(10));
+    }
+    assert_eq!(gc.run_round(), 4);
+    let _ = gc.put_request(target.append(10));
+    let late = {
+        let (gc, target) = (Arc::clone(&gc), target.clone());
+        std::thread::spawn(move || {
+            // Late on purpose: a gather that did not wait would start the round
+            // with one request.
+            std::thread::sleep(Duration::from_millis(50));
+            (0..3).map(|_| gc.put_request(target.append(10))).collect::<Vec<_>>()
+        })
+    };
+    gc.gather(Duration::from_secs(30));
+    let late = late.join().unwrap();
+    assert_eq!(gc.run_round(), 4, "the round waited for the three that came late");
+    assert!(late.iter().all(DurabilityHandle::is_done));
 }
 
 #[test]

@@ -1,0 +1,74 @@
+//! The machine's own limits, measured in the same run as the systems.
+
+use std::os::unix::fs::FileExt;
+use std::time::Instant;
+
+use crate::{scratch, Line, BATCH, RECORD};
+
+/// memcpy of 1 KiB records into an already-faulted anonymous mapping.
+pub fn memcpy_into_faulted_mapping(records: usize) -> Line {
+    let len = records * RECORD;
+    let mut map = memmap2::MmapMut::map_anon(len).expect("map");
+    map.iter_mut().step_by(4096).for_each(|b| *b = 1); // fault every page in
+    let body = vec![7u8; RECORD];
+    let start = Instant::now();
+    for i in 0..records {
+        map[i * RECORD..(i + 1) * RECORD].copy_from_slice(&body);
+    }
+    std::hint::black_box(&map);
+    Line::new(records as u64, start.elapsed().as_secs_f64(), Vec::new())
+}
+
+/// A file of `len` bytes whose blocks are written (zeros) and synced.
+fn written_file(len: usize) -> (tempfile::TempDir, std::fs::File) {
+    let dir = scratch();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(dir.path().join("f"))
+        .expect("file");
+    let zeros = vec![0u8; 1 << 20];
+    for at in (0..len).step_by(zeros.len()) {
+        file.write_all_at(&zeros, at as u64).expect("fill");
+    }
+    file.sync_all().expect("sync");
+    (dir, file)
+}
+
+/// 64 KiB `pwrite` + `fdatasync` per batch, sequentially into blocks written
+/// before: the best a durable batch of 64 records can do on this disk. The
+/// latencies are of each write + sync.
+pub fn pwrite_fdatasync_written(batches: usize) -> Line {
+    let bytes = BATCH * RECORD;
+    let len = (batches * bytes).min(256 << 20);
+    let (_dir, file) = written_file(len);
+    let batch = vec![9u8; bytes];
+    let mut lat = Vec::with_capacity(batches);
+    let start = Instant::now();
+    for i in 0..batches {
+        let t = Instant::now();
+        file.write_all_at(&batch, ((i * bytes) % len) as u64).expect("write");
+        file.sync_data().expect("fdatasync");
+        lat.push(t.elapsed().as_nanos() as u64);
+    }
+    Line::new((batches * BATCH) as u64, start.elapsed().as_secs_f64(), lat)
+}
+
+/// `fdatasync` after overwriting 4 KiB of written blocks: the latency of one
+/// small sync. The latencies are of the sync alone.
+pub fn fdatasync_4k(samples: usize) -> Line {
+    let len = 64 << 20;
+    let (_dir, file) = written_file(len);
+    let page = vec![9u8; 4096];
+    let mut lat = Vec::with_capacity(samples);
+    let start = Instant::now();
+    for i in 0..samples {
+        file.write_all_at(&page, ((i * 4096) % len) as u64).expect("write");
+        let t = Instant::now();
+        file.sync_data().expect("fdatasync");
+        lat.push(t.elapsed().as_nanos() as u64);
+    }
+    Line::new(samples as u64 * 4, start.elapsed().as_secs_f64(), lat)
+}

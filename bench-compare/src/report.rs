@@ -1,0 +1,278 @@
+//! docs/benchmarks.md and its plot, from one run.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::{Line, Runs, Sizes, Workload, BATCH, PRODUCERS, RECORD};
+
+/// What the report needs besides the systems' runs.
+pub struct Context {
+    pub machine: String,
+    pub took: Duration,
+    pub rounds: usize,
+    pub quick: bool,
+    pub sizes: Sizes,
+    pub memcpy: Line,
+    pub pwrite_fdatasync: Line,
+    pub fdatasync_4k: Line,
+}
+
+fn title(w: Workload) -> String {
+    match w {
+        Workload::A => format!("(a) durable batches: one producer, {BATCH} records per durable wait"),
+        Workload::B => format!("(b) group commit: {PRODUCERS} producers, each waits for its own record"),
+        Workload::C => format!("(c) no sync: one producer, batches of {BATCH}"),
+    }
+}
+
+fn unit(w: Workload) -> &'static str {
+    match w {
+        Workload::A => "batch",
+        Workload::B => "ack",
+        Workload::C => "batch",
+    }
+}
+
+/// This project's default row (the first of ours) and the best peer of a workload.
+fn ours_and_best_peer(runs: &[Runs]) -> (Option<&Runs>, Option<&Runs>) {
+    let ours = runs.iter().find(|r| r.ours && r.median().is_some());
+    let best = runs
+        .iter()
+        .filter(|r| !r.ours && r.median().is_some())
+        .max_by(|a, b| a.median().unwrap().rate().total_cmp(&b.median().unwrap().rate()));
+    (ours, best)
+}
+
+fn named<'a>(runs: &'a [Runs], prefix: &str) -> Option<&'a Line> {
+    runs.iter().find(|r| r.system.starts_with(prefix)).and_then(Runs::median)
+}
+
+fn table(out: &mut String, w: Workload, runs: &[Runs]) {
+    let (ours, _) = ours_and_best_peer(runs);
+    let ours_rate = ours.and_then(Runs::median).map(Line::rate);
+    let _ = writeln!(out, "### {}\n", title(w));
+    let extra = if w == Workload::B { " records per sync |" } else { "" };
+    let _ = writeln!(
+        out,
+        "| system | records/s median (min - max) | MB/s | {} latency p50 / p99 / p99.9 / max (µs) | run spread |{extra} default / this |",
+        unit(w)
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|{}---|", if extra.is_empty() { "" } else { "---|" });
+    for r in runs {
+        let Some(m) = r.median() else {
+            let why = r.not_applicable.unwrap_or("did not run");
+            let pad = if extra.is_empty() { "" } else { " n/a |" };
+            let _ = writeln!(out, "| {} | n/a | n/a | {why} | n/a |{pad} n/a |", r.system);
+            continue;
+        };
+        let ratio = match ours_rate {
+            Some(o) if !std::ptr::eq(r, ours.unwrap()) => format!("{:.2}x", o / m.rate()),
+            _ => "-".into(),
+        };
+        let per_sync = if w == Workload::B {
+            format!(" {} |", m.records_per_sync.map_or("n/a".into(), |v| format!("{v:.1}")))
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} ({:.0} - {:.0}) | {:.1} | {:.1} / {:.1} / {:.1} / {:.1} | {:.0} % |{per_sync} {ratio} |",
+            r.system,
+            m.rate(),
+            r.min_rate(),
+            r.max_rate(),
+            m.mb_s(),
+            m.pct_us(0.5),
+            m.pct_us(0.99),
+            m.pct_us(0.999),
+            m.max_us(),
+            100.0 * r.spread(),
+        );
+    }
+    out.push('\n');
+}
+
+/// One goal: what it asks, what was measured, and whether it holds.
+struct Goal {
+    text: String,
+    measured: String,
+    met: bool,
+}
+
+fn goals(ctx: &Context, results: &[Vec<Runs>]) -> Vec<Goal> {
+    let mut goals = Vec::new();
+    let mut push = |text: String, measured: String, met: bool| goals.push(Goal { text, measured, met });
+    let (a, b, c) = (&results[0], &results[1], &results[2]);
+
+    if let (Some(ours), Some(best)) = ours_and_best_peer(a) {
+        let (o, p) = (ours.median().unwrap(), best.median().unwrap());
+        let ratio = o.rate() / p.rate();
+        push("(a) ≥ 1.1x the best peer".into(), format!("{ratio:.2}x {}", best.system), ratio >= 1.1);
+        let line = o.mb_s() / ctx.pwrite_fdatasync.mb_s();
+        push(
+            "(a) ≥ 90 % of 64 KiB pwrite + fdatasync into written blocks".into(),
+            format!("{:.0} % ({:.0} of {:.0} MB/s)", 100.0 * line, o.mb_s(), ctx.pwrite_fdatasync.mb_s()),
+            line >= 0.9,
+        );
+        let tail = o.pct_us(0.999) / o.pct_us(0.5);
+        push("(a) batch p99.9 ≤ 3x p50".into(), format!("{tail:.1}x"), tail <= 3.0);
+    }
+    if let (Some(ours), Some(best)) = ours_and_best_peer(b) {
+        let (o, p) = (ours.median().unwrap(), best.median().unwrap());
+        let ratio = o.rate() / p.rate();
+        push("(b) ≥ 1.5x the best peer".into(), format!("{ratio:.2}x {}", best.system), ratio >= 1.5);
+        let per_sync = o.records_per_sync.unwrap_or(0.0);
+        push("(b) records per sync reported".into(), format!("{per_sync:.1} records per sync"), per_sync > 0.0);
+        let ack = o.pct_us(0.99) / ctx.fdatasync_4k.pct_us(0.99);
+        push(
+            "(b) ack p99 ≤ 3x the fdatasync p99".into(),
+            format!("{ack:.1}x ({:.0} vs {:.0} µs)", o.pct_us(0.99), ctx.fdatasync_4k.pct_us(0.99)),
+            ack <= 3.0,
+        );
+    }
+    if let Some(ours) = c.iter().find(|r| r.ours).filter(|r| r.median().is_some()) {
+        let o = ours.median().unwrap();
+        for (peer, want) in [("rocketmq-store", 2.0), ("raft-engine", 3.0)] {
+            if let Some(p) = named(c, peer) {
+                let ratio = o.rate() / p.rate();
+                push(format!("(c) ≥ {want}x {peer}"), format!("{ratio:.2}x"), ratio >= want);
+            }
+        }
+        let share = o.rate() / ctx.memcpy.rate();
+        push("(c) ≥ 25 % of memcpy into a faulted mapping".into(), format!("{:.1} %", 100.0 * share), share >= 0.25);
+        let per_record = o.pct_us(0.999) / BATCH as f64;
+        push(
+            format!("(c) append p99.9 ≤ 20 µs per record (batch p99.9 / {BATCH}; max batch in brackets)"),
+            format!("{per_record:.2} µs ({:.0} µs)", o.max_us()),
+            per_record <= 20.0,
+        );
+        push("(c) run spread ≤ 30 %".into(), format!("{:.0} %", 100.0 * ours.spread()), ours.spread() <= 0.30);
+    }
+    goals
+}
+
+/// The report.
+pub fn markdown(ctx: &Context, results: &[Vec<Runs>]) -> String {
+    let mut md = String::new();
+    md.push_str("# Benchmarks\n\n");
+    let _ = writeln!(
+        md,
+        "Produced by `cargo xtask bench-compare` (the comparison runner in `bench-compare/`): every system in one process, \
+         on the same file system, {} rounds interleaved (each round runs every system once per workload, in an order \
+         rotated each round). Shown: the median run by throughput, the min and max over the rounds, and the median \
+         run's latencies. Ratios come from this one run; this shared VM drifts 10-30 % between runs and more between \
+         days, so compare ratios, not absolute numbers across runs.\n",
+        ctx.rounds
+    );
+    let _ = writeln!(
+        md,
+        "Machine: {}. Run took {:.0?}{}. Per run: (a) {} batches, (b) {} records per producer, (c) {} batches; {} KiB records.\n",
+        ctx.machine,
+        ctx.took,
+        if ctx.quick { " (--quick: a hint, not a result)" } else { "" },
+        ctx.sizes.a_batches,
+        ctx.sizes.b_per_producer,
+        ctx.sizes.c_batches,
+        RECORD / 1024
+    );
+    md.push_str("![throughput and p99.9 per system](benchmarks.svg)\n\n");
+    md.push_str("## Physical lines in the same run (medians over the rounds)\n\n");
+    md.push_str("| line | MB/s | latency p50 / p99 / p99.9 (µs) |\n|---|---|---|\n");
+    let _ = writeln!(md, "| memcpy of 1 KiB records into a faulted mapping | {:.0} | |", ctx.memcpy.mb_s());
+    let _ = writeln!(
+        md,
+        "| 64 KiB pwrite + fdatasync into written blocks | {:.0} | {:.1} / {:.1} / {:.1} |",
+        ctx.pwrite_fdatasync.mb_s(),
+        ctx.pwrite_fdatasync.pct_us(0.5),
+        ctx.pwrite_fdatasync.pct_us(0.99),
+        ctx.pwrite_fdatasync.pct_us(0.999)
+    );
+    let _ = writeln!(
+        md,
+        "| fdatasync after a 4 KiB overwrite of written blocks | | {:.1} / {:.1} / {:.1} |\n",
+        ctx.fdatasync_4k.pct_us(0.5),
+        ctx.fdatasync_4k.pct_us(0.99),
+        ctx.fdatasync_4k.pct_us(0.999)
+    );
+    md.push_str("## Results (1 KiB records)\n\n");
+    for (w, runs) in Workload::ALL.iter().zip(results) {
+        table(&mut md, *w, runs);
+    }
+    md.push_str("## Goals (DESIGN.md §5), this run\n\n| goal | measured | |\n|---|---|---|\n");
+    for goal in goals(ctx, results) {
+        let _ = writeln!(md, "| {} | {} | {} |", goal.text, goal.measured, if goal.met { "met" } else { "**not met**" });
+    }
+    md.push('\n');
+    // The maintained analysis goes with every run's numbers.
+    if let Ok(analysis) = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/ANALYSIS.md")) {
+        md.push_str(&analysis);
+        md.push('\n');
+    }
+    md.push_str(
+        "Command: `cargo xtask bench-compare` (`--quick` for a short run, `--rounds N`; `BENCH_DIR` picks the file \
+         system, `BENCH_WARM=1` turns segment warm-up on, `BENCH_NO_BACKGROUND_FLUSH=1` keeps the async flusher idle).\n",
+    );
+    md
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// A bar chart per workload: median throughput with a min-max whisker, and the
+/// median run's p99.9 latency beside each bar.
+pub fn svg(results: &[Vec<Runs>]) -> String {
+    let (width, bar_h, gap, label_w, bar_w) = (900.0, 18.0, 6.0, 300.0, 420.0);
+    let mut y = 30.0;
+    let mut body = String::new();
+    for (w, runs) in Workload::ALL.iter().zip(results) {
+        let _ = writeln!(
+            body,
+            r#"<text x="10" y="{y}" font-size="15" font-weight="bold">{}</text>"#,
+            escape(&title(*w))
+        );
+        y += 12.0;
+        let max = runs.iter().map(Runs::max_rate).fold(0.0, f64::max).max(1.0);
+        for r in runs {
+            y += bar_h + gap;
+            let _ = writeln!(
+                body,
+                r#"<text x="{}" y="{}" font-size="12" text-anchor="end">{}</text>"#,
+                label_w - 8.0,
+                y - 5.0,
+                escape(r.system)
+            );
+            let Some(m) = r.median() else {
+                let _ = writeln!(body, r#"<text x="{label_w}" y="{}" font-size="12" fill="gray">n/a</text>"#, y - 5.0);
+                continue;
+            };
+            let len = bar_w * m.rate() / max;
+            let color = if r.ours { "steelblue" } else { "silver" };
+            let _ = writeln!(
+                body,
+                r#"<rect x="{label_w}" y="{}" width="{len:.1}" height="{bar_h}" fill="{color}"/>"#,
+                y - bar_h
+            );
+            let (lo, hi) = (label_w + bar_w * r.min_rate() / max, label_w + bar_w * r.max_rate() / max);
+            let mid = y - bar_h / 2.0;
+            let _ = writeln!(body, r#"<line x1="{lo:.1}" y1="{mid}" x2="{hi:.1}" y2="{mid}" stroke="black"/>"#);
+            let _ = writeln!(
+                body,
+                r#"<text x="{:.1}" y="{}" font-size="11">{:.0} MB/s, p99.9 {:.0} µs</text>"#,
+                label_w + bar_w + 10.0,
+                y - 5.0,
+                m.mb_s(),
+                m.pct_us(0.999)
+            );
+        }
+        y += 30.0;
+    }
+    format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{y}" font-family="sans-serif">
+<rect width="100%" height="100%" fill="white"/>
+{body}<text x="10" y="{}" font-size="11" fill="dimgray">Bars: median throughput over the rounds (whisker: min to max); blue: this project. Text: median MB/s and the median run's p99.9 latency of its unit (batch or ack).</text>
+</svg>
+"#,
+        y - 10.0
+    )
+}
