@@ -34,6 +34,25 @@ impl Mode {
     }
 }
 
+/// How segments are written (`write_without_mmap`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backend {
+    /// `pwrite` + `fdatasync`, read through a read-only mapping (the default).
+    Pwrite,
+    /// Copies into a read-write mapping, synced with `msync`.
+    Mmap,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Pwrite => "pwrite",
+            Backend::Mmap => "mmap",
+        }
+    }
+}
+
 #[derive(Args)]
 pub struct BenchArgs {
     /// Directory for the logs (kept afterwards); default: a temporary one, removed.
@@ -58,6 +77,9 @@ pub struct BenchArgs {
     /// Modes to run (repeat or comma-separate); default: all.
     #[arg(long, value_enum, value_delimiter = ',')]
     mode: Vec<Mode>,
+    /// How segments are written.
+    #[arg(long, value_enum, default_value = "pwrite")]
+    backend: Backend,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -99,6 +121,7 @@ struct ModeResult {
     ack_latency: Option<Percentiles>,
     flushes: u64,
     records_per_flush: Option<f64>,
+    backend: Backend,
 }
 
 fn run_mode(mode: Mode, args: &BenchArgs, dir: &std::path::Path) -> Result<ModeResult, CliError> {
@@ -118,6 +141,7 @@ fn run_mode(mode: Mode, args: &BenchArgs, dir: &std::path::Path) -> Result<ModeR
         )));
     }
     config.max_message_size = config.max_message_size.max(args.record_size);
+    config.write_without_mmap = args.backend == Backend::Pwrite;
     let log = CommitLog::open(dir, config)?;
     let producers = args.producers;
     let per_producer = args.count.div_ceil(producers as u64);
@@ -183,6 +207,7 @@ fn run_mode(mode: Mode, args: &BenchArgs, dir: &std::path::Path) -> Result<ModeR
         ack_latency: percentiles(ack),
         flushes,
         records_per_flush: (mode == Mode::Sync && flushes > 0).then(|| records as f64 / flushes as f64),
+        backend: args.backend,
     })
 }
 
@@ -207,6 +232,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
     let us = |v: f64| format!("{v:.1}");
     let mut rows = vec![[
         "mode",
+        "backend",
         "records",
         "rec/s",
         "MB/s",
@@ -226,6 +252,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         let ack = r.ack_latency;
         rows.push(vec![
             r.mode.name().to_string(),
+            r.backend.name().to_string(),
             r.records.to_string(),
             format!("{:.0}", r.records_per_sec),
             format!("{:.1}", r.mb_per_sec),

@@ -330,14 +330,28 @@ fn bench_runs_every_mode_and_prints_json() {
     assert_eq!(modes, ["sync", "async", "async-pool"]);
     for m in v.as_array().unwrap() {
         assert_eq!(m["records"], 2000);
+        assert_eq!(m["backend"], "pwrite", "the default write path, reported");
         assert!(m["records_per_sec"].as_f64().unwrap() > 0.0);
     }
     assert!(v[0]["ack_latency"]["p99_us"].as_f64().unwrap() > 0.0, "sync reports durable-ack latency");
+    assert!(v[0]["records_per_flush"].as_f64().unwrap() >= 1.0, "sync reports records per flush");
     assert!(dir.path().join("sync").exists(), "--dir keeps the logs");
-    let table =
-        run(&["bench", "--count", "500", "--mode", "async", "--record-size", "64", "--segment-size", "1048576"]);
+    let table = run(&[
+        "bench",
+        "--count",
+        "500",
+        "--mode",
+        "async",
+        "--backend",
+        "mmap",
+        "--record-size",
+        "64",
+        "--segment-size",
+        "1048576",
+    ]);
     assert!(table.status.success());
-    assert!(text(&table.stdout).contains("rec/s"));
+    let table = text(&table.stdout);
+    assert!(table.contains("rec/s") && table.contains("rec/flush") && table.contains("mmap"), "{table}");
 }
 
 #[test]
