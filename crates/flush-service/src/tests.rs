@@ -69,17 +69,17 @@ fn a_round_gathers_the_producers_the_last_round_served_but_a_lone_one_never_wait
     let target = MemoryTarget::new();
     let gc = Arc::new(group_commit(target.clone(), clock(), false));
     // A lone producer: the last round served one, so gather returns at once.
-    let _ = gc.put_request(target.append(10));
+    drop(gc.put_request(target.append(10)));
     gc.run_round();
     let started = std::time::Instant::now();
     gc.gather(Duration::from_secs(30));
     assert!(started.elapsed() < Duration::from_secs(10), "gather waited for nobody");
     // Four served; the next round waits until four are queued again.
     for _ in 0..4 {
-        let _ = gc.put_request(target.append(10));
+        drop(gc.put_request(target.append(10)));
     }
     assert_eq!(gc.run_round(), 4);
-    let _ = gc.put_request(target.append(10));
+    drop(gc.put_request(target.append(10)));
     let late = {
         let (gc, target) = (Arc::clone(&gc), target.clone());
         std::thread::spawn(move || {
