@@ -36,6 +36,7 @@ fn config(flush: FlushDiskType, write_without_mmap: bool) -> CommitLogConfig {
         .flush_disk_type(flush)
         .write_without_mmap(write_without_mmap)
         .warm_mapped_file_enable(std::env::var_os("BENCH_WARM").is_some())
+        .transient_store_pool(std::env::var_os("BENCH_POOL").is_some(), 3)
         .build()
         .expect("config")
 }

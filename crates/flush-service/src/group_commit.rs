@@ -23,7 +23,7 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::error::TargetError;
 use crate::handle::{Completion, DurabilityHandle};
-use crate::sync::{lock, Arc, AtomicU64, Mutex, Ordering};
+use crate::sync::{lock, wait_timeout, Arc, AtomicU64, Condvar, Mutex, Ordering};
 use crate::{FlushError, FlushTarget, FlushedCallback, FlushedReport};
 
 /// RocketMQ's `RETRY_TIMES_OVER`: final flush attempts on shutdown.
@@ -66,6 +66,8 @@ struct Request {
 struct WriteList {
     requests: VecDeque<Request>,
     closed: bool,
+    /// While a round gathers: the queue length that ends its wait (0: none waits).
+    gather_want: usize,
 }
 
 /// Counters of a group-commit service.
@@ -101,6 +103,8 @@ pub struct GroupCommit {
     clock: Arc<dyn Clock>,
     config: GroupCommitConfig,
     write: Mutex<WriteList>,
+    /// Signalled when the write list reaches what a gathering round waits for.
+    gathered: Condvar,
     inflight: Mutex<VecDeque<Request>>,
     /// Held for a whole round (swap, commit, flush, complete) by whoever runs it:
     /// the service thread, or shutdown's drain. Never by a waiting producer, whose
@@ -131,6 +135,7 @@ impl GroupCommit {
             clock,
             config,
             write: Mutex::new(WriteList::default()),
+            gathered: Condvar::new(),
             inflight: Mutex::new(VecDeque::new()),
             round: Mutex::new(()),
             last_acknowledged: AtomicU64::new(0),
@@ -154,7 +159,7 @@ impl GroupCommit {
         }
         let completion = Completion::new();
         let deadline = self.clock.now() + self.config.sync_flush_timeout;
-        {
+        let gathered = {
             let mut write = lock(&self.write);
             if write.closed {
                 drop(write);
@@ -162,6 +167,10 @@ impl GroupCommit {
                 return DurabilityHandle::resolved(Err(FlushError::Stopped { offset: next_offset }));
             }
             write.requests.push_back(Request { next_offset, deadline, completion: Arc::clone(&completion) });
+            write.gather_want > 0 && write.requests.len() >= write.gather_want
+        };
+        if gathered {
+            self.gathered.notify_one();
         }
         DurabilityHandle::pending(completion)
     }
@@ -182,18 +191,25 @@ impl GroupCommit {
     /// whole round. Returns at once when enough are queued (a lone producer never
     /// waits), when nothing is queued, or when `within` is zero.
     pub fn gather(&self, within: Duration) {
-        let want = self.last_acknowledged.load(Ordering::Relaxed);
+        let want = usize::try_from(self.last_acknowledged.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
+        let Some(deadline) = std::time::Instant::now().checked_add(within) else {
+            return;
+        };
         if within.is_zero() || want <= 1 {
             return;
         }
-        let start = std::time::Instant::now();
-        loop {
-            let queued = lock(&self.write).requests.len() as u64;
-            if queued == 0 || queued >= want || start.elapsed() >= within {
-                return;
+        // Sleeps, never spins: on few cores the producers need the CPU this
+        // thread would burn. The producer that completes the count wakes it.
+        let mut write = lock(&self.write);
+        write.gather_want = want;
+        while !write.closed && !write.requests.is_empty() && write.requests.len() < want {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                break;
             }
-            std::thread::yield_now();
+            write = wait_timeout(&self.gathered, write, deadline - now);
         }
+        write.gather_want = 0;
     }
 
     /// Moves queued requests to the in-flight list (RocketMQ's `swapRequests`, run
