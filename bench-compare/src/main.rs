@@ -157,6 +157,7 @@ impl Runs {
 pub struct Physical {
     pub memcpy: Vec<Line>,
     pub pwrite_fdatasync: Vec<Line>,
+    pub pwrite_fdatasync_fallocated: Vec<Line>,
     pub fdatasync_4k: Vec<Line>,
 }
 
@@ -170,7 +171,9 @@ fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
-            s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
         })
         .unwrap_or_else(|| "unknown CPU".into());
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
@@ -227,7 +230,7 @@ fn main() {
     let sizes = if quick {
         Sizes { a_batches: 300, b_per_producer: 150, c_batches: 2_000 }
     } else {
-        Sizes { a_batches: 1_000, b_per_producer: 400, c_batches: 6_000 }
+        Sizes { a_batches: 2_000, b_per_producer: 1_500, c_batches: 6_000 }
     };
     let out_path = arg("--out");
     let started = Instant::now();
@@ -250,6 +253,7 @@ fn main() {
             eprintln!("round {}/{rounds}: physical lines", round + 1);
             physical.memcpy.push(physical::memcpy_into_faulted_mapping(256 << 10));
             physical.pwrite_fdatasync.push(physical::pwrite_fdatasync_written(sizes.a_batches));
+            physical.pwrite_fdatasync_fallocated.push(physical::pwrite_fdatasync_fallocated(sizes.a_batches));
             physical.fdatasync_4k.push(physical::fdatasync_4k(500));
         }
         for (w, workload) in Workload::ALL.iter().enumerate() {
@@ -277,6 +281,7 @@ fn main() {
         sizes,
         memcpy: median_line(&physical.memcpy).clone(),
         pwrite_fdatasync: median_line(&physical.pwrite_fdatasync).clone(),
+        pwrite_fdatasync_fallocated: median_line(&physical.pwrite_fdatasync_fallocated).clone(),
         fdatasync_4k: median_line(&physical.fdatasync_4k).clone(),
     };
     let md = report::markdown(&context, &results);

@@ -41,9 +41,32 @@ fn written_file(len: usize) -> (tempfile::TempDir, std::fs::File) {
 /// before: the best a durable batch of 64 records can do on this disk. The
 /// latencies are of each write + sync.
 pub fn pwrite_fdatasync_written(batches: usize) -> Line {
+    let len = (batches * BATCH * RECORD).min(256 << 20);
+    let (dir, file) = written_file(len);
+    pwrite_fdatasync(dir, file, batches, len)
+}
+
+/// The same into a fresh file preallocated with `fallocate` (unwritten extents),
+/// as a new segment is: each sync also converts the extents it covers.
+pub fn pwrite_fdatasync_fallocated(batches: usize) -> Line {
+    let len = (batches * BATCH * RECORD).min(256 << 20);
+    let dir = scratch();
+    let path = dir.path().join("f");
+    // fallocate(1) does what the log's storage does (posix_fallocate), without
+    // unsafe code here: the blocks are allocated, unwritten, and read as zeros.
+    let status = std::process::Command::new("fallocate")
+        .args(["-l", &len.to_string()])
+        .arg(&path)
+        .status()
+        .expect("run fallocate(1)");
+    assert!(status.success(), "fallocate(1) failed");
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).expect("file");
+    file.sync_all().expect("sync");
+    pwrite_fdatasync(dir, file, batches, len)
+}
+
+fn pwrite_fdatasync(_dir: tempfile::TempDir, file: std::fs::File, batches: usize, len: usize) -> Line {
     let bytes = BATCH * RECORD;
-    let len = (batches * bytes).min(256 << 20);
-    let (_dir, file) = written_file(len);
     let batch = vec![9u8; bytes];
     let mut lat = Vec::with_capacity(batches);
     let start = Instant::now();

@@ -14,7 +14,7 @@
 //! cargo xtask fuzz --seconds N           coverage-guided fuzzing of the recovery parser (nightly and
 //!                                        cargo-fuzz; not part of ci, its own CI job)
 //! cargo xtask msrv                       cargo check of the workspace on the declared rust-version
-//! cargo xtask bench-compare [--quick]    this project and the peer crates side by side; writes docs/benchmarks.md
+//! cargo xtask bench-compare [--quick]    this project and the peer crates side by side, 5 interleaved rounds; writes docs/benchmarks.md and .svg
 //! ```
 //!
 //! Dependencies: none beyond std, so it builds in seconds.
@@ -296,7 +296,7 @@ fn fuzz(seconds: u64) -> Result<(), String> {
 }
 
 /// Builds and runs the comparison runner (its own manifest, so the peers never
-/// enter the main build), writing docs/benchmarks.md.
+/// enter the main build), writing docs/benchmarks.md and its plot, docs/benchmarks.svg.
 fn bench_compare(quick: bool) -> Result<(), String> {
     let out = std::env::current_dir().map_err(|e| e.to_string())?.join("docs/benchmarks.md");
     let out = out.to_str().ok_or("non-UTF-8 path")?.to_string();
