@@ -205,6 +205,14 @@ fn fs_type(path: &Path) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// Between runs: write back what the last one left and let the disk go idle, so
+/// no run pays for its predecessor's writeback or deletes (the bench file system
+/// may discard freed blocks at its next journal commit).
+fn settle() {
+    let _ = std::process::Command::new("sync").status();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+}
+
 fn arg(name: &str) -> Option<String> {
     std::env::args().skip_while(|a| a != name).nth(1)
 }
@@ -269,6 +277,7 @@ fn main() {
                     Outcome::Measured(line) => results[w][s].runs.push(line),
                     Outcome::NotApplicable(why) => results[w][s].not_applicable = Some(why),
                 }
+                settle();
             }
         }
     }
