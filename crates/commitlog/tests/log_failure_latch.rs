@@ -59,3 +59,38 @@ fn a_sync_that_fails_at_shutdown_is_reported_and_leaves_the_abort_marker() {
 fn libc_eio() -> i32 {
     5 // EIO on Linux, what SimStorage injects
 }
+
+#[test]
+fn a_failed_write_is_a_clear_error_that_loses_nothing_and_leaves_the_log_writeable() {
+    // The write path without mmap: a pwrite can fail (EIO) where a copy into a
+    // mapping cannot. The append must fail cleanly, write nothing that a later
+    // append or a recovery could mistake for a record, and not stop the log.
+    let sim = SimStorage::new();
+    sim.set_write_without_mmap(true);
+    let log = open(&sim, FlushDiskType::SyncFlush);
+    let kept: Vec<u64> = (0..5u8)
+        .map(|i| {
+            let put = log.append(&[i; 300]).unwrap();
+            put.durability.wait().unwrap();
+            put.wrote_offset
+        })
+        .collect();
+    sim.fail_writes(true);
+    let err = log.append(&[9; 300]).unwrap_err();
+    assert!(err.to_string().contains("cannot write"), "{err}");
+    assert!(err.source().is_some(), "the OS error is a source");
+    sim.fail_writes(false);
+    let after = log.append(&[10; 300]).unwrap();
+    after.durability.wait().unwrap();
+    assert_eq!(after.wrote_offset, kept[4] + 332, "the next record goes where the failed one would have");
+    // Power is cut: nothing more becomes durable, and what was not is lost.
+    sim.fail_all_syncs(true);
+    drop(log);
+    sim.crash_losing_unsynced();
+    sim.fail_all_syncs(false);
+    let reopened = open(&sim, FlushDiskType::SyncFlush);
+    let bodies = common::bodies(&reopened);
+    assert_eq!(bodies.len(), 6);
+    assert!(bodies.iter().take(5).enumerate().all(|(i, b)| b == &vec![i as u8; 300]));
+    assert_eq!(bodies[5], vec![10u8; 300]);
+}

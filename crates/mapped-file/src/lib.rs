@@ -675,4 +675,37 @@ mod tests_mmap {
 mod tests_pwrite {
     const WRITE_WITHOUT_MMAP: bool = true;
     include!("tests.rs");
+
+    #[test]
+    fn a_failed_write_publishes_nothing_and_the_next_append_writes_again() {
+        let (storage, file) = sim_file(SIZE);
+        put(&file, b"kept");
+        storage.fail_writes(true);
+        let err = file.append_bytes(1, b"lost").unwrap_err();
+        assert!(matches!(err, MappedFileError::Write { pos: 4, len: 4, .. }), "{err}");
+        assert_eq!((file.wrote_position(), file.read_position()), (4, 4), "nothing published");
+        assert!(!file.is_latched(), "a failed write is not a failed sync: nothing was acknowledged");
+        storage.fail_writes(false);
+        assert_eq!(put(&file, b"next"), 4, "written again where the failed one would have gone");
+        file.flush(0).unwrap();
+        assert_eq!(&file.read(0, 8).unwrap()[..], b"keptnext");
+        storage.crash_losing_unsynced();
+        let reopened = MappedFile::open(&storage, file.path(), SIZE).unwrap();
+        reopened.set_positions(8).unwrap();
+        assert_eq!(&reopened.read(0, 8).unwrap()[..], b"keptnext");
+    }
+
+    #[test]
+    fn a_failed_commit_of_a_write_buffer_keeps_the_bytes_for_the_next_commit() {
+        let (storage, file) = sim_file(SIZE);
+        let pool = pool(SIZE, 1);
+        file.attach_write_buffer(pool.try_borrow().unwrap()).unwrap();
+        put(&file, b"buffered");
+        storage.fail_writes(true);
+        assert!(matches!(file.commit(0), Err(MappedFileError::Write { .. })));
+        assert_eq!(file.committed_position(), 0);
+        storage.fail_writes(false);
+        assert_eq!(file.commit(0).unwrap().to, 8);
+        assert_eq!(&file.read(0, 8).unwrap()[..], b"buffered");
+    }
 }

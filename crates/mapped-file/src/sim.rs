@@ -115,6 +115,7 @@ struct SimState {
     fail_sync_at: Option<u64>,
     fail_all_syncs: bool,
     fail_removes: bool,
+    fail_writes: bool,
     create_delay: std::time::Duration,
     write_without_mmap: bool,
     sink: Option<std::sync::mpsc::SyncSender<SimSnapshot>>,
@@ -204,6 +205,12 @@ impl SimStorage {
     /// True when segments are written through [`SegmentIo::write_at`].
     pub fn writes_without_mmap(&self) -> bool {
         self.state.lock().write_without_mmap
+    }
+
+    /// Makes every [`SegmentIo::write_at`] (the write path without mmap) fail with
+    /// `EIO` (`true`) or succeed again (`false`). A failed write changes nothing.
+    pub fn fail_writes(&self, fail: bool) {
+        self.state.lock().fail_writes = fail;
     }
 
     /// Makes every file creation take at least `delay` (a slow `fallocate`), so
@@ -424,6 +431,9 @@ impl SegmentIo for SimSegment {
     fn write_at(&self, offset: usize, bytes: &[u8]) -> io::Result<()> {
         if !self.file_writes {
             return Err(io::Error::new(io::ErrorKind::Unsupported, "this segment is written through its memory"));
+        }
+        if self.state.lock().fail_writes {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
         }
         self.note_written(offset, bytes);
         Ok(())
