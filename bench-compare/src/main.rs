@@ -44,12 +44,14 @@ pub struct Line {
     pub latencies: Vec<u64>,
     /// Records per sync, where the system reports it.
     pub records_per_sync: Option<f64>,
+    /// CPU time of the whole process per record during the run (µs), all threads.
+    pub cpu_us_per_record: Option<f64>,
 }
 
 impl Line {
     pub fn new(records: u64, seconds: f64, mut latencies: Vec<u64>) -> Self {
         latencies.sort_unstable();
-        Line { records, seconds, latencies, records_per_sync: None }
+        Line { records, seconds, latencies, records_per_sync: None, cpu_us_per_record: None }
     }
     pub fn rate(&self) -> f64 {
         self.records as f64 / self.seconds
@@ -205,6 +207,18 @@ fn fs_type(path: &Path) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// User + system CPU time of this process so far (all threads, exited ones
+/// included), from /proc/self/stat in clock ticks of 10 ms: runs take long
+/// enough for that.
+fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    Some((ticks(11)? + ticks(12)?) / 100.0)
+}
+
 /// Between runs: write back what the last one left and let the disk go idle, so
 /// no run pays for its predecessor's writeback or deletes (the bench file system
 /// may discard freed blocks at its next journal commit).
@@ -273,8 +287,14 @@ fn main() {
                     continue;
                 }
                 eprintln!("round {}/{rounds}: {workload:?} {}", round + 1, system.name);
+                let cpu_before = process_cpu_seconds();
                 match workload.run(system, &sizes) {
-                    Outcome::Measured(line) => results[w][s].runs.push(line),
+                    Outcome::Measured(mut line) => {
+                        if let (Some(before), Some(after)) = (cpu_before, process_cpu_seconds()) {
+                            line.cpu_us_per_record = Some((after - before) * 1e6 / line.records as f64);
+                        }
+                        results[w][s].runs.push(line)
+                    }
                     Outcome::NotApplicable(why) => results[w][s].not_applicable = Some(why),
                 }
                 settle();

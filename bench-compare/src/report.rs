@@ -52,17 +52,17 @@ fn table(out: &mut String, w: Workload, runs: &[Runs]) {
     let (ours, _) = ours_and_best_peer(runs);
     let ours_rate = ours.and_then(Runs::median).map(Line::rate);
     let _ = writeln!(out, "### {}\n", title(w));
-    let extra = if w == Workload::B { " records per sync |" } else { "" };
+    let extra = if w == Workload::B { " records per sync | CPU per record (µs) |" } else { "" };
     let _ = writeln!(
         out,
         "| system | records/s median (min - max) | MB/s | {} latency p50 / p99 / p99.9 / max (µs) | run spread |{extra} default / this |",
         unit(w)
     );
-    let _ = writeln!(out, "|---|---|---|---|---|{}---|", if extra.is_empty() { "" } else { "---|" });
+    let _ = writeln!(out, "|---|---|---|---|---|{}---|", if extra.is_empty() { "" } else { "---|---|" });
     for r in runs {
         let Some(m) = r.median() else {
             let why = r.not_applicable.unwrap_or("did not run");
-            let pad = if extra.is_empty() { "" } else { " n/a |" };
+            let pad = if extra.is_empty() { "" } else { " n/a | n/a |" };
             let _ = writeln!(out, "| {} | n/a | n/a | {why} | n/a |{pad} n/a |", r.system);
             continue;
         };
@@ -71,7 +71,11 @@ fn table(out: &mut String, w: Workload, runs: &[Runs]) {
             _ => "-".into(),
         };
         let per_sync = if w == Workload::B {
-            format!(" {} |", m.records_per_sync.map_or("n/a".into(), |v| format!("{v:.1}")))
+            format!(
+                " {} | {} |",
+                m.records_per_sync.map_or("n/a".into(), |v| format!("{v:.1}")),
+                m.cpu_us_per_record.map_or("n/a".into(), |v| format!("{v:.1}"))
+            )
         } else {
             String::new()
         };

@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use flush_service::DurabilityHandle;
 use mapped_file::{AppendStatus, Appended};
 
-use crate::format::{advance, encode_blank, encode_record, parse, Parsed, HEADER_SIZE};
+use crate::format::{advance, body_crc, encode_blank, encode_record, parse, Parsed, HEADER_SIZE};
 use crate::{CommitLog, Error, PutMessageStatus};
 
 fn now_ms() -> u64 {
@@ -63,7 +63,7 @@ impl CommitLog {
         if body.len() > max {
             return Err(Error::RecordTooLarge { size: body.len(), max });
         }
-        let body_crc = crc32c::crc32c(body);
+        let body_crc = body_crc(body);
         let size = HEADER_SIZE.saturating_add(body.len()); // `body.len() <= max_message_size`, validated to fit a segment
         let (wrote_offset, store_timestamp_ms, durability) = self.put(size, |out, offset, ts| {
             encode_record(out, offset, ts, body, body_crc);
@@ -86,7 +86,7 @@ impl CommitLog {
             if body.len() > max {
                 return Err(Error::RecordTooLarge { size: body.len(), max });
             }
-            crcs.push(crc32c::crc32c(body));
+            crcs.push(body_crc(body));
             total = total.saturating_add(HEADER_SIZE.saturating_add(body.len()));
             // each `body.len() <= max`, as above
         }
