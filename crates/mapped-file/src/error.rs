@@ -140,6 +140,17 @@ pub enum MappedFileError {
         #[source]
         source: io::Error,
     },
+    /// The file could not be moved aside for reuse; it is still the segment it was.
+    #[error("cannot move segment {} to {} for reuse: {source}", path.display(), to.display())]
+    Recycle {
+        /// The file.
+        path: PathBuf,
+        /// Where it was to go.
+        to: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
     /// The file could not be deleted.
     #[error("cannot delete segment {}: {source}", path.display())]
     Remove {

@@ -90,6 +90,14 @@ pub trait SegmentIo: Send + Sync + fmt::Debug {
 
     /// Deletes the backing file; the memory stays valid until dropped.
     fn remove(&self) -> io::Result<()>;
+
+    /// Moves the backing file to `to` (in a directory of the same storage),
+    /// durably: once this returns, a crash finds it at `to`. For handing a
+    /// retired segment's file on for reuse. The default refuses.
+    fn rename(&self, to: &Path) -> io::Result<()> {
+        let _ = to;
+        Err(io::Error::new(io::ErrorKind::Unsupported, "this storage cannot rename segments"))
+    }
 }
 
 /// A directory of segment files, and the small files beside them (a checkpoint,
@@ -122,6 +130,13 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn read_small(&self, path: &Path) -> io::Result<Option<Vec<u8>>>;
     /// Replaces (or creates) a small file with `bytes`, atomically and durably.
     fn replace_small(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
+    /// Moves a file that is not open as a segment from `from` to `to` (which must
+    /// not exist), durably: a crash finds it at one name or the other, and at `to`
+    /// once this returns. The default refuses.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let _ = (from, to);
+        Err(io::Error::new(io::ErrorKind::Unsupported, "this storage cannot rename files"))
+    }
     /// Gives the directory up: nothing is created, opened or written through this
     /// storage afterwards (such calls fail). What is still mapped stays valid, and
     /// the directory stays owned until the last mapping is gone. Idempotent.
@@ -387,9 +402,29 @@ impl Storage for MmapStorage {
         sync_dir(parent_of(path))
     }
 
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.held(from)?;
+        self.held(to)?;
+        rename_durably(from, to)
+    }
+
     fn release(&self) {
         self.lock.lock().take();
     }
+}
+
+/// `rename(2)` refusing to replace an existing `to`, then an fsync of each
+/// directory involved, so the move survives a power cut.
+fn rename_durably(from: &Path, to: &Path) -> io::Result<()> {
+    if to.exists() {
+        return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("{} exists", to.display())));
+    }
+    fs::rename(from, to)?;
+    sync_dir(parent_of(to))?;
+    if parent_of(from) != parent_of(to) {
+        sync_dir(parent_of(from))?;
+    }
+    Ok(())
 }
 
 /// One mapped file. The `File` stays open for the life of the mapping.
@@ -427,5 +462,9 @@ impl SegmentIo for MmapSegment {
     fn remove(&self) -> io::Result<()> {
         fs::remove_file(&self.path)?;
         sync_dir(parent_of(&self.path))
+    }
+
+    fn rename(&self, to: &Path) -> io::Result<()> {
+        rename_durably(&self.path, to)
     }
 }

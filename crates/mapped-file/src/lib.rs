@@ -213,6 +213,35 @@ impl MappedFile {
         Ok(Self::from_opened(path, file_from_offset, opened))
     }
 
+    /// Makes the segment starting at `file_from_offset` out of `recycled`, a file an
+    /// earlier segment handed on ([`recycle`](Self::recycle)): it is renamed to the
+    /// segment's name (durably) and mapped, with positions at 0. Its blocks are
+    /// allocated and written already, so appends and syncs never meet unwritten
+    /// extents, but its bytes are the earlier segment's: they fail the record CRC
+    /// at every offset of this one (the CRC covers the record's own offset, and
+    /// segments are only ever created above every earlier one), and recovery cuts
+    /// them off as a torn tail. `recycled` must have `file_size` bytes.
+    pub fn create_from_recycled(
+        storage: &dyn Storage,
+        recycled: &Path,
+        dir: &Path,
+        file_from_offset: u64,
+        file_size: usize,
+    ) -> Result<Self, MappedFileError> {
+        let path = dir.join(file_name(file_from_offset));
+        if file_size == 0 {
+            return Err(MappedFileError::BadPosition { path, pos: 0, file_size });
+        }
+        check_offset_space(&path, file_from_offset, file_size)?;
+        storage.rename(recycled, &path).map_err(|source| MappedFileError::Create { path: path.clone(), source })?;
+        Self::open(storage, &path, file_size).inspect_err(|_| {
+            // Not a segment after all: a stale file must not stay under a segment's name.
+            if let Err(err) = storage.remove(&path) {
+                tracing::error!(path = %path.display(), %err, "could not remove a recycled file that failed to open");
+            }
+        })
+    }
+
     /// Maps an existing segment file of `file_size` bytes. Positions start at 0;
     /// the caller sets them (see [`set_positions`](Self::set_positions)).
     pub fn open(storage: &dyn Storage, path: &Path, file_size: usize) -> Result<Self, MappedFileError> {
@@ -644,6 +673,43 @@ impl MappedFile {
             tracing::warn!(path = %self.path.display(), %err, "madvise/mlock failed during warm-up");
         }
         Ok(true)
+    }
+
+    /// Hands the file on for reuse instead of deleting it: moves it to `to` (durably)
+    /// for [`create_from_recycled`](Self::create_from_recycled), and marks this
+    /// segment unusable, as [`destroy`](Self::destroy) does. Only with no zero-copy
+    /// view outstanding: the next segment made from the file writes its bytes, and
+    /// a view's bytes must never change. Returns `Ok(false)`, changing nothing,
+    /// while views exist or once the file is destroyed (delete it then); a failed
+    /// move leaves the segment as it was.
+    pub fn recycle(&self, to: &Path) -> Result<bool, MappedFileError> {
+        if self.region.retire().is_err() {
+            return Ok(false);
+        }
+        if self.destroyed.swap(true, Ordering::AcqRel) {
+            self.region.unretire();
+            return Ok(false);
+        }
+        if let Err(source) = self.region.io().rename(to) {
+            self.destroyed.store(false, Ordering::Release);
+            self.region.unretire();
+            return Err(MappedFileError::Recycle { path: self.path.clone(), to: to.to_path_buf(), source });
+        }
+        Ok(true)
+    }
+
+    /// Marks where the data ends in a file that may hold older bytes past it (a
+    /// recycled one): zeros the `len` bytes at the wrote position, unless they are
+    /// zero already (a fresh file: then no I/O), and syncs them. A scan then finds
+    /// the end there instead of cutting the older bytes off as a torn tail. Nothing
+    /// is done while a write buffer holds uncommitted bytes. Latches on a failed sync.
+    pub fn mark_end(&self, len: usize) -> Result<(), MappedFileError> {
+        self.check_usable()?;
+        let _flush = self.flush_lock.lock();
+        if let Some((from, to)) = self.region.zero_after_end(len).map_err(|failed| self.write_failed(failed))? {
+            self.sync_or_latch(from, to)?;
+        }
+        Ok(())
     }
 
     /// Marks the file unusable and deletes it (durably: the directory is synced).

@@ -308,6 +308,9 @@ static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
 ///   Acquire, which pairs with the Release store that published those bytes.
 /// - Positions only move down in `reset`, under both locks and the `gate` write lock,
 ///   and only when no view exists; views are created under the `gate` read lock.
+/// - A *retired* region (its file handed on for reuse, `retire`) gives no view ever
+///   again, and was retired only with no view outstanding: the file's bytes may
+///   then change (its next life writes them) with no reference to them left.
 pub(crate) struct Region {
     memory: SegmentMemory,
     /// Told about every byte written into `memory`, by the one function that
@@ -325,7 +328,9 @@ pub(crate) struct Region {
     write_buffer: RwLock<Option<WriteBuffer>>,
     append_lock: Mutex<()>,
     commit_lock: Mutex<()>,
-    gate: RwLock<()>,
+    /// Held shared to make a view, exclusively to move positions down or retire;
+    /// true once retired.
+    gate: RwLock<bool>,
     views: AtomicUsize,
     /// Loom sees only its own locks and atomics, not the bytes: every write and
     /// every read of the memory touches this too, so the models interleave them
@@ -359,7 +364,7 @@ impl Region {
             write_buffer: RwLock::new(None),
             append_lock: Mutex::new(()),
             commit_lock: Mutex::new(()),
-            gate: RwLock::new(()),
+            gate: RwLock::new(false),
             views: AtomicUsize::new(0),
             #[cfg(loom)]
             memory_ops: AtomicUsize::new(0),
@@ -608,7 +613,10 @@ impl Region {
 
     /// A zero-copy view of `[start, start + len)`, if it lies below the read position.
     pub(crate) fn view(self: &Arc<Self>, start: usize, len: usize) -> Option<View> {
-        let _gate = self.gate.read();
+        let retired = self.gate.read();
+        if *retired {
+            return None;
+        }
         let end = start.checked_add(len)?;
         if end > self.committed() {
             return None;
@@ -671,6 +679,47 @@ impl Region {
             unsafe { self.store_zeros(pos, erased) }.map_err(ResetRefused::Write)?;
         }
         Ok(erased)
+    }
+
+    /// Retires the region for good: no view is given out again. Refused, with the
+    /// count, while views are outstanding (their bytes must not change).
+    pub(crate) fn retire(&self) -> Result<(), usize> {
+        let mut retired = self.gate.write();
+        let views = self.views();
+        if views > 0 {
+            return Err(views);
+        }
+        *retired = true;
+        Ok(())
+    }
+
+    /// Undoes [`retire`](Self::retire) when the hand-over failed.
+    pub(crate) fn unretire(&self) {
+        *self.gate.write() = false;
+    }
+
+    /// Zeros the `len` bytes (cut to the segment) at the wrote position unless they
+    /// are zero already, and returns the range written, if any: the end-of-data mark
+    /// of a segment whose file held older bytes.
+    pub(crate) fn zero_after_end(&self, len: usize) -> Result<Option<(usize, usize)>, WriteFailed> {
+        let _append = self.append_lock.lock();
+        let _commit = self.commit_lock.lock();
+        let wrote = self.wrote();
+        if self.committed() != wrote {
+            return Ok(None); // buffered bytes not yet committed: the mark would go under them
+        }
+        let end = wrote.saturating_add(len).min(self.len());
+        #[cfg(loom)]
+        self.memory_ops.load(Ordering::Relaxed);
+        // SAFETY: at or above `wrote == committed`, which we hold both locks for:
+        // nobody writes there meanwhile, and no view reaches it.
+        let tail = unsafe { self.memory.range(wrote, end.saturating_sub(wrote)) };
+        if tail.iter().all(|&b| b == 0) {
+            return Ok(None);
+        }
+        // SAFETY: as above.
+        unsafe { self.store_zeros(wrote, end.saturating_sub(wrote))? };
+        Ok(Some((wrote, end)))
     }
 
     /// Writes zeros over the whole segment (through the memory, faulting every page

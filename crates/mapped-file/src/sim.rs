@@ -137,6 +137,18 @@ impl SimState {
         }
     }
 
+    /// Moves a file, durably at once (as `MmapStorage` makes it with directory
+    /// fsyncs); an event.
+    fn rename(&mut self, from: &Path, to: &Path) -> io::Result<()> {
+        if self.files.contains_key(to) {
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, "target exists"));
+        }
+        let file = self.files.remove(from).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        self.files.insert(to.to_path_buf(), file);
+        self.event();
+        Ok(())
+    }
+
     /// Counts an event and sends a snapshot to the sink, if any.
     fn event(&mut self) {
         self.events += 1;
@@ -398,6 +410,10 @@ impl Storage for SimStorage {
         Ok(self.state.lock().files.get(path).map(|f| f.cache.clone()))
     }
 
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.state.lock().rename(from, to)
+    }
+
     fn replace_small(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
         let mut state = self.state.lock();
         if state.fail_all_syncs {
@@ -503,5 +519,9 @@ impl SegmentIo for SimSegment {
         state.files.remove(&self.path);
         state.event();
         Ok(())
+    }
+
+    fn rename(&self, to: &Path) -> io::Result<()> {
+        self.state.lock().rename(&self.path, to)
     }
 }

@@ -387,3 +387,68 @@ fn a_bounded_append_sees_at_most_its_bound() {
     assert_eq!(file.wrote_position(), 100, "a refused append publishes nothing");
     assert_eq!(&file.read(0, 100).unwrap()[..], &[5u8; 100][..]);
 }
+
+#[test]
+fn a_recycled_file_becomes_a_later_segment_whose_old_bytes_are_never_readable() {
+    let storage = sim();
+    let dir = Path::new("/r");
+    let old = MappedFile::create(&storage, dir, 0, SIZE).unwrap();
+    put(&old, b"old bytes of the first life");
+    old.flush(0).unwrap();
+    let view = old.read(0, 3).unwrap();
+    let spare = dir.join("recycled").join("spare");
+    assert!(!old.recycle(&spare).unwrap(), "refused while a view is held");
+    assert_eq!(&old.read(0, 3).unwrap()[..], b"old", "and the segment is still whole");
+    drop(view);
+    assert!(old.recycle(&spare).unwrap());
+    assert!(old.is_destroyed());
+    assert!(old.read(0, 3).is_err(), "a recycled segment gives no view");
+    assert!(!old.recycle(&dir.join("again")).unwrap(), "only once");
+
+    let new = MappedFile::create_from_recycled(&storage, &spare, dir, SIZE as u64, SIZE).unwrap();
+    assert_eq!(new.file_from_offset(), SIZE as u64);
+    assert_eq!((new.wrote_position(), new.read_position(), new.flushed_position()), (0, 0, 0));
+    assert!(new.read(0, 1).is_err(), "nothing of the old life is readable");
+    assert_eq!(storage.file_bytes(new.path()).unwrap()[..3], *b"old", "though it is still in the file");
+    put(&new, b"new");
+    assert_eq!(&new.read(0, 3).unwrap()[..], b"new");
+    // The end of data is marked: zeros after it, synced, so a scan stops there.
+    new.mark_end(8).unwrap();
+    new.flush(0).unwrap();
+    storage.crash_losing_unsynced();
+    let bytes = storage.file_bytes(new.path()).unwrap();
+    assert_eq!(&bytes[..11], b"new\0\0\0\0\0\0\0\0");
+    assert_eq!(bytes[11], b'f', "beyond the mark the old bytes stay: no I/O beyond it");
+    assert!(storage.file_bytes(&spare).is_none(), "the spare name is gone");
+}
+
+#[test]
+fn marking_the_end_of_a_fresh_file_writes_nothing() {
+    let (storage, file) = sim_file(SIZE);
+    put(&file, b"abc");
+    let events = storage.event_count();
+    file.mark_end(32).unwrap();
+    assert_eq!(storage.event_count(), events, "zeros already: no write, no sync");
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "real files and mappings: system calls Miri cannot run")]
+fn a_real_file_is_recycled_by_a_durable_rename_and_reused_under_its_new_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = real(dir.path());
+    let old = MappedFile::create(&storage, dir.path(), 0, SIZE).unwrap();
+    put(&old, b"first life");
+    let spare_dir = dir.path().join("recycled");
+    storage.create_dir_all(&spare_dir).unwrap();
+    let spare = spare_dir.join("0");
+    assert!(old.recycle(&spare).unwrap());
+    assert!(spare.exists() && !old.path().exists());
+    let new = MappedFile::create_from_recycled(&storage, &spare, dir.path(), SIZE as u64, SIZE).unwrap();
+    assert!(!spare.exists() && new.path().exists());
+    assert_eq!(new.writes_without_mmap(), WRITE_WITHOUT_MMAP);
+    put(&new, b"second");
+    new.flush(0).unwrap();
+    assert_eq!(&std::fs::read(new.path()).unwrap()[..10], b"secondlife", "old bytes past the new ones");
+    let missing = MappedFile::create_from_recycled(&storage, &spare, dir.path(), 2 * SIZE as u64, SIZE);
+    assert!(matches!(missing, Err(MappedFileError::Create { .. })), "a spare taken twice is a clear error");
+}
