@@ -13,6 +13,8 @@ use std::time::Duration;
 use mapped_file::{MappedFile, MappedFileError, Storage};
 use parking_lot::{Condvar, Mutex};
 
+use crate::recycle::Spares;
+
 #[derive(Default)]
 struct State {
     /// Offset asked for and not yet picked up by the thread.
@@ -57,12 +59,13 @@ impl Allocator {
         file_size: usize,
         warm: Option<bool>,
         wait: Duration,
+        spares: Arc<Spares>,
     ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared { state: Mutex::new(State::default()), changed: Condvar::new() });
         let worker = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("AllocateMappedFileService".into())
-            .spawn(move || run(&worker, &*storage, &dir, file_size, warm))?;
+            .spawn(move || run(&worker, &*storage, &dir, file_size, warm, &spares))?;
         Ok(Allocator { shared, thread: Some(thread), wait })
     }
 
@@ -145,7 +148,14 @@ pub(crate) fn warm_or_remove(file: MappedFile, lock: bool) -> Result<MappedFile,
     }
 }
 
-fn run(shared: &Shared, storage: &dyn Storage, dir: &std::path::Path, file_size: usize, warm: Option<bool>) {
+fn run(
+    shared: &Shared,
+    storage: &dyn Storage,
+    dir: &std::path::Path,
+    file_size: usize,
+    warm: Option<bool>,
+    spares: &Spares,
+) {
     let mut state = shared.state.lock();
     loop {
         if state.stop {
@@ -160,10 +170,14 @@ fn run(shared: &Shared, storage: &dyn Storage, dir: &std::path::Path, file_size:
         }
         state.in_progress = Some(offset);
         drop(state);
-        let made = MappedFile::create(storage, dir, offset, file_size).and_then(|file| match warm {
-            Some(lock) => warm_or_remove(file, lock),
-            None => Ok(file),
-        });
+        // A spare's blocks are written already: no warm-up.
+        let made = match spares.take(dir, offset) {
+            Some(spare) => Ok(spare),
+            None => MappedFile::create(storage, dir, offset, file_size).and_then(|file| match warm {
+                Some(lock) => warm_or_remove(file, lock),
+                None => Ok(file),
+            }),
+        };
         if let Err(err) = &made {
             tracing::warn!(offset, %err, "preallocating segment failed");
         }
@@ -204,8 +218,9 @@ mod tests {
         let sim = SimStorage::new();
         sim.set_create_delay(Duration::from_millis(300));
         let dir = PathBuf::from("/a");
-        let allocator =
-            Allocator::start(Arc::new(sim.clone()), dir.clone(), 4096, None, Duration::from_millis(10)).unwrap();
+        let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+        let spares = Arc::new(Spares::new(Arc::clone(&storage), &dir, 0, 4096));
+        let allocator = Allocator::start(storage, dir.clone(), 4096, None, Duration::from_millis(10), spares).unwrap();
         allocator.request(4096);
         let started = std::time::Instant::now();
         while allocator.shared.state.lock().in_progress != Some(4096) {

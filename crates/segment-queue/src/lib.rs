@@ -38,11 +38,14 @@ use transient_pool::{PoolError, TransientStorePool};
 
 mod allocate;
 mod error;
+mod recycle;
 
 pub use error::QueueError;
 pub use layout::{check_layout, ListedSegment};
+pub use recycle::RECYCLE_DIR;
 
 use allocate::{Allocator, Taken};
+use recycle::Spares;
 
 mod layout;
 
@@ -76,6 +79,11 @@ pub struct QueueConfig {
     /// fails with [`QueueError::PreallocationTimedOut`]; a later one takes the
     /// segment once it is ready.
     pub preallocation_wait_ms: u64,
+    /// How many expired segments to keep as spares for reuse instead of deleting
+    /// them (0, the default, as RocketMQ: delete). A segment made from a spare
+    /// has its blocks written already, so its syncs are those of written blocks;
+    /// see [`RECYCLE_DIR`]. Spares count against the disk like segments.
+    pub recycle_segments: usize,
 }
 
 impl QueueConfig {
@@ -91,6 +99,7 @@ impl QueueConfig {
             lock_warmed_mapped_file: false,
             pool_exhausted_policy: PoolExhaustedPolicy::UseMapping,
             preallocation_wait_ms: 5000,
+            recycle_segments: 0,
         }
     }
 }
@@ -150,6 +159,7 @@ pub struct SegmentQueue {
     committed_where: AtomicU64,
     store_timestamp: AtomicU64,
     pool: Option<TransientStorePool>,
+    spares: Arc<Spares>,
     allocator: Mutex<Option<Allocator>>,
     roll_lock: Mutex<()>,
     flush_lock: Mutex<()>,
@@ -238,10 +248,12 @@ impl SegmentQueue {
         let end = files.last().map_or(0, |f| f.file_end());
         tracing::info!(dir = %dir.display(), segments = files.len(), end, "segment queue loaded");
 
+        let spares = Arc::new(Spares::new(Arc::clone(&storage), dir, config.recycle_segments, size));
         let allocator = if config.preallocate_next_segment {
             let warm = config.warm_mapped_file_enable.then_some(config.lock_warmed_mapped_file);
             let wait = std::time::Duration::from_millis(config.preallocation_wait_ms);
-            Some(Allocator::start(Arc::clone(&storage), dir.to_path_buf(), size, warm, wait).map_err(dir_err)?)
+            let spares = Arc::clone(&spares);
+            Some(Allocator::start(Arc::clone(&storage), dir.to_path_buf(), size, warm, wait, spares).map_err(dir_err)?)
         } else {
             None
         };
@@ -255,6 +267,7 @@ impl SegmentQueue {
             committed_where: AtomicU64::new(end),
             store_timestamp: AtomicU64::new(0),
             pool,
+            spares,
             allocator: Mutex::new(allocator),
             roll_lock: Mutex::new(()),
             flush_lock: Mutex::new(()),
@@ -398,6 +411,9 @@ impl SegmentQueue {
     }
 
     fn create_in_place(&self, offset: u64, size: usize) -> Result<MappedFile, QueueError> {
+        if let Some(file) = self.spares.take(&self.dir, offset) {
+            return Ok(file); // written before: no warm-up to do
+        }
         let file = MappedFile::create(&*self.storage, &self.dir, offset, size)?;
         if self.config.warm_mapped_file_enable {
             return Ok(allocate::warm_or_remove(file, self.config.lock_warmed_mapped_file)?);
@@ -642,10 +658,19 @@ impl SegmentQueue {
         let mut count = 0;
         while count < max_batch && files.len() > 1 && expired(&files[0]) {
             let file = files.remove(0);
-            tracing::info!(path = %file.path().display(), "deleting expired segment");
-            if let Err(err) = file.destroy() {
-                files.insert(0, file);
-                return Err(err.into());
+            let kept = match self.spares.offer(&file) {
+                Ok(kept) => kept,
+                Err(err) => {
+                    files.insert(0, file);
+                    return Err(err);
+                }
+            };
+            if !kept {
+                tracing::info!(path = %file.path().display(), "deleting expired segment");
+                if let Err(err) = file.destroy() {
+                    files.insert(0, file);
+                    return Err(err.into());
+                }
             }
             count = count.saturating_add(1); // at most `max_batch`
         }

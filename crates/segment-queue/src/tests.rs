@@ -432,3 +432,57 @@ fn a_failed_warm_up_leaves_no_half_made_segment_behind() {
         queue.shutdown();
     }
 }
+
+#[test]
+fn expired_segments_become_spares_up_to_the_limit_and_new_segments_are_made_of_them() {
+    let (sim, storage) = sim();
+    let config = QueueConfig { recycle_segments: 1, ..config() };
+    let queue = SegmentQueue::load(Arc::clone(&storage), dir(), config.clone(), None).unwrap();
+    for i in 0..4u8 {
+        append(&queue, &[i + 1; 10_000]);
+    }
+    queue.flush(0).unwrap();
+    let spare_dir = dir().join(RECYCLE_DIR);
+    let held = queue.segments()[1].read(0, 4).unwrap(); // a reader still holds segment 1
+    assert_eq!(queue.delete_expired_file_by_offset(2 * SIZE as u64, 10).unwrap(), 2);
+    let spares = storage.list(&spare_dir).unwrap();
+    assert_eq!(spares.len(), 1, "one kept, as configured");
+    assert_eq!(spares[0].name, file_name(0), "segment 0; segment 1 had a view and was deleted");
+    assert!(sim.file_bytes(&dir().join(file_name(SIZE as u64))).is_none());
+    assert_eq!(&held[..], &[2; 4], "the deleted segment's view is still whole");
+    drop(held);
+
+    // The queue holds segments 2 and 3 (3 not full); the next roll takes the spare.
+    let next = 4 * SIZE as u64;
+    let mut wrote = append(&queue, &[9; 10_000]);
+    while wrote < next {
+        wrote = append(&queue, &[9; 10_000]);
+    }
+    assert!(storage.list(&spare_dir).unwrap().is_empty(), "the spare was used");
+    let reused = queue.last_mapped_file().unwrap();
+    assert_eq!(reused.file_from_offset(), next);
+    assert_eq!(&reused.read(0, 10_000).unwrap()[..], &[9; 10_000][..]);
+    assert_eq!(
+        sim.file_bytes(reused.path()).unwrap()[10_000],
+        0xFF,
+        "old bytes (segment 0's padding) past the new data, unreadable"
+    );
+    assert!(reused.read(10_000, 1).is_err());
+
+    // The spare directory is not part of the segment layout: a reload loads.
+    drop(queue);
+    let reloaded = SegmentQueue::load(storage, dir(), config, None).unwrap();
+    assert_eq!(reloaded.segment_count(), 3);
+}
+
+#[test]
+fn without_recycling_expired_segments_are_deleted_and_no_spare_directory_appears() {
+    let (sim, storage) = sim();
+    let queue = SegmentQueue::load(Arc::clone(&storage), dir(), config(), None).unwrap();
+    for _ in 0..3 {
+        append(&queue, &[1; 10_000]);
+    }
+    queue.flush(0).unwrap();
+    assert_eq!(queue.delete_expired_file_by_offset(2 * SIZE as u64, 10).unwrap(), 2);
+    assert!(sim.snapshot().files.iter().all(|f| !f.path.starts_with(dir().join(RECYCLE_DIR))));
+}
