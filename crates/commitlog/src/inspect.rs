@@ -72,6 +72,9 @@ pub fn list_segments(dir: &Path) -> Result<Listing, Error> {
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
         let meta = entry.metadata().map_err(|source| Error::Io { path: path.clone(), source })?;
+        if name == segment_queue::RECYCLE_DIR && meta.is_dir() {
+            continue; // spare files for new segments, not part of the log
+        }
         match mapped_file::parse_file_name(&name) {
             Some(start_offset) if meta.is_file() => {
                 listing.segments.push(SegmentFile { path, start_offset, len: meta.len() })

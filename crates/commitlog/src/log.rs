@@ -108,6 +108,7 @@ impl CommitLog {
         let queue_config = QueueConfig {
             preallocate_next_segment: config.preallocate_next_segment,
             warm_mapped_file_enable: config.warm_mapped_file_enable,
+            recycle_segments: config.recycle_segments,
             ..QueueConfig::new(config.mapped_file_size_commit_log)
         };
         let queue =
@@ -291,6 +292,13 @@ impl Inner {
             return Err(Error::NotWriteable { cause });
         }
         self.queue.commit(0)?;
+        // A segment made from a spare holds its earlier life's bytes past the data.
+        // Recovery would cut them as a torn tail (and erase them) at the next open;
+        // erased here, the next open after a clean shutdown finds zeros and cuts
+        // nothing. At most once per spare: afterwards the tail is zeros.
+        if let Some(last) = self.queue.last_mapped_file().filter(|f| f.is_from_spare()) {
+            last.truncate(last.wrote_position())?;
+        }
         let flushed = self.queue.flush(0)?.to;
         self.checkpoint.record(FlushedReport { flushed_where: flushed, store_timestamp: self.queue.store_timestamp() });
         self.checkpoint.persist(&*self.storage, &self.dir, true)?;

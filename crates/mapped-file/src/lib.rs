@@ -191,6 +191,8 @@ pub struct MappedFile {
     latch: Arc<FailureLatch>,
     destroyed: AtomicBool,
     store_timestamp: AtomicU64,
+    /// Made from a spare file: bytes of its earlier life may lie past the data.
+    from_spare: bool,
 }
 
 impl MappedFile {
@@ -234,7 +236,7 @@ impl MappedFile {
         }
         check_offset_space(&path, file_from_offset, file_size)?;
         storage.rename(recycled, &path).map_err(|source| MappedFileError::Create { path: path.clone(), source })?;
-        Self::open(storage, &path, file_size).inspect_err(|_| {
+        Self::open(storage, &path, file_size).map(|file| MappedFile { from_spare: true, ..file }).inspect_err(|_| {
             // Not a segment after all: a stale file must not stay under a segment's name.
             if let Err(err) = storage.remove(&path) {
                 tracing::error!(path = %path.display(), %err, "could not remove a recycled file that failed to open");
@@ -272,6 +274,7 @@ impl MappedFile {
             latch: FailureLatch::new(),
             destroyed: AtomicBool::new(false),
             store_timestamp: AtomicU64::new(0),
+            from_spare: false,
         }
     }
 
@@ -380,6 +383,14 @@ impl MappedFile {
         }
         self.latch = latch;
         self
+    }
+
+    /// True when this segment was made from a spare file in this process
+    /// ([`create_from_recycled`](Self::create_from_recycled)): bytes of the file's
+    /// earlier life may lie past the data, until a [`truncate`](Self::truncate)
+    /// at the end erases them.
+    pub fn is_from_spare(&self) -> bool {
+        self.from_spare
     }
 
     /// True once [`destroy`](Self::destroy) ran.
@@ -696,20 +707,6 @@ impl MappedFile {
             return Err(MappedFileError::Recycle { path: self.path.clone(), to: to.to_path_buf(), source });
         }
         Ok(true)
-    }
-
-    /// Marks where the data ends in a file that may hold older bytes past it (a
-    /// recycled one): zeros the `len` bytes at the wrote position, unless they are
-    /// zero already (a fresh file: then no I/O), and syncs them. A scan then finds
-    /// the end there instead of cutting the older bytes off as a torn tail. Nothing
-    /// is done while a write buffer holds uncommitted bytes. Latches on a failed sync.
-    pub fn mark_end(&self, len: usize) -> Result<(), MappedFileError> {
-        self.check_usable()?;
-        let _flush = self.flush_lock.lock();
-        if let Some((from, to)) = self.region.zero_after_end(len).map_err(|failed| self.write_failed(failed))? {
-            self.sync_or_latch(from, to)?;
-        }
-        Ok(())
     }
 
     /// Marks the file unusable and deletes it (durably: the directory is synced).

@@ -698,30 +698,6 @@ impl Region {
         *self.gate.write() = false;
     }
 
-    /// Zeros the `len` bytes (cut to the segment) at the wrote position unless they
-    /// are zero already, and returns the range written, if any: the end-of-data mark
-    /// of a segment whose file held older bytes.
-    pub(crate) fn zero_after_end(&self, len: usize) -> Result<Option<(usize, usize)>, WriteFailed> {
-        let _append = self.append_lock.lock();
-        let _commit = self.commit_lock.lock();
-        let wrote = self.wrote();
-        if self.committed() != wrote {
-            return Ok(None); // buffered bytes not yet committed: the mark would go under them
-        }
-        let end = wrote.saturating_add(len).min(self.len());
-        #[cfg(loom)]
-        self.memory_ops.load(Ordering::Relaxed);
-        // SAFETY: at or above `wrote == committed`, which we hold both locks for:
-        // nobody writes there meanwhile, and no view reaches it.
-        let tail = unsafe { self.memory.range(wrote, end.saturating_sub(wrote)) };
-        if tail.iter().all(|&b| b == 0) {
-            return Ok(None);
-        }
-        // SAFETY: as above.
-        unsafe { self.store_zeros(wrote, end.saturating_sub(wrote))? };
-        Ok(Some((wrote, end)))
-    }
-
     /// Writes zeros over the whole segment (through the memory, faulting every page
     /// in, or through the file); only while nothing has been appended. Returns
     /// false (and does nothing) otherwise.

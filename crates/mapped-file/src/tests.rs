@@ -412,23 +412,15 @@ fn a_recycled_file_becomes_a_later_segment_whose_old_bytes_are_never_readable() 
     assert_eq!(storage.file_bytes(new.path()).unwrap()[..3], *b"old", "though it is still in the file");
     put(&new, b"new");
     assert_eq!(&new.read(0, 3).unwrap()[..], b"new");
-    // The end of data is marked: zeros after it, synced, so a scan stops there.
-    new.mark_end(8).unwrap();
+    assert!(new.is_from_spare() && !old.is_from_spare());
     new.flush(0).unwrap();
+    // A cut at the end erases the old life's bytes past the data, durably.
+    assert_eq!(new.truncate(3).unwrap(), b"old bytes of the first life".len() - 3);
     storage.crash_losing_unsynced();
     let bytes = storage.file_bytes(new.path()).unwrap();
-    assert_eq!(&bytes[..11], b"new\0\0\0\0\0\0\0\0");
-    assert_eq!(bytes[11], b'f', "beyond the mark the old bytes stay: no I/O beyond it");
+    assert_eq!(&bytes[..3], b"new");
+    assert!(bytes[3..].iter().all(|&b| b == 0), "nothing of the old life is left");
     assert!(storage.file_bytes(&spare).is_none(), "the spare name is gone");
-}
-
-#[test]
-fn marking_the_end_of_a_fresh_file_writes_nothing() {
-    let (storage, file) = sim_file(SIZE);
-    put(&file, b"abc");
-    let events = storage.event_count();
-    file.mark_end(32).unwrap();
-    assert_eq!(storage.event_count(), events, "zeros already: no write, no sync");
 }
 
 #[test]
