@@ -12,11 +12,15 @@
 //! records gen 2 recovered; above it, only gen 2's records, in append order and
 //! gap-free; every record gen 2 had acknowledged is there; no garbage. Gen 2's
 //! recovery itself must return a gap-free prefix of gen 1's appends.
+//!
+//! Half the runs start with spare segment files (`recycle_segments`) full of valid
+//! records of an older life at other offsets: the segments made of them hold
+//! those bytes past their data in every crash state, and none may ever be read.
 
 use std::sync::mpsc;
 use std::sync::Arc;
 
-use commitlog::{CommitLog, FlushDiskType};
+use commitlog::{CommitLog, CommitLogConfig, FlushDiskType};
 use mapped_file::sim::SimSnapshot;
 use mapped_file::SimStorage;
 
@@ -26,6 +30,40 @@ const SEGMENT: usize = 16 * 1024;
 /// Producer ids in the bodies: which generation wrote a record.
 const GEN1: u32 = 1;
 const GEN2: u32 = 2;
+/// The older life the spare files come from.
+const OLD: u32 = 9;
+/// Spare files planted in runs that recycle.
+const SPARES: usize = 3;
+
+/// The layer's config: small segments, and spares kept when `recycle`.
+fn gen_config(flush: FlushDiskType, recycle: bool) -> CommitLogConfig {
+    CommitLogConfig { recycle_segments: if recycle { SPARES } else { 0 }, ..config(SEGMENT, flush) }
+}
+
+/// Spare files as an older life of the log left them: full of valid records at
+/// offsets far from any this run writes.
+fn plant_spares(sim: &SimStorage, body_len: usize) {
+    let spare_dir = std::path::Path::new(SIM_STORE).join(commitlog::SEGMENT_DIR).join(segment_queue::RECYCLE_DIR);
+    let body_len = body_len.min(SEGMENT / 8);
+    for spare in 0..SPARES {
+        let base = (1u64 << 40) + (spare * SEGMENT) as u64;
+        let mut bytes = vec![0u8; SEGMENT];
+        let mut pos = 0;
+        let mut seq = 0;
+        while pos + commitlog::format::HEADER_SIZE + body_len <= SEGMENT {
+            let b = body(OLD, seq, body_len);
+            pos += commitlog::format::encode_record(
+                &mut bytes[pos..],
+                base + pos as u64,
+                1,
+                &b,
+                commitlog::format::body_crc(&b),
+            );
+            seq += 1;
+        }
+        sim.write_file(&spare_dir.join(mapped_file::file_name(base)), &bytes);
+    }
+}
 
 /// Tally of a run.
 #[derive(Debug, Default, Clone, Copy)]
@@ -103,9 +141,13 @@ pub fn run_seed(seed: u64, states: usize) -> Tally {
     // Each generation writes the other way than the one before: a store may
     // switch write paths between restarts.
     let path = write_without_mmap(seed);
+    let recycle = seed % 4 >= 2;
     let sim1 = sim_storage(path);
+    if recycle {
+        plant_spares(&sim1, body_len);
+    }
     let log =
-        CommitLog::open_with_storage(SIM_STORE, config(SEGMENT, FlushDiskType::AsyncFlush), Arc::new(sim1.clone()))
+        CommitLog::open_with_storage(SIM_STORE, gen_config(FlushDiskType::AsyncFlush, recycle), Arc::new(sim1.clone()))
             .expect("open gen 1");
     let count = rng.range(40, 160);
     let flush_every = rng.range(3, 12);
@@ -122,18 +164,25 @@ pub fn run_seed(seed: u64, states: usize) -> Tally {
     for _ in 0..states {
         let snapshot = &snapshots[rng.range(0, snapshots.len() as u64) as usize];
         let mask = rng.next();
-        tally.add(continue_from(snapshot, mask, body_len, &mut rng, !path));
+        tally.add(continue_from(snapshot, mask, body_len, &mut rng, !path, recycle));
     }
     tally
 }
 
-fn continue_from(snapshot: &SimSnapshot, mask: u64, body_len: usize, rng: &mut Rng, path: bool) -> Tally {
+fn continue_from(
+    snapshot: &SimSnapshot,
+    mask: u64,
+    body_len: usize,
+    rng: &mut Rng,
+    path: bool,
+    recycle: bool,
+) -> Tally {
     let mut tally = Tally { states: 1, ..Tally::default() };
 
     // Gen 2: recover the crash image (its abort marker and checkpoint included).
     let sim2 = crash_image(snapshot, mask, path);
     let Ok(log) =
-        CommitLog::open_with_storage(SIM_STORE, config(SEGMENT, FlushDiskType::SyncFlush), Arc::new(sim2.clone()))
+        CommitLog::open_with_storage(SIM_STORE, gen_config(FlushDiskType::SyncFlush, recycle), Arc::new(sim2.clone()))
     else {
         tally.open_errors += 1;
         return tally;
@@ -185,7 +234,8 @@ fn continue_from(snapshot: &SimSnapshot, mask: u64, body_len: usize, rng: &mut R
     };
 
     // Gen 3.
-    let Ok(log) = CommitLog::open_with_storage(SIM_STORE, config(SEGMENT, FlushDiskType::SyncFlush), Arc::new(sim3))
+    let Ok(log) =
+        CommitLog::open_with_storage(SIM_STORE, gen_config(FlushDiskType::SyncFlush, recycle), Arc::new(sim3))
     else {
         tally.open_errors += 1;
         return tally;
