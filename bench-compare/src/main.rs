@@ -257,7 +257,7 @@ fn main() {
     let out_path = arg("--out");
     let started = Instant::now();
 
-    let systems = [ours::PWRITE, ours::MMAP, peers::ROCKETMQ, peers::RAFT_ENGINE, peers::OKAYWAL];
+    let systems = [ours::PWRITE, ours::MMAP, ours::RECYCLING, peers::ROCKETMQ, peers::RAFT_ENGINE, peers::OKAYWAL];
     let mut results: Vec<Vec<Runs>> = Workload::ALL
         .iter()
         .map(|_| {

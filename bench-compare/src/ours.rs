@@ -1,4 +1,5 @@
-//! This project's rows: the log on each write path.
+//! This project's rows: the log on each write path, and on the default one in the
+//! steady state of a store that keeps spare segments.
 
 use std::time::Instant;
 
@@ -6,25 +7,48 @@ use commitlog::{CommitLog, CommitLogConfig, FlushConfig, FlushDiskType};
 
 use crate::{scratch, Line, Outcome, Sizes, System, BATCH, PRODUCERS, RECORD, SEGMENT};
 
+/// How a row's log is set up.
+#[derive(Clone, Copy)]
+struct Variant {
+    write_without_mmap: bool,
+    /// Keep expired segments as spares, and age the store before the timed part.
+    spares: bool,
+}
+
+const DEFAULT: Variant = Variant { write_without_mmap: true, spares: false };
+const MAPPED: Variant = Variant { write_without_mmap: false, spares: false };
+const SPARES: Variant = Variant { write_without_mmap: true, spares: true };
+
 /// The log writing with pwrite + fdatasync (the default).
 pub const PWRITE: System = System {
     name: "commitlog, pwrite (default)",
     ours: true,
-    a: |s| durable_batches(s, true),
-    b: |s| group_commit(s, true),
-    c: |s| no_sync(s, true),
+    a: |s| durable_batches(s, DEFAULT),
+    b: |s| group_commit(s, DEFAULT),
+    c: |s| no_sync(s, DEFAULT),
 };
 
 /// The log writing through a read-write mapping, synced with msync.
 pub const MMAP: System = System {
     name: "commitlog, mmap",
     ours: true,
-    a: |s| durable_batches(s, false),
-    b: |s| group_commit(s, false),
-    c: |s| no_sync(s, false),
+    a: |s| durable_batches(s, MAPPED),
+    b: |s| group_commit(s, MAPPED),
+    c: |s| no_sync(s, MAPPED),
 };
 
-fn config(flush: FlushDiskType, write_without_mmap: bool) -> CommitLogConfig {
+/// The default write path in a store that keeps two spare segments
+/// (`recycle_segments`), aged before the timed part so the run writes into
+/// segments made of spares: the steady state of a store whose retention deletes.
+pub const RECYCLING: System = System {
+    name: "commitlog, pwrite, spare segments (aged store)",
+    ours: true,
+    a: |s| durable_batches(s, SPARES),
+    b: |s| group_commit(s, SPARES),
+    c: |s| no_sync(s, SPARES),
+};
+
+fn config(flush: FlushDiskType, variant: Variant) -> CommitLogConfig {
     let mut flush_config = FlushConfig::default();
     if std::env::var_os("BENCH_NO_BACKGROUND_FLUSH").is_some() {
         flush_config.flush_interval_commit_log_ms = 3_600_000;
@@ -34,7 +58,8 @@ fn config(flush: FlushDiskType, write_without_mmap: bool) -> CommitLogConfig {
         .flush(flush_config)
         .mapped_file_size_commit_log(SEGMENT)
         .flush_disk_type(flush)
-        .write_without_mmap(write_without_mmap)
+        .write_without_mmap(variant.write_without_mmap)
+        .recycle_segments(if variant.spares { 2 } else { 0 })
         .warm_mapped_file_enable(std::env::var_os("BENCH_WARM").is_some())
         .transient_store_pool(std::env::var_os("BENCH_POOL").is_some(), 3)
         .build()
@@ -45,10 +70,40 @@ fn bodies() -> Vec<Vec<u8>> {
     (0..BATCH).map(|i| vec![i as u8; RECORD]).collect()
 }
 
-/// (a): sync flush, a batch of 64 per durable wait.
-fn durable_batches(sizes: &Sizes, write_without_mmap: bool) -> Outcome {
+/// A log in a scratch directory; aged first for the spare-segment rows.
+fn open(flush: FlushDiskType, variant: Variant) -> (tempfile::TempDir, CommitLog) {
     let dir = scratch();
-    let log = CommitLog::open(dir.path(), config(FlushDiskType::SyncFlush, write_without_mmap)).expect("open");
+    let log = CommitLog::open(dir.path(), config(flush, variant)).expect("open");
+    if variant.spares {
+        age(&log);
+    }
+    (dir, log)
+}
+
+/// Brings a store that recycles to a steady state, untimed: segments 0 and 1
+/// written and expired into spares, then written on to the end of segment 3
+/// (prepared before the spares existed), so the timed run rolls at once into
+/// segments 4 and 5, made of the spares.
+fn age(log: &CommitLog) {
+    let batch = bodies();
+    let write_until = |until: u64| {
+        let mut end = 0;
+        while end < until {
+            let put = log.append_batch(&batch).expect("age");
+            end = put.offsets.last().copied().unwrap_or(0);
+        }
+    };
+    let seg = SEGMENT as u64;
+    write_until(2 * seg + seg / 2);
+    log.flush_all().expect("flush");
+    assert_eq!(log.delete_segments_before(2 * seg, 10).expect("expire"), 2, "two spares");
+    write_until(4 * seg - 2 * (BATCH * (RECORD + 32)) as u64);
+    log.flush_all().expect("flush");
+}
+
+/// (a): sync flush, a batch of 64 per durable wait.
+fn durable_batches(sizes: &Sizes, variant: Variant) -> Outcome {
+    let (_dir, log) = open(FlushDiskType::SyncFlush, variant);
     let bodies = bodies();
     let mut lat = Vec::with_capacity(sizes.a_batches);
     let start = Instant::now();
@@ -63,9 +118,8 @@ fn durable_batches(sizes: &Sizes, write_without_mmap: bool) -> Outcome {
 }
 
 /// (b): 16 producers, each waits for its own record.
-fn group_commit(sizes: &Sizes, write_without_mmap: bool) -> Outcome {
-    let dir = scratch();
-    let log = CommitLog::open(dir.path(), config(FlushDiskType::SyncFlush, write_without_mmap)).expect("open");
+fn group_commit(sizes: &Sizes, variant: Variant) -> Outcome {
+    let (_dir, log) = open(FlushDiskType::SyncFlush, variant);
     let per_producer = sizes.b_per_producer;
     let flushes_before = log.flush_stats().group_commit.flushes;
     let start = Instant::now();
@@ -94,9 +148,8 @@ fn group_commit(sizes: &Sizes, write_without_mmap: bool) -> Outcome {
 }
 
 /// (c): async flush, batches of 64.
-fn no_sync(sizes: &Sizes, write_without_mmap: bool) -> Outcome {
-    let dir = scratch();
-    let log = CommitLog::open(dir.path(), config(FlushDiskType::AsyncFlush, write_without_mmap)).expect("open");
+fn no_sync(sizes: &Sizes, variant: Variant) -> Outcome {
+    let (_dir, log) = open(FlushDiskType::AsyncFlush, variant);
     let bodies = bodies();
     let mut lat = Vec::with_capacity(sizes.c_batches);
     let start = Instant::now();
