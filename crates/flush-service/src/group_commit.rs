@@ -26,6 +26,10 @@ use crate::handle::{Completion, DurabilityHandle};
 use crate::sync::{lock, wait_timeout, Arc, AtomicU64, Condvar, Mutex, Ordering};
 use crate::{FlushError, FlushTarget, FlushedCallback, FlushedReport};
 
+/// Rounds in a row serving one request each before a waiter spins
+/// ([`GroupCommit::serving_a_lone_producer`]).
+pub const LONE_ROUNDS: u64 = 8;
+
 /// RocketMQ's `RETRY_TIMES_OVER`: final flush attempts on shutdown.
 pub const RETRY_TIMES_OVER: usize = 10;
 
@@ -42,6 +46,10 @@ pub struct GroupCommitConfig {
     /// Longest a round waits for the producers the last round acknowledged
     /// ([`GroupCommit::gather`]).
     pub gather: Duration,
+    /// While rounds serve a lone producer
+    /// ([`GroupCommit::serving_a_lone_producer`]): how long its wait spins for the
+    /// answer before it sleeps.
+    pub spin: Duration,
 }
 
 impl Default for GroupCommitConfig {
@@ -51,6 +59,7 @@ impl Default for GroupCommitConfig {
             commit_before_flush: false,
             wait_interval: Duration::from_millis(10),
             gather: Duration::from_micros(100),
+            spin: Duration::from_micros(150),
         }
     }
 }
@@ -112,6 +121,8 @@ pub struct GroupCommit {
     round: Mutex<()>,
     /// Requests the last round acknowledged: how many a round waits for.
     last_acknowledged: AtomicU64,
+    /// Rounds in a row that acknowledged exactly one request.
+    lone_rounds: AtomicU64,
     counters: Counters,
     on_flushed: Option<FlushedCallback>,
 }
@@ -139,6 +150,7 @@ impl GroupCommit {
             inflight: Mutex::new(VecDeque::new()),
             round: Mutex::new(()),
             last_acknowledged: AtomicU64::new(0),
+            lone_rounds: AtomicU64::new(0),
             counters: Counters::default(),
             on_flushed,
         }
@@ -157,7 +169,10 @@ impl GroupCommit {
             self.counters.failed.fetch_add(1, Ordering::Relaxed);
             return DurabilityHandle::resolved(Err(FlushError::Failed { offset: next_offset, source }));
         }
-        let completion = Completion::new();
+        // A lone producer's wait spins (bounded) for its answer: the round that
+        // serves it is usually microseconds from done.
+        let completion =
+            if self.serving_a_lone_producer() { Completion::with_spin(self.config.spin) } else { Completion::new() };
         let deadline = self.clock.now() + self.config.sync_flush_timeout;
         let gathered = {
             let mut write = lock(&self.write);
@@ -212,6 +227,14 @@ impl GroupCommit {
         write.gather_want = 0;
     }
 
+    /// True when the last [`LONE_ROUNDS`] rounds each acknowledged exactly one
+    /// request: a lone producer, whose wait may spin for its answer. With a few
+    /// producers some rounds serve one too; a spinning waiter would take the CPU
+    /// the others need, so one such round is not enough.
+    pub fn serving_a_lone_producer(&self) -> bool {
+        self.lone_rounds.load(Ordering::Relaxed) >= LONE_ROUNDS
+    }
+
     /// Moves queued requests to the in-flight list (RocketMQ's `swapRequests`, run
     /// in `onWaitEnd`). Producers hold the write lock only for a push.
     pub fn swap(&self) {
@@ -251,6 +274,11 @@ impl GroupCommit {
                 self.swap();
                 let acknowledged = self.complete_covered(flushed);
                 self.last_acknowledged.store(acknowledged as u64, Ordering::Relaxed);
+                if acknowledged == 1 {
+                    self.lone_rounds.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    self.lone_rounds.store(0, Ordering::Relaxed);
+                }
                 if let Some(callback) = &self.on_flushed {
                     callback(FlushedReport { flushed_where: flushed, store_timestamp: self.target.store_timestamp() });
                 }

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use crate::sync::{lock, wait_timeout, Arc, Condvar, Mutex};
+use crate::sync::{lock, wait_timeout, Arc, AtomicBool, Condvar, Mutex, Ordering};
 use crate::FlushError;
 
 /// The result of a durability request.
@@ -25,11 +25,33 @@ struct State {
 pub(crate) struct Completion {
     state: Mutex<State>,
     cond: Condvar,
+    /// Set with the result: what a spinning waiter watches.
+    done: AtomicBool,
+    /// How long a blocking waiter spins on `done` before it sleeps.
+    spin: Duration,
 }
 
 impl Completion {
     pub(crate) fn new() -> Arc<Self> {
         Arc::new(Self::default())
+    }
+
+    /// A completion whose blocking waiter spins up to `spin` before it sleeps:
+    /// for a request expected to complete within microseconds.
+    pub(crate) fn with_spin(spin: Duration) -> Arc<Self> {
+        Arc::new(Completion { spin, ..Self::default() })
+    }
+
+    /// Spins up to `within` (at most the completion's own spin) for the result.
+    fn spin_for_result(&self, within: Duration) {
+        let within = within.min(self.spin);
+        if within.is_zero() {
+            return;
+        }
+        let start = std::time::Instant::now();
+        while !self.done.load(Ordering::Acquire) && start.elapsed() < within {
+            std::hint::spin_loop();
+        }
     }
 
     /// Completes the request; returns false if it was already complete.
@@ -40,6 +62,7 @@ impl Completion {
                 return false;
             }
             state.result = Some(result);
+            self.done.store(true, Ordering::Release);
             state.waker.take()
         };
         self.cond.notify_all();
@@ -111,6 +134,7 @@ impl DurabilityHandle {
         match self.inner {
             Inner::Ready(r) => r.expect("a ready handle holds its result until consumed"),
             Inner::Pending(c) => {
+                c.spin_for_result(Duration::MAX);
                 let mut state = lock(&c.state);
                 loop {
                     if let Some(result) = state.result.clone() {
@@ -130,6 +154,7 @@ impl DurabilityHandle {
             Inner::Pending(c) => {
                 // A timeout too large for an `Instant` means no bound at all.
                 let deadline = std::time::Instant::now().checked_add(timeout);
+                c.spin_for_result(timeout);
                 let mut state = lock(&c.state);
                 loop {
                     if let Some(result) = state.result.clone() {

@@ -91,6 +91,7 @@ impl SyncFlush {
             commit_before_flush,
             wait_interval: FlushConfig::ms(config.group_commit_interval_ms),
             gather: Duration::from_micros(config.group_commit_gather_us),
+            spin: Duration::from_micros(config.group_commit_spin_us),
         };
         let core = Arc::new(GroupCommit::new(target, clock, gc_config, on_flushed));
         let state = ServiceState::new();

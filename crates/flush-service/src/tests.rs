@@ -367,3 +367,32 @@ fn wait_returns_timeout_at_the_deadline_during_a_slow_sync() {
     assert!(waited < Duration::from_millis(1500), "a 200 ms deadline answered after {waited:?}");
     flush.shutdown();
 }
+
+#[test]
+fn only_a_run_of_single_request_rounds_makes_waiters_spin_and_a_spinning_wait_still_gets_its_answer() {
+    let target = MemoryTarget::new();
+    let gc = Arc::new(group_commit(target.clone(), clock(), false));
+    assert!(!gc.serving_a_lone_producer());
+    for _ in 0..crate::group_commit::LONE_ROUNDS {
+        let handle = gc.put_request(target.append(10));
+        gc.run_round();
+        assert!(settle(handle).is_ok());
+    }
+    assert!(gc.serving_a_lone_producer(), "eight rounds of one request each");
+    // A spinning wait whose answer comes late (past the spin) still gets it.
+    let handle = gc.put_request(target.append(10));
+    let round = {
+        let gc = Arc::clone(&gc);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            gc.run_round()
+        })
+    };
+    assert!(handle.wait().is_ok());
+    assert_eq!(round.join().unwrap(), 1);
+    // Two producers in one round: no more spinning.
+    let (first, second) = (gc.put_request(target.append(10)), gc.put_request(target.append(10)));
+    assert_eq!(gc.run_round(), 2);
+    assert!(settle(first).is_ok() && settle(second).is_ok());
+    assert!(!gc.serving_a_lone_producer());
+}
