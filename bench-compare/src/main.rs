@@ -252,7 +252,7 @@ fn main() {
     let sizes = if quick {
         Sizes { a_batches: 300, b_per_producer: 150, c_batches: 2_000 }
     } else {
-        Sizes { a_batches: 2_000, b_per_producer: 1_500, c_batches: 6_000 }
+        Sizes { a_batches: 2_000, b_per_producer: 1_500, c_batches: 12_000 }
     };
     let out_path = arg("--out");
     let started = Instant::now();

@@ -50,9 +50,6 @@ pub const RECYCLING: System = System {
 
 fn config(flush: FlushDiskType, variant: Variant) -> CommitLogConfig {
     let mut flush_config = FlushConfig::default();
-    if let Some(spin) = std::env::var("BENCH_SPIN_US").ok().and_then(|v| v.parse().ok()) {
-        flush_config.group_commit_spin_us = spin;
-    }
     if std::env::var_os("BENCH_NO_BACKGROUND_FLUSH").is_some() {
         flush_config.flush_interval_commit_log_ms = 3_600_000;
         flush_config.flush_commit_log_thorough_interval_ms = 3_600_000;
