@@ -197,29 +197,15 @@ pub fn markdown(ctx: &Context, results: &[Vec<Runs>]) -> String {
     md.push_str("## Physical lines in the same run (medians over the rounds)\n\n");
     md.push_str("| line | MB/s | latency p50 / p99 / p99.9 (µs) |\n|---|---|---|\n");
     let _ = writeln!(md, "| memcpy of 1 KiB records into a faulted mapping | {:.0} | |", ctx.memcpy.mb_s());
-    let _ = writeln!(
-        md,
-        "| 64 KiB pwrite + fdatasync into written blocks | {:.0} | {:.1} / {:.1} / {:.1} |",
-        ctx.pwrite_fdatasync.mb_s(),
-        ctx.pwrite_fdatasync.pct_us(0.5),
-        ctx.pwrite_fdatasync.pct_us(0.99),
-        ctx.pwrite_fdatasync.pct_us(0.999)
-    );
-    let _ = writeln!(
-        md,
-        "| 64 KiB pwrite + fdatasync into fresh fallocated (unwritten) blocks | {:.0} | {:.1} / {:.1} / {:.1} |",
-        ctx.pwrite_fdatasync_fallocated.mb_s(),
-        ctx.pwrite_fdatasync_fallocated.pct_us(0.5),
-        ctx.pwrite_fdatasync_fallocated.pct_us(0.99),
-        ctx.pwrite_fdatasync_fallocated.pct_us(0.999)
-    );
-    let _ = writeln!(
-        md,
-        "| fdatasync after a 4 KiB overwrite of written blocks | | {:.1} / {:.1} / {:.1} |\n",
-        ctx.fdatasync_4k.pct_us(0.5),
-        ctx.fdatasync_4k.pct_us(0.99),
-        ctx.fdatasync_4k.pct_us(0.999)
-    );
+    let latencies = |l: &Line| format!("{:.1} / {:.1} / {:.1}", l.pct_us(0.5), l.pct_us(0.99), l.pct_us(0.999));
+    for (name, line) in [
+        ("64 KiB pwrite + fdatasync into written blocks", &ctx.pwrite_fdatasync),
+        ("64 KiB pwrite + fdatasync into fresh fallocated (unwritten) blocks", &ctx.pwrite_fdatasync_fallocated),
+    ] {
+        let _ = writeln!(md, "| {name} | {:.0} | {} |", line.mb_s(), latencies(line));
+    }
+    let _ =
+        writeln!(md, "| fdatasync after a 4 KiB overwrite of written blocks | | {} |\n", latencies(&ctx.fdatasync_4k));
     md.push_str("## Results (1 KiB records)\n\n");
     for (w, runs) in Workload::ALL.iter().zip(results) {
         table(&mut md, *w, runs);

@@ -4,8 +4,12 @@
 //! Producers put requests ("offset X must be durable") into the *write* list under a short lock and
 //! wake the service. The service swaps the write list into its *in-flight* list (the seed's
 //! double-list swap: producers never wait for a flush), commits write buffers if configured (so the
-//! flush covers them: [#7523](https://github.com/apache/rocketmq/issues/7523)), flushes once, and
-//! completes every in-flight request the flush covered. A request whose bytes span two segments is
+//! flush covers them: [#7523](https://github.com/apache/rocketmq/issues/7523)), flushes once, swaps
+//! again and completes every request the flush covered, those queued while it ran included. Before
+//! the flush a round may [gather](GroupCommit::gather) the producers the last round served, and a
+//! lone producer's wait spins briefly for its answer
+//! ([`serving_a_lone_producer`](GroupCommit::serving_a_lone_producer)): on few cores, thread
+//! wake-ups otherwise cost a round as much as its sync. A request whose bytes span two segments is
 //! covered because the target's flush crosses segment boundaries
 //! ([#3408](https://github.com/apache/rocketmq/issues/3408)). A flush error completes every waiting
 //! request with that error; later requests fail at once, because the target's failure latch says so

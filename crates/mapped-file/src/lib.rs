@@ -106,6 +106,17 @@ fn check_offset_space(path: &Path, file_from_offset: u64, file_size: usize) -> R
     }
 }
 
+/// The path of a new segment of `file_size` bytes at `file_from_offset` in `dir`,
+/// once the size and the offset space are checked.
+fn new_segment_path(dir: &Path, file_from_offset: u64, file_size: usize) -> Result<PathBuf, MappedFileError> {
+    let path = dir.join(file_name(file_from_offset));
+    if file_size == 0 {
+        return Err(MappedFileError::BadPosition { path, pos: 0, file_size });
+    }
+    check_offset_space(&path, file_from_offset, file_size)?;
+    Ok(path)
+}
+
 /// What an append closure did with the free tail it was given.
 #[derive(Debug)]
 pub enum AppendStatus<T> {
@@ -204,11 +215,7 @@ impl MappedFile {
         file_from_offset: u64,
         file_size: usize,
     ) -> Result<Self, MappedFileError> {
-        let path = dir.join(file_name(file_from_offset));
-        if file_size == 0 {
-            return Err(MappedFileError::BadPosition { path, pos: 0, file_size });
-        }
-        check_offset_space(&path, file_from_offset, file_size)?;
+        let path = new_segment_path(dir, file_from_offset, file_size)?;
         let opened = storage
             .create(&path, file_size)
             .map_err(|source| MappedFileError::Create { path: path.clone(), source })?;
@@ -230,11 +237,7 @@ impl MappedFile {
         file_from_offset: u64,
         file_size: usize,
     ) -> Result<Self, MappedFileError> {
-        let path = dir.join(file_name(file_from_offset));
-        if file_size == 0 {
-            return Err(MappedFileError::BadPosition { path, pos: 0, file_size });
-        }
-        check_offset_space(&path, file_from_offset, file_size)?;
+        let path = new_segment_path(dir, file_from_offset, file_size)?;
         storage.rename(recycled, &path).map_err(|source| MappedFileError::Create { path: path.clone(), source })?;
         Self::open(storage, &path, file_size).map(|file| MappedFile { from_spare: true, ..file }).inspect_err(|_| {
             // Not a segment after all: a stale file must not stay under a segment's name.
