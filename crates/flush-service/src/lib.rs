@@ -50,7 +50,7 @@ mod tests;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::FlushConfig;
 pub use error::{FlushError, StartError, TargetError};
-pub use group_commit::{GroupCommit, GroupCommitConfig, GroupCommitStats, RETRY_TIMES_OVER};
+pub use group_commit::{GroupCommit, GroupCommitConfig, GroupCommitStats, LONE_ROUNDS, RETRY_TIMES_OVER};
 pub use handle::{DurabilityHandle, FlushResult};
 pub use periodic::{CommittedCallback, Periodic, PeriodicAction, PeriodicConfig, RunOutcome};
 pub use policy::{

@@ -373,7 +373,7 @@ fn only_a_run_of_single_request_rounds_makes_waiters_spin_and_a_spinning_wait_st
     let target = MemoryTarget::new();
     let gc = Arc::new(group_commit(target.clone(), clock(), false));
     assert!(!gc.serving_a_lone_producer());
-    for _ in 0..crate::group_commit::LONE_ROUNDS {
+    for _ in 0..crate::LONE_ROUNDS {
         let handle = gc.put_request(target.append(10));
         gc.run_round();
         assert!(settle(handle).is_ok());
