@@ -2,6 +2,9 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Args;
 use commitlog::inspect::{self, Listing, Problem};
@@ -33,6 +36,106 @@ pub struct ConsumeArgs {
     /// Print bodies as hex.
     #[arg(long)]
     hex: bool,
+    /// Keep printing records as they become durable (the checkpoint's flushed
+    /// offset), like `tail -f`; Ctrl-C ends it cleanly. Only durable records are
+    /// printed, so nothing shown can be taken back by a crash.
+    #[arg(long)]
+    follow: bool,
+}
+
+/// How often `consume --follow` looks for newly durable records.
+const FOLLOW_POLL: Duration = Duration::from_millis(100);
+
+/// One record as `consume` prints it: `OFFSET<TAB>BODY` (the body as hex with `--hex`).
+fn print_record(out: &mut impl Write, hex_body: bool, offset: u64, body: &[u8]) -> std::io::Result<()> {
+    if hex_body {
+        writeln!(out, "{offset}\t{}", hex(body))
+    } else {
+        write!(out, "{offset}\t").and_then(|()| out.write_all(body)).and_then(|()| out.write_all(b"\n"))
+    }
+}
+
+/// Output errors end `consume` quietly when the reader went away (`| head`).
+fn finish_output(result: std::io::Result<()>) -> Result<(), CliError> {
+    match result {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.map_err(io("writing to stdout")),
+    }
+}
+
+/// `consume --follow`: prints the records below the durable offset from `from`
+/// (or the first record), then every 100 ms whatever became durable since, until
+/// Ctrl-C (or SIGTERM).
+fn follow(args: &ConsumeArgs) -> Result<(), CliError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = Arc::clone(&stop);
+        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
+            .map_err(|e| CliError::Input(format!("cannot handle Ctrl-C: {e}")))?;
+    }
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut next = args.from;
+    while !stop.load(Ordering::SeqCst) {
+        let listing = listing(&args.dir)?;
+        let durable = inspect::store_files(&args.dir).checkpoint.map_or(0, |c| c.flushed_offset);
+        if let Some(first) = listing.segments.first() {
+            let at = *next.get_or_insert(first.start_offset);
+            if at < first.start_offset {
+                eprintln!(
+                    "commitlog: warning: records before {} were deleted; going on from there",
+                    first.start_offset
+                );
+                next = Some(first.start_offset);
+            }
+        }
+        if let Some(at) = next {
+            match print_durable(&listing, at, durable, args.hex, &mut out) {
+                Ok(reached) => next = Some(reached),
+                Err(CliError::Io { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        if let Err(e) = out.flush() {
+            return finish_output(Err(e));
+        }
+        std::thread::sleep(FOLLOW_POLL);
+    }
+    finish_output(out.flush())
+}
+
+/// Prints the records from `next` up to `durable`, crossing segments; returns
+/// where it stopped (the next record to print once more is durable).
+fn print_durable(
+    listing: &Listing,
+    mut next: u64,
+    durable: u64,
+    hex_body: bool,
+    out: &mut impl Write,
+) -> Result<u64, CliError> {
+    let size = listing.segment_size.max(1);
+    while next < durable {
+        let Some(segment) = listing.segments.iter().find(|s| s.start_offset <= next && next < s.start_offset + size)
+        else {
+            break; // not created yet, or not listed yet
+        };
+        let pos = next - segment.start_offset;
+        let end = durable.saturating_sub(segment.start_offset).min(size);
+        let bytes = inspect::read_segment_range(segment, pos, (end - pos) as usize)?;
+        let mut written = Ok(());
+        let scan = inspect::scan_segment(&bytes, next, 0, |offset, _, body| {
+            if written.is_ok() {
+                written = print_record(out, hex_body, offset, body);
+            }
+        });
+        written.map_err(io("writing to stdout"))?;
+        if !scan.ends_with_blank {
+            // The durable end, or a record not wholly durable yet: later.
+            return Ok(scan.end_offset);
+        }
+        next = segment.start_offset + size;
+    }
+    Ok(next)
 }
 
 fn listing(dir: &std::path::Path) -> Result<Listing, CliError> {
@@ -46,6 +149,9 @@ fn hex(bytes: &[u8]) -> String {
 
 /// Prints the valid prefix of the log from `--from`, without changing anything.
 pub fn consume(args: ConsumeArgs) -> Result<(), CliError> {
+    if args.follow {
+        return follow(&args);
+    }
     let listing = listing(&args.dir)?;
     for p in &listing.problems {
         eprintln!("commitlog: warning: {}: {}", p.path.display(), p.message);
@@ -72,12 +178,7 @@ pub fn consume(args: ConsumeArgs) -> Result<(), CliError> {
             if write_error.is_some() {
                 return;
             }
-            let result = if args.hex {
-                writeln!(out, "{offset}\t{}", hex(body))
-            } else {
-                write!(out, "{offset}\t").and_then(|()| out.write_all(body)).and_then(|()| out.write_all(b"\n"))
-            };
-            if let Err(e) = result {
+            if let Err(e) = print_record(&mut out, args.hex, offset, body) {
                 write_error = Some(e);
             }
         });
@@ -92,10 +193,7 @@ pub fn consume(args: ConsumeArgs) -> Result<(), CliError> {
         expected = segment.start_offset + size;
     }
     let flushed = out.flush();
-    match write_error.map_or(flushed, Err) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()), // e.g. `| head`
-        other => other.map_err(io("writing to stdout")),
-    }
+    finish_output(write_error.map_or(flushed, Err))
 }
 
 #[derive(Serialize)]

@@ -417,3 +417,69 @@ fn a_segment_named_near_the_end_of_the_offset_space_is_an_error_not_a_hang() {
         assert!(!text(&out.stderr).contains("panicked"), "{cmd}: {}", text(&out.stderr));
     }
 }
+
+#[test]
+fn consume_follow_prints_records_once_durable_across_segments_and_ends_cleanly_on_ctrl_c() {
+    use commitlog::{CommitLog, CommitLogConfig, FlushConfig, FlushDiskType};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    // Async flush that never flushes by itself: records become durable only when
+    // the test says so (`flush_all`); the checkpoint records it within 20 ms.
+    let config = CommitLogConfig::builder()
+        .mapped_file_size_commit_log(65536)
+        .max_message_size(16 * 1024)
+        .flush_disk_type(FlushDiskType::AsyncFlush)
+        .flush(FlushConfig {
+            flush_interval_commit_log_ms: 3_600_000,
+            flush_commit_log_thorough_interval_ms: 3_600_000,
+            ..FlushConfig::default()
+        })
+        .checkpoint_interval_ms(20)
+        .build()
+        .unwrap();
+    let log = CommitLog::open(dir.path(), config).unwrap();
+    let first: Vec<u64> = (0..3).map(|i| log.append(format!("first {i}").as_bytes()).unwrap().wrote_offset).collect();
+    log.flush_all().unwrap();
+
+    let mut child = commitlog()
+        .args(["consume", "--dir", dir.path().to_str().unwrap(), "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let next = |what: &str| rx.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|_| panic!("no line for {what}"));
+    for (i, offset) in first.iter().enumerate() {
+        assert_eq!(next("a durable record"), format!("{offset}\tfirst {i}"));
+    }
+
+    // Not durable yet: not printed.
+    let pending = log.append(b"pending").unwrap().wrote_offset;
+    assert!(rx.recv_timeout(Duration::from_millis(500)).is_err(), "printed a record a crash could take back");
+    // Durable, and on into later segments (12 KiB bodies: five per segment).
+    let big = vec![b'x'; 12 * 1024];
+    let more: Vec<u64> = (0..12).map(|_| log.append(&big).unwrap().wrote_offset).collect();
+    log.flush_all().unwrap();
+    assert_eq!(next("the pending record"), format!("{pending}\tpending"));
+    for offset in &more {
+        let line = next("a record in a later segment");
+        assert!(line.starts_with(&format!("{offset}\t")), "{line}");
+    }
+    assert!(more.last().unwrap() > &(2 * 65536), "the records crossed two segment boundaries");
+
+    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let exit = child.wait().unwrap();
+    assert!(exit.success(), "Ctrl-C ends --follow cleanly, not with a signal: {exit:?}");
+    log.shutdown().unwrap();
+}

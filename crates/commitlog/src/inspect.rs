@@ -123,6 +123,18 @@ pub fn read_segment(segment: &SegmentFile) -> Result<Vec<u8>, Error> {
     fs::read(&segment.path).map_err(|source| Error::Io { path: segment.path.clone(), source })
 }
 
+/// `len` bytes of a segment file from `pos` (fewer if the file is shorter):
+/// for reading on from where an earlier read stopped.
+pub fn read_segment_range(segment: &SegmentFile, pos: u64, len: usize) -> Result<Vec<u8>, Error> {
+    use std::io::{Read, Seek, SeekFrom};
+    let io_err = |source| Error::Io { path: segment.path.clone(), source };
+    let mut file = fs::File::open(&segment.path).map_err(io_err)?;
+    file.seek(SeekFrom::Start(pos)).map_err(io_err)?;
+    let mut bytes = Vec::with_capacity(len);
+    file.take(len as u64).read_to_end(&mut bytes).map_err(io_err)?;
+    Ok(bytes)
+}
+
 /// The files beside the segments.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StoreFiles {
