@@ -123,6 +123,13 @@ impl CommitLog {
         if self.inner.shut_down.load(Ordering::Acquire) {
             return Err(Error::Shutdown);
         }
+        if self.inner.disk.is_full() {
+            return Err(Error::DiskFull {
+                dir: self.dir().to_path_buf(),
+                used_percent: self.inner.disk.used_percent().unwrap_or(100.0),
+                limit_percent: self.inner.config.disk_space_warning_level_ratio,
+            });
+        }
         let ts = now_ms();
         // At most two tries: the current segment, then a fresh one.
         for _ in 0..2 {

@@ -69,6 +69,13 @@ pub struct CommitLogConfig {
     /// take disk space like segments; their old bytes are never read back (every
     /// record's CRC covers its own offset).
     pub recycle_segments: usize,
+    /// Used share of the disk, in percent, at which appends are refused with
+    /// [`Error::DiskFull`] until it falls below again (`diskSpaceWarningLevelRatio`,
+    /// 90). Reads, flushes and segment deletion go on.
+    pub disk_space_warning_level_ratio: u32,
+    /// How often the disk's used share is looked at (`cleanResourceInterval`,
+    /// 10,000 ms); appends check a flag, never the disk.
+    pub clean_resource_interval_ms: u64,
     /// The flush services' knobs.
     pub flush: FlushConfig,
 }
@@ -89,6 +96,8 @@ impl Default for CommitLogConfig {
             checkpoint_interval_ms: 1000,
             file_reserved_time_ms: 72 * 3600 * 1000,
             recycle_segments: 0,
+            disk_space_warning_level_ratio: 90,
+            clean_resource_interval_ms: 10_000,
             flush: FlushConfig::default(),
         }
     }
@@ -132,6 +141,15 @@ impl CommitLogConfig {
         }
         if self.checkpoint_interval_ms == 0 {
             return invalid("checkpoint_interval_ms must be positive".into());
+        }
+        if !(1..=100).contains(&self.disk_space_warning_level_ratio) {
+            return invalid(format!(
+                "disk_space_warning_level_ratio {} must be a percentage from 1 to 100",
+                self.disk_space_warning_level_ratio
+            ));
+        }
+        if self.clean_resource_interval_ms == 0 {
+            return invalid("clean_resource_interval_ms must be positive".into());
         }
         Ok(())
     }
@@ -183,6 +201,18 @@ impl CommitLogConfigBuilder {
     /// Warm-up of new segments.
     pub fn warm_mapped_file_enable(mut self, enable: bool) -> Self {
         self.config.warm_mapped_file_enable = enable;
+        self
+    }
+
+    /// Sets `disk_space_warning_level_ratio` (percent).
+    pub fn disk_space_warning_level_ratio(mut self, percent: u32) -> Self {
+        self.config.disk_space_warning_level_ratio = percent;
+        self
+    }
+
+    /// Sets `clean_resource_interval_ms`.
+    pub fn clean_resource_interval_ms(mut self, ms: u64) -> Self {
+        self.config.clean_resource_interval_ms = ms;
         self
     }
 

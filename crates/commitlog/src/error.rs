@@ -90,6 +90,18 @@ pub enum Error {
     /// The log was shut down.
     #[error("commit log is shut down")]
     Shutdown,
+    /// The disk's used share reached `disk_space_warning_level_ratio`: appends are
+    /// refused (nothing was written) until space is freed, for example by
+    /// deleting expired segments. RocketMQ's DISK_FULL.
+    #[error("disk under {} is {used_percent:.1} % full (limit {limit_percent} %): appends are refused until space is freed", dir.display())]
+    DiskFull {
+        /// The store directory.
+        dir: PathBuf,
+        /// The used share at the last look, in percent.
+        used_percent: f64,
+        /// `disk_space_warning_level_ratio`.
+        limit_percent: u32,
+    },
     /// No record at this offset (outside the stored range, or not a record start).
     #[error("no record at offset {offset} (stored range [{min}, {max}))")]
     NoRecord {
@@ -144,7 +156,8 @@ pub enum PutMessageStatus {
     FlushDiskTimeout,
     /// Stored, but the flush failed: not durable, and the log refuses writes now.
     FlushDiskFailed,
-    /// Not stored: shut down or not writeable.
+    /// Not stored: shut down, not writeable, or the disk is full (RocketMQ's
+    /// DISK_FULL running flag answers the same).
     ServiceNotAvailable,
     /// Not stored: too large, or an empty batch.
     MessageIllegal,
@@ -172,7 +185,9 @@ impl PutMessageStatus {
             Error::RecordTooLarge { .. } | Error::BatchTooLarge { .. } | Error::EmptyBatch => {
                 PutMessageStatus::MessageIllegal
             }
-            Error::NotWriteable { .. } | Error::Shutdown => PutMessageStatus::ServiceNotAvailable,
+            Error::NotWriteable { .. } | Error::Shutdown | Error::DiskFull { .. } => {
+                PutMessageStatus::ServiceNotAvailable
+            }
             Error::Queue(QueueError::File(MappedFileError::Create { .. } | MappedFileError::OffsetOverflow { .. }))
             | Error::Queue(QueueError::PreallocationTimedOut { .. })
             | Error::File(MappedFileError::Create { .. } | MappedFileError::OffsetOverflow { .. }) => {

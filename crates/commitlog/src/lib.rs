@@ -44,6 +44,7 @@
 mod append;
 mod checkpoint;
 mod config;
+mod disk;
 mod error;
 pub mod format;
 pub mod inspect;

@@ -18,6 +18,7 @@ use transient_pool::{PoolConfig, TransientStorePool};
 
 use crate::checkpoint::{self, CheckpointState};
 use crate::config::{CommitLogConfig, FlushDiskType};
+use crate::disk::{self, DiskGuard};
 use crate::queue_target::QueueTarget;
 use crate::recovery::{recover, RecoveryReport};
 use crate::store::{self, io_err};
@@ -32,6 +33,8 @@ pub(crate) struct Inner {
     pub(crate) put_lock: Mutex<()>,
     checkpoint: Arc<CheckpointState>,
     checkpoint_thread: Mutex<Option<ServiceThread>>,
+    pub(crate) disk: Arc<DiskGuard>,
+    disk_thread: Mutex<Option<ServiceThread>>,
     pub(crate) shut_down: AtomicBool,
     recovery: RecoveryReport,
 }
@@ -141,6 +144,18 @@ impl CommitLog {
         let checkpoint_thread =
             checkpoint::start_service(Arc::clone(&state), Arc::clone(&storage), dir.clone(), interval)
                 .map_err(io_err(&dir))?;
+        // Looked at once now, so a disk already full refuses the first append.
+        let disk = DiskGuard::new();
+        let limit = config.disk_space_warning_level_ratio;
+        disk.check(&*storage, &dir, limit);
+        let disk_thread = disk::start_service(
+            Arc::clone(&disk),
+            Arc::clone(&storage),
+            dir.clone(),
+            limit,
+            Duration::from_millis(config.clean_resource_interval_ms),
+        )
+        .map_err(io_err(&dir))?;
         Ok(CommitLog {
             inner: Arc::new(Inner {
                 dir,
@@ -151,6 +166,8 @@ impl CommitLog {
                 put_lock: Mutex::new(()),
                 checkpoint: state,
                 checkpoint_thread: Mutex::new(Some(checkpoint_thread)),
+                disk,
+                disk_thread: Mutex::new(Some(disk_thread)),
                 shut_down: AtomicBool::new(false),
                 recovery: report,
             }),
@@ -195,6 +212,18 @@ impl CommitLog {
             Some(cause) => Error::NotWriteable { cause },
             None => error,
         }
+    }
+
+    /// True while appends are refused because the disk's used share reached
+    /// `disk_space_warning_level_ratio` (RocketMQ's DISK_FULL flag).
+    pub fn is_disk_full(&self) -> bool {
+        self.inner.disk.is_full()
+    }
+
+    /// The disk's used share, in percent, at the guard's last look; `None` if the
+    /// storage cannot tell.
+    pub fn disk_used_percent(&self) -> Option<f64> {
+        self.inner.disk.used_percent()
     }
 
     /// First stored offset.
@@ -286,6 +315,9 @@ impl Inner {
         self.strategy.shutdown();
         self.queue.shutdown();
         if let Some(mut thread) = self.checkpoint_thread.lock().take() {
+            thread.shutdown(Duration::from_secs(60));
+        }
+        if let Some(mut thread) = self.disk_thread.lock().take() {
             thread.shutdown(Duration::from_secs(60));
         }
         if let Some(cause) = self.queue.failure() {

@@ -36,24 +36,131 @@ pub enum Outcome {
     Skipped { reason: String },
 }
 
+/// A small tmpfs mounted for the life of the value (root only).
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(size: &str) -> Result<Self, String> {
+        // `/proc/self` belongs to the process's effective user.
+        let root = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").expect("/proc/self")) == 0;
+        if !root {
+            return Err("not running as root, cannot mount a tmpfs".into());
+        }
+        let dir = tempfile::tempdir().expect("mount point");
+        let mp = dir.path().to_str().expect("utf-8");
+        match Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", mp]).status() {
+            Ok(s) if s.success() => Ok(Tmpfs { dir }),
+            Ok(s) => Err(format!("mount -t tmpfs failed ({s})")),
+            Err(e) => Err(format!("cannot run mount: {e}")),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+/// The disk-space guard on a real small tmpfs: appends are refused before the disk
+/// is full, nothing acknowledged is lost, and deleting segments brings appends back.
+pub fn run_guard() -> Outcome {
+    // 8 MiB with 1 MiB segments, refused from 60 % on.
+    let fs = match Tmpfs::mount("8m") {
+        Ok(fs) => fs,
+        Err(reason) => return Outcome::Skipped { reason },
+    };
+    let dir = fs.path().join("log");
+    let config = commitlog::CommitLogConfig {
+        disk_space_warning_level_ratio: 60,
+        clean_resource_interval_ms: 2,
+        ..config(SEGMENT, FlushDiskType::SyncFlush)
+    };
+    let fail = |detail: String| Outcome::Failed { detail };
+    let log = match CommitLog::open(&dir, config.clone()) {
+        Ok(log) => log,
+        Err(e) => return fail(format!("open: {e}")),
+    };
+    let mut acked: Vec<(u64, Vec<u8>)> = Vec::new();
+    let refused_at = loop {
+        let b = body(0, acked.len() as u64, 3000);
+        match log.append(&b) {
+            Ok(put) => match put.durability.wait() {
+                Ok(()) => acked.push((put.wrote_offset, b)),
+                Err(e) => return fail(format!("a durable wait failed: {e}")),
+            },
+            Err(commitlog::Error::DiskFull { used_percent, .. }) => break used_percent,
+            Err(e) => return fail(format!("refused with {e}, not DiskFull")),
+        }
+        if acked.len() > 10_000 {
+            return fail("never refused".into());
+        }
+    };
+    if !(60.0..100.0).contains(&refused_at) {
+        return fail(format!("refused at {refused_at:.1} % used"));
+    }
+    // Free space: delete every segment but the last two; appends come back.
+    let end = acked.last().map_or(0, |(o, _)| *o);
+    let keep_from = end - end % SEGMENT as u64 - SEGMENT as u64;
+    let deleted = match log.delete_segments_before(keep_from, 100) {
+        Ok(n) => n,
+        Err(e) => return fail(format!("deleting while full: {e}")),
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while log.is_disk_full() {
+        if std::time::Instant::now() > deadline {
+            return fail(format!("appends never came back after deleting {deleted} segments"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let after = body(1, 0, 3000);
+    match log.append(&after).map(|put| (put.wrote_offset, put.durability.wait())) {
+        Ok((offset, Ok(()))) => acked.push((offset, after)),
+        other => return fail(format!("append after freeing space: {other:?}")),
+    }
+    if let Err(e) = log.shutdown() {
+        return fail(format!("shutdown: {e}"));
+    }
+    drop(log);
+    let reopened = match CommitLog::open(&dir, config) {
+        Ok(log) => log,
+        Err(e) => return fail(format!("reopen: {e}")),
+    };
+    let kept: Vec<&(u64, Vec<u8>)> = acked.iter().filter(|(o, _)| *o >= keep_from).collect();
+    let mut lost = 0;
+    for (offset, b) in &kept {
+        if reopened.read(*offset).map(|r| r.body.to_vec()).ok().as_ref() != Some(b) {
+            lost += 1;
+        }
+    }
+    let _ = reopened.shutdown();
+    if lost > 0 {
+        return fail(format!("{lost} acknowledged records lost or damaged"));
+    }
+    Outcome::Passed {
+        detail: format!(
+            "refused at {refused_at:.1} % used (limit 60 %), {} acked, 0 lost, appends back after deleting {deleted} segments",
+            acked.len()
+        ),
+    }
+}
+
 pub fn run() -> Outcome {
-    // `/proc/self` belongs to the process's effective user.
-    let root = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").expect("/proc/self")) == 0;
-    if !root {
-        return Outcome::Skipped { reason: "not running as root, cannot mount a tmpfs".into() };
-    }
-    let mount_point = tempfile::tempdir().expect("mount point");
-    let mp = mount_point.path().to_str().expect("utf-8").to_string();
-    // 3 MiB: room for the small files and two 1 MiB segments, not a third.
-    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=3m", "tmpfs", &mp]).status();
-    match mounted {
-        Ok(s) if s.success() => {}
-        Ok(s) => return Outcome::Skipped { reason: format!("mount -t tmpfs failed ({s})") },
-        Err(e) => return Outcome::Skipped { reason: format!("cannot run mount: {e}") },
-    }
+    let fs = match Tmpfs::mount("3m") {
+        Ok(fs) => fs,
+        Err(reason) => return Outcome::Skipped { reason },
+    };
+    let mp = fs.path().to_str().expect("utf-8").to_string();
     let exe = std::env::current_exe().expect("current exe");
+    // 3 MiB: room for the small files and two 1 MiB segments, not a third.
     let out = Command::new(exe).args(["child-disk-full", "--dir", &format!("{mp}/log")]).output();
-    let _ = Command::new("umount").arg(&mp).status();
+    drop(fs);
     match out {
         Err(e) => Outcome::Failed { detail: format!("cannot run child: {e}") },
         Ok(out) => {

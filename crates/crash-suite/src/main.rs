@@ -199,6 +199,15 @@ fn main() -> ExitCode {
         }
     }
 
+    if layer_wanted("disk-guard") {
+        // 5b. The disk-space guard on a small real file system.
+        match disk_full::run_guard() {
+            disk_full::Outcome::Passed { detail } => report(true, format!("disk-guard: {detail}")),
+            disk_full::Outcome::Failed { detail } => report(false, format!("disk-guard: FAILED: {detail}")),
+            disk_full::Outcome::Skipped { reason } => report(true, format!("disk-guard: skipped: {reason}")),
+        }
+    }
+
     if failed {
         ExitCode::FAILURE
     } else {

@@ -34,6 +34,26 @@ pub fn epoch_ms(time: std::time::SystemTime) -> u64 {
     time.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// How full the file system under a storage directory is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskSpace {
+    /// Size of the file system, in bytes.
+    pub total: u64,
+    /// Bytes still available to the process.
+    pub available: u64,
+}
+
+impl DiskSpace {
+    /// The used share, in percent (0 to 100); 100 for a file system of no size.
+    pub fn used_percent(&self) -> f64 {
+        if self.total == 0 {
+            return 100.0;
+        }
+        let available = self.available.min(self.total) as f64;
+        100.0 * (1.0 - available / self.total as f64)
+    }
+}
+
 /// A freshly created or opened segment: its memory and its I/O handle.
 #[derive(Debug)]
 pub struct OpenedSegment {
@@ -136,6 +156,12 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let _ = (from, to);
         Err(io::Error::new(io::ErrorKind::Unsupported, "this storage cannot rename files"))
+    }
+    /// How full the file system holding `dir` is; `Ok(None)` if this storage cannot
+    /// tell (the default).
+    fn disk_space(&self, dir: &Path) -> io::Result<Option<DiskSpace>> {
+        let _ = dir;
+        Ok(None)
     }
     /// Gives the directory up: nothing is created, opened or written through this
     /// storage afterwards (such calls fail). What is still mapped stays valid, and
@@ -406,6 +432,12 @@ impl Storage for MmapStorage {
         self.held(from)?;
         self.held(to)?;
         rename_durably(from, to)
+    }
+
+    fn disk_space(&self, dir: &Path) -> io::Result<Option<DiskSpace>> {
+        self.held(dir)?;
+        let (total, available) = crate::raw::statvfs(dir)?;
+        Ok(Some(DiskSpace { total, available }))
     }
 
     fn release(&self) {

@@ -60,7 +60,9 @@ mod sync;
 mod loom_models;
 
 pub use error::MappedFileError;
-pub use io_seam::{epoch_ms, sync_dir, DirEntry, LockError, MmapStorage, OpenedSegment, SegmentIo, Storage, LOCK_FILE};
+pub use io_seam::{
+    epoch_ms, sync_dir, DirEntry, DiskSpace, LockError, MmapStorage, OpenedSegment, SegmentIo, Storage, LOCK_FILE,
+};
 pub use latch::{FailureLatch, SyncFailure};
 pub use raw::SegmentMemory;
 pub use sim::SimStorage;

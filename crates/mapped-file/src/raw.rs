@@ -225,6 +225,27 @@ impl Drop for SegmentMemory {
     }
 }
 
+/// Size and free space of the file system holding `path` (`statvfs`), in bytes:
+/// `(total, available to unprivileged users)`.
+pub(crate) fn statvfs(path: &std::path::Path) -> io::Result<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
+    // SAFETY: an all-zero `statvfs` is a valid value of the plain C struct.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c_path` is a NUL-terminated string and `stat` a valid, writable
+    // `statvfs` for the duration of the call.
+    if unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // `c_ulong` and `fsblkcnt_t` are 32 bits wide on some targets.
+    #[allow(clippy::useless_conversion)]
+    let fragment = u64::from(stat.f_frsize);
+    #[allow(clippy::useless_conversion)]
+    let (blocks, available) = (u64::from(stat.f_blocks), u64::from(stat.f_bavail));
+    Ok((blocks.saturating_mul(fragment), available.saturating_mul(fragment)))
+}
+
 /// `posix_fallocate(fd, 0, len)`; returns 0 or an errno value.
 pub(crate) fn fallocate(fd: std::os::unix::io::RawFd, len: libc::off_t) -> i32 {
     // SAFETY: posix_fallocate takes no pointers; an invalid fd is reported as EBADF.

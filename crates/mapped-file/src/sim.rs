@@ -118,6 +118,7 @@ struct SimState {
     fail_writes: bool,
     create_delay: std::time::Duration,
     write_without_mmap: bool,
+    disk_space: Option<crate::DiskSpace>,
     sink: Option<std::sync::mpsc::SyncSender<SimSnapshot>>,
 }
 
@@ -212,6 +213,12 @@ impl SimStorage {
     /// written is in the cache, durable once synced.
     pub fn set_write_without_mmap(&self, enable: bool) {
         self.state.lock().write_without_mmap = enable;
+    }
+
+    /// Makes [`Storage::disk_space`] report `space` (`None`: unknown, the default),
+    /// for testing what a log does as its disk fills and empties.
+    pub fn set_disk_space(&self, space: Option<crate::DiskSpace>) {
+        self.state.lock().disk_space = space;
     }
 
     /// True when segments are written through [`SegmentIo::write_at`].
@@ -412,6 +419,10 @@ impl Storage for SimStorage {
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         self.state.lock().rename(from, to)
+    }
+
+    fn disk_space(&self, _dir: &Path) -> io::Result<Option<crate::DiskSpace>> {
+        Ok(self.state.lock().disk_space)
     }
 
     fn replace_small(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {

@@ -444,3 +444,15 @@ fn a_real_file_is_recycled_by_a_durable_rename_and_reused_under_its_new_name() {
     let missing = MappedFile::create_from_recycled(&storage, &spare, dir.path(), 2 * SIZE as u64, SIZE);
     assert!(matches!(missing, Err(MappedFileError::Create { .. })), "a spare taken twice is a clear error");
 }
+
+#[test]
+#[cfg_attr(miri, ignore = "real files and mappings: system calls Miri cannot run")]
+fn a_real_storage_reports_the_space_of_its_file_system() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = real(dir.path());
+    let space = storage.disk_space(dir.path()).unwrap().expect("statvfs works here");
+    assert!(space.total > 0 && space.available <= space.total, "{space:?}");
+    assert!((0.0..=100.0).contains(&space.used_percent()));
+    assert!(storage.disk_space(Path::new("/elsewhere")).is_err(), "only under its own root");
+    assert_eq!(sim().disk_space(Path::new("/s")).unwrap(), None, "unknown unless a test sets it");
+}

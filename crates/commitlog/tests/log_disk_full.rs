@@ -1,0 +1,102 @@
+//! The disk-space guard: appends are refused once the disk's used share reaches
+//! the limit, nothing acknowledged is lost, and appends come back with space.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use commitlog::{CommitLog, CommitLogConfig, Error, FlushDiskType, PutMessageStatus};
+use common::{bodies, body};
+use mapped_file::{DiskSpace, Storage};
+
+fn config() -> CommitLogConfig {
+    CommitLogConfig {
+        disk_space_warning_level_ratio: 90,
+        clean_resource_interval_ms: 5,
+        ..common::config(FlushDiskType::SyncFlush)
+    }
+}
+
+fn space(used_percent: u64) -> Option<DiskSpace> {
+    Some(DiskSpace { total: 1000, available: 1000 - 10 * used_percent })
+}
+
+/// Appends until one fails (the guard's next look), or gives up.
+fn until_refused(log: &CommitLog, acked: &mut Vec<Vec<u8>>) -> Error {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let b = body(1, acked.len() as u32, 300);
+        match log.append(&b) {
+            Ok(put) => {
+                put.durability.wait().unwrap();
+                acked.push(b);
+            }
+            Err(err) => return err,
+        }
+        assert!(Instant::now() < deadline, "the guard never refused an append");
+    }
+}
+
+#[test]
+fn a_full_disk_refuses_appends_keeps_what_was_acknowledged_and_space_brings_them_back() {
+    let sim = common::sim();
+    sim.set_disk_space(space(50));
+    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+    let log = CommitLog::open_with_storage("/disk", config(), Arc::clone(&storage)).unwrap();
+    let mut acked = Vec::new();
+    for _ in 0..300 {
+        let b = body(1, acked.len() as u32, 300);
+        log.append(&b).unwrap().durability.wait().unwrap();
+        acked.push(b);
+    }
+    assert!(!log.is_disk_full());
+    assert_eq!(log.disk_used_percent(), Some(50.0));
+
+    sim.set_disk_space(space(95));
+    let err = until_refused(&log, &mut acked);
+    assert!(matches!(err, Error::DiskFull { limit_percent: 90, .. }), "{err}");
+    assert!(err.to_string().contains("95.0 % full"), "{err}");
+    assert_eq!(PutMessageStatus::from_error(&err), PutMessageStatus::ServiceNotAvailable);
+    assert!(matches!(log.append_batch(&[b"x"]), Err(Error::DiskFull { .. })), "batches too");
+    assert!(log.is_disk_full());
+    // Reads, flushes and deleting segments go on while full.
+    assert_eq!(bodies(&log), acked);
+    log.flush_all().unwrap();
+    assert!(log.delete_segments_before(common::SEGMENT as u64, 10).unwrap() <= 1);
+
+    // Space comes back: so do appends.
+    sim.set_disk_space(space(60));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while log.is_disk_full() {
+        assert!(Instant::now() < deadline, "appends never came back");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let b = body(2, 0, 300);
+    log.append(&b).unwrap().durability.wait().unwrap();
+    let kept = bodies(&log);
+    assert_eq!(kept.last(), Some(&b));
+    log.shutdown().unwrap();
+
+    // Nothing acknowledged was lost or damaged.
+    let reopened = CommitLog::open_with_storage("/disk", config(), storage).unwrap();
+    assert_eq!(bodies(&reopened), kept);
+}
+
+#[test]
+fn a_disk_already_full_at_open_refuses_the_first_append() {
+    let sim = common::sim();
+    sim.set_disk_space(space(99));
+    let log = CommitLog::open_with_storage("/full", config(), Arc::new(sim)).unwrap();
+    assert!(matches!(log.append(b"first"), Err(Error::DiskFull { .. })));
+    assert!(log.is_disk_full());
+    log.shutdown().unwrap();
+}
+
+#[test]
+fn the_limit_must_be_a_percentage() {
+    for bad in [0, 101] {
+        let config = CommitLogConfig { disk_space_warning_level_ratio: bad, ..config() };
+        assert!(matches!(config.validate(), Err(Error::InvalidConfig { .. })), "{bad}");
+    }
+}
