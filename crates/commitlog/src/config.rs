@@ -73,9 +73,25 @@ pub struct CommitLogConfig {
     /// [`Error::DiskFull`] until it falls below again (`diskSpaceWarningLevelRatio`,
     /// 90). Reads, flushes and segment deletion go on.
     pub disk_space_warning_level_ratio: u32,
-    /// How often the disk's used share is looked at (`cleanResourceInterval`,
-    /// 10,000 ms); appends check a flag, never the disk.
+    /// How often the cleaning service runs: it looks at the disk's used share
+    /// (appends check a flag, never the disk) and deletes old segments
+    /// (`cleanResourceInterval`, 10,000 ms).
     pub clean_resource_interval_ms: u64,
+    /// Hours of the day, UTC, `;`-separated, at which segments older than
+    /// `file_reserved_time_ms` are deleted (`deleteWhen`, `"04"`; RocketMQ reads
+    /// them in local time). An empty string: never by the clock.
+    pub delete_when: String,
+    /// Used share of the disk, in percent, above which expired segments are
+    /// deleted at any hour, and none is kept as a spare (`diskMaxUsedSpaceRatio`, 75).
+    pub disk_max_used_space_ratio: u32,
+    /// Used share, in percent, above which the oldest segments are deleted even
+    /// if they have not expired, when `clean_file_forcibly_enable`
+    /// (`diskSpaceCleanForciblyRatio`, 85).
+    pub disk_space_clean_forcibly_ratio: u32,
+    /// Delete unexpired segments when space runs short (`cleanFileForciblyEnable`, true).
+    pub clean_file_forcibly_enable: bool,
+    /// Most segments deleted per run of the cleaning service (`deleteFileBatchMax`, 10).
+    pub delete_file_batch_max: usize,
     /// The flush services' knobs.
     pub flush: FlushConfig,
 }
@@ -98,6 +114,11 @@ impl Default for CommitLogConfig {
             recycle_segments: 0,
             disk_space_warning_level_ratio: 90,
             clean_resource_interval_ms: 10_000,
+            delete_when: "04".into(),
+            disk_max_used_space_ratio: 75,
+            disk_space_clean_forcibly_ratio: 85,
+            clean_file_forcibly_enable: true,
+            delete_file_batch_max: 10,
             flush: FlushConfig::default(),
         }
     }
@@ -150,6 +171,20 @@ impl CommitLogConfig {
         }
         if self.clean_resource_interval_ms == 0 {
             return invalid("clean_resource_interval_ms must be positive".into());
+        }
+        if let Err(reason) = crate::clean::parse_delete_when(&self.delete_when) {
+            return invalid(reason);
+        }
+        for (name, percent) in [
+            ("disk_max_used_space_ratio", self.disk_max_used_space_ratio),
+            ("disk_space_clean_forcibly_ratio", self.disk_space_clean_forcibly_ratio),
+        ] {
+            if !(1..=100).contains(&percent) {
+                return invalid(format!("{name} {percent} must be a percentage from 1 to 100"));
+            }
+        }
+        if self.delete_file_batch_max == 0 {
+            return invalid("delete_file_batch_max must be positive".into());
         }
         Ok(())
     }
@@ -213,6 +248,27 @@ impl CommitLogConfigBuilder {
     /// Sets `clean_resource_interval_ms`.
     pub fn clean_resource_interval_ms(mut self, ms: u64) -> Self {
         self.config.clean_resource_interval_ms = ms;
+        self
+    }
+
+    /// Sets `delete_when` (hours of the day, UTC, `;`-separated).
+    pub fn delete_when(mut self, hours: &str) -> Self {
+        self.config.delete_when = hours.into();
+        self
+    }
+
+    /// Sets `disk_max_used_space_ratio` and `disk_space_clean_forcibly_ratio`
+    /// (percent), and whether forcible cleaning is on.
+    pub fn cleaning_ratios(mut self, max_used: u32, forcibly: u32, forcibly_enable: bool) -> Self {
+        self.config.disk_max_used_space_ratio = max_used;
+        self.config.disk_space_clean_forcibly_ratio = forcibly;
+        self.config.clean_file_forcibly_enable = forcibly_enable;
+        self
+    }
+
+    /// Sets `delete_file_batch_max`.
+    pub fn delete_file_batch_max(mut self, segments: usize) -> Self {
+        self.config.delete_file_batch_max = segments;
         self
     }
 

@@ -43,8 +43,8 @@
 
 mod append;
 mod checkpoint;
+mod clean;
 mod config;
-mod disk;
 mod error;
 pub mod format;
 pub mod inspect;
@@ -57,6 +57,7 @@ mod store;
 
 pub use append::{AppendResult, BatchAppendResult};
 pub use checkpoint::{Checkpoint, CHECKPOINT_FILE};
+pub use clean::CleanStats;
 pub use config::{CommitLogConfig, CommitLogConfigBuilder, FlushDiskType, MAX_POOL_BUFFERS};
 pub use error::{Error, PutMessageStatus};
 pub use flush_service::{

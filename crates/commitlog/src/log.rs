@@ -17,8 +17,8 @@ use segment_queue::{QueueConfig, SegmentQueue};
 use transient_pool::{PoolConfig, TransientStorePool};
 
 use crate::checkpoint::{self, CheckpointState};
+use crate::clean::{self, CleanStats, Cleaner, DiskGuard};
 use crate::config::{CommitLogConfig, FlushDiskType};
-use crate::disk::{self, DiskGuard};
 use crate::queue_target::QueueTarget;
 use crate::recovery::{recover, RecoveryReport};
 use crate::store::{self, io_err};
@@ -34,6 +34,7 @@ pub(crate) struct Inner {
     checkpoint: Arc<CheckpointState>,
     checkpoint_thread: Mutex<Option<ServiceThread>>,
     pub(crate) disk: Arc<DiskGuard>,
+    cleaner: Arc<Cleaner>,
     disk_thread: Mutex<Option<ServiceThread>>,
     pub(crate) shut_down: AtomicBool,
     recovery: RecoveryReport,
@@ -148,8 +149,11 @@ impl CommitLog {
         let disk = DiskGuard::new();
         let limit = config.disk_space_warning_level_ratio;
         disk.check(&*storage, &dir, limit);
-        let disk_thread = disk::start_service(
+        let cleaner = Cleaner::new(&config);
+        let disk_thread = clean::start_service(
             Arc::clone(&disk),
+            Arc::clone(&cleaner),
+            Arc::clone(&queue),
             Arc::clone(&storage),
             dir.clone(),
             limit,
@@ -167,6 +171,7 @@ impl CommitLog {
                 checkpoint: state,
                 checkpoint_thread: Mutex::new(Some(checkpoint_thread)),
                 disk,
+                cleaner,
                 disk_thread: Mutex::new(Some(disk_thread)),
                 shut_down: AtomicBool::new(false),
                 recovery: report,
@@ -218,6 +223,11 @@ impl CommitLog {
     /// `disk_space_warning_level_ratio` (RocketMQ's DISK_FULL flag).
     pub fn is_disk_full(&self) -> bool {
         self.inner.disk.is_full()
+    }
+
+    /// What the cleaning service (`CleanCommitLogService`) deleted so far.
+    pub fn clean_stats(&self) -> CleanStats {
+        self.inner.cleaner.stats()
     }
 
     /// The disk's used share, in percent, at the guard's last look; `None` if the

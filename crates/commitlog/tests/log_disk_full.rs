@@ -10,10 +10,14 @@ use commitlog::{CommitLog, CommitLogConfig, Error, FlushDiskType, PutMessageStat
 use common::{bodies, body};
 use mapped_file::{DiskSpace, Storage};
 
+/// The guard alone: the cleaning service would delete segments at these ratios.
 fn config() -> CommitLogConfig {
     CommitLogConfig {
         disk_space_warning_level_ratio: 90,
         clean_resource_interval_ms: 5,
+        clean_file_forcibly_enable: false,
+        disk_max_used_space_ratio: 100,
+        delete_when: String::new(),
         ..common::config(FlushDiskType::SyncFlush)
     }
 }
@@ -96,7 +100,18 @@ fn a_disk_already_full_at_open_refuses_the_first_append() {
 #[test]
 fn the_limit_must_be_a_percentage() {
     for bad in [0, 101] {
-        let config = CommitLogConfig { disk_space_warning_level_ratio: bad, ..config() };
-        assert!(matches!(config.validate(), Err(Error::InvalidConfig { .. })), "{bad}");
+        for config in [
+            CommitLogConfig { disk_space_warning_level_ratio: bad, ..config() },
+            CommitLogConfig { disk_max_used_space_ratio: bad, ..config() },
+            CommitLogConfig { disk_space_clean_forcibly_ratio: bad, ..config() },
+        ] {
+            assert!(matches!(config.validate(), Err(Error::InvalidConfig { .. })), "{bad}");
+        }
     }
+    for bad in ["24", "4;x", "-1"] {
+        let config = CommitLogConfig { delete_when: bad.into(), ..config() };
+        let err = config.validate().unwrap_err();
+        assert!(err.to_string().contains("delete_when"), "{err}");
+    }
+    assert!(CommitLogConfig { delete_when: "01; 13;".into(), ..config() }.validate().is_ok());
 }

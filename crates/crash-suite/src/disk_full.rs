@@ -151,6 +151,62 @@ pub fn run_guard() -> Outcome {
     }
 }
 
+/// The cleaning service on a real small tmpfs: appending four times the disk's
+/// size, it deletes the oldest segments (forcibly, none has expired) and appends
+/// are never refused; the newest records stay readable.
+pub fn run_clean() -> Outcome {
+    let fs = match Tmpfs::mount("8m") {
+        Ok(fs) => fs,
+        Err(reason) => return Outcome::Skipped { reason },
+    };
+    let dir = fs.path().join("log");
+    let config = commitlog::CommitLogConfig {
+        disk_space_warning_level_ratio: 90,
+        disk_max_used_space_ratio: 30,
+        disk_space_clean_forcibly_ratio: 40,
+        clean_resource_interval_ms: 2,
+        ..config(SEGMENT, FlushDiskType::SyncFlush)
+    };
+    let fail = |detail: String| Outcome::Failed { detail };
+    let log = match CommitLog::open(&dir, config) {
+        Ok(log) => log,
+        Err(e) => return fail(format!("open: {e}")),
+    };
+    let mut last = Vec::new();
+    let mut max_used: f64 = 0.0;
+    let total = 4 * 8 * SEGMENT; // four times the file system
+    let mut written = 0;
+    let mut seq = 0;
+    while written < total {
+        let b = body(0, seq, 3000);
+        match log.append(&b).map(|put| (put.wrote_offset, put.durability.wait())) {
+            Ok((offset, Ok(()))) => last.push((offset, b)),
+            Ok((_, Err(e))) => return fail(format!("a durable wait failed: {e}")),
+            Err(e) => return fail(format!("append {seq} refused after {written} bytes: {e}")),
+        }
+        if last.len() > 64 {
+            last.remove(0);
+        }
+        max_used = max_used.max(log.disk_used_percent().unwrap_or(0.0));
+        written += 3000 + commitlog::format::HEADER_SIZE;
+        seq += 1;
+    }
+    let stats = log.clean_stats();
+    let unreadable =
+        last.iter().filter(|(o, b)| log.read(*o).map(|r| r.body.to_vec()).ok().as_ref() != Some(b)).count();
+    let _ = log.shutdown();
+    if stats.forcibly_deleted == 0 || unreadable > 0 {
+        return fail(format!("{stats:?}, {unreadable} of the newest 64 records unreadable"));
+    }
+    Outcome::Passed {
+        detail: format!(
+            "{seq} durable appends ({} MiB) on an 8 MiB tmpfs, none refused; {} segments deleted before they expired, the disk at most {max_used:.0} % full; the newest 64 records readable",
+            written >> 20,
+            stats.forcibly_deleted
+        ),
+    }
+}
+
 pub fn run() -> Outcome {
     let fs = match Tmpfs::mount("3m") {
         Ok(fs) => fs,

@@ -206,6 +206,11 @@ fn main() -> ExitCode {
             disk_full::Outcome::Failed { detail } => report(false, format!("disk-guard: FAILED: {detail}")),
             disk_full::Outcome::Skipped { reason } => report(true, format!("disk-guard: skipped: {reason}")),
         }
+        match disk_full::run_clean() {
+            disk_full::Outcome::Passed { detail } => report(true, format!("disk-clean: {detail}")),
+            disk_full::Outcome::Failed { detail } => report(false, format!("disk-clean: FAILED: {detail}")),
+            disk_full::Outcome::Skipped { reason } => report(true, format!("disk-clean: skipped: {reason}")),
+        }
     }
 
     if failed {

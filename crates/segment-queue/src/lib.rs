@@ -646,6 +646,17 @@ impl SegmentQueue {
         })
     }
 
+    /// Whether expired segments become spares (`recycle_segments`) from now on:
+    /// a cleaning service turns it off while the disk is short of space.
+    pub fn set_keep_spares(&self, keep: bool) {
+        self.spares.set_keeping(keep);
+    }
+
+    /// Deletes every spare segment file, durably; returns how many.
+    pub fn drop_spares(&self) -> usize {
+        self.spares.drop_all()
+    }
+
     /// Deletes segments from the front that end at or below `offset`, at most
     /// `max_batch` of them; never the last segment. Returns how many were deleted.
     pub fn delete_expired_file_by_offset(&self, offset: u64, max_batch: usize) -> Result<usize, QueueError> {

@@ -11,6 +11,7 @@
 //! from the front (never the cut-off tail of a truncation) become spares.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use mapped_file::{file_name, MappedFile, Storage};
@@ -26,6 +27,8 @@ pub(crate) struct Spares {
     storage: Arc<dyn Storage>,
     dir: PathBuf,
     keep: usize,
+    /// False while the disk is short of space: expired segments are deleted.
+    keeping: AtomicBool,
     size: usize,
     /// One taker or giver at a time: the roll-over and the preallocation thread.
     lock: Mutex<()>,
@@ -35,14 +38,48 @@ impl Spares {
     /// Spares in `segment_dir/recycled`, at most `keep` of them (0: none, every
     /// expired segment is deleted), each of `size` bytes.
     pub(crate) fn new(storage: Arc<dyn Storage>, segment_dir: &Path, keep: usize, size: usize) -> Self {
-        Spares { storage, dir: segment_dir.join(RECYCLE_DIR), keep, size, lock: Mutex::new(()) }
+        Spares {
+            storage,
+            dir: segment_dir.join(RECYCLE_DIR),
+            keep,
+            keeping: AtomicBool::new(true),
+            size,
+            lock: Mutex::new(()),
+        }
+    }
+
+    /// Whether expired segments are kept as spares from now on (while the disk is
+    /// short of space, they should not be).
+    pub(crate) fn set_keeping(&self, keep: bool) {
+        self.keeping.store(keep, Ordering::Relaxed);
+    }
+
+    /// Deletes every spare file (durably); returns how many.
+    pub(crate) fn drop_all(&self) -> usize {
+        if self.keep == 0 {
+            return 0;
+        }
+        let _one = self.lock.lock();
+        let Ok(spares) = self.storage.list(&self.dir) else { return 0 };
+        let mut dropped = 0usize;
+        for spare in spares {
+            let path = self.dir.join(&spare.name);
+            match self.storage.remove(&path) {
+                Ok(()) => dropped = dropped.saturating_add(1), // at most the listing's length
+                Err(err) => tracing::warn!(spare = %path.display(), %err, "could not delete a spare segment file"),
+            }
+        }
+        if dropped > 0 {
+            tracing::info!(dropped, "spare segment files deleted to free space");
+        }
+        dropped
     }
 
     /// Keeps `file` (an expired segment leaving the front of the queue) as a spare
     /// if there is room and no view of it is outstanding; true if kept. False means
     /// the caller deletes it.
     pub(crate) fn offer(&self, file: &MappedFile) -> Result<bool, QueueError> {
-        if self.keep == 0 || file.file_size() != self.size {
+        if self.keep == 0 || file.file_size() != self.size || !self.keeping.load(Ordering::Relaxed) {
             return Ok(false);
         }
         let _one = self.lock.lock();

@@ -1,0 +1,194 @@
+//! RocketMQ's `CleanCommitLogService`: one service thread that, every
+//! `clean_resource_interval_ms`, looks at the disk and deletes old segments.
+//!
+//! - **The disk-space guard** (the DISK_FULL running flag): once the file system's
+//!   used share reaches `disk_space_warning_level_ratio` the log refuses appends
+//!   with [`Error::DiskFull`](crate::Error::DiskFull) (one atomic load per append,
+//!   no `statvfs`), and takes them again once it falls below. Reads, flushes and
+//!   segment deletion go on, so acknowledged records stay readable and space can
+//!   be freed.
+//! - **Cleaning:** segments older than `file_reserved_time_ms` are deleted from the
+//!   front at the `delete_when` hours, or at any time once the used share passes
+//!   `disk_max_used_space_ratio`; past `disk_space_clean_forcibly_ratio` (with
+//!   `clean_file_forcibly_enable`) the oldest are deleted even if not expired. At
+//!   most `delete_file_batch_max` per run; never the last segment, never one
+//!   holding bytes not yet durable, never past one that is kept (no hole). A
+//!   reader's zero-copy view of a deleted segment stays valid: the file is
+//!   unlinked at once and its mapping goes with the last view (RocketMQ's
+//!   `destroyMapedFileIntervalForcibly` wait is not needed). While space is short,
+//!   expired segments are deleted, not kept as spares, and the spares go.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use flush_service::{ServiceState, ServiceThread};
+use mapped_file::Storage;
+use segment_queue::SegmentQueue;
+
+use crate::CommitLogConfig;
+
+/// The guard's state, shared by the appenders and the service thread.
+#[derive(Debug)]
+pub(crate) struct DiskGuard {
+    full: AtomicBool,
+    /// The last used share seen, in percent, as `f64` bits (NaN: unknown).
+    used_percent: AtomicU64,
+}
+
+impl DiskGuard {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(DiskGuard { full: AtomicBool::new(false), used_percent: AtomicU64::new(f64::NAN.to_bits()) })
+    }
+
+    /// True while appends are refused.
+    pub(crate) fn is_full(&self) -> bool {
+        self.full.load(Ordering::Acquire)
+    }
+
+    /// The used share of the disk at the last look, in percent.
+    pub(crate) fn used_percent(&self) -> Option<f64> {
+        let used = f64::from_bits(self.used_percent.load(Ordering::Relaxed));
+        (!used.is_nan()).then_some(used)
+    }
+
+    /// Looks at the disk once and sets the flag: full at or above `limit_percent`.
+    /// Returns the used share; a storage that cannot tell never makes the log full.
+    pub(crate) fn check(&self, storage: &dyn Storage, dir: &std::path::Path, limit_percent: u32) -> Option<f64> {
+        let used = match storage.disk_space(dir) {
+            Ok(Some(space)) => space.used_percent(),
+            Ok(None) => return None,
+            Err(err) => {
+                tracing::warn!(dir = %dir.display(), %err, "cannot read the disk's free space");
+                return None;
+            }
+        };
+        self.used_percent.store(used.to_bits(), Ordering::Relaxed);
+        let full = used >= f64::from(limit_percent);
+        if self.full.swap(full, Ordering::AcqRel) != full {
+            if full {
+                tracing::warn!(dir = %dir.display(), used, limit_percent, "disk full: appends are refused");
+            } else {
+                tracing::info!(dir = %dir.display(), used, limit_percent, "disk space back: appends are accepted");
+            }
+        }
+        Some(used)
+    }
+}
+
+/// What the cleaning service deleted so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CleanStats {
+    /// Runs of the service.
+    pub runs: u64,
+    /// Expired segments deleted (older than `file_reserved_time_ms`).
+    pub expired_deleted: u64,
+    /// Segments deleted before they expired because space ran short.
+    pub forcibly_deleted: u64,
+}
+
+/// The cleaning half of the service: its knobs and counters.
+#[derive(Debug)]
+pub(crate) struct Cleaner {
+    /// Hours of the day (UTC) at which expired segments are deleted.
+    delete_hours: [bool; 24],
+    reserved_ms: u64,
+    max_used: f64,
+    forcibly: Option<f64>,
+    batch: usize,
+    runs: AtomicU64,
+    expired: AtomicU64,
+    forced: AtomicU64,
+}
+
+/// Parses `delete_when` (RocketMQ's format: hours of the day, `;`-separated,
+/// e.g. `"04"` or `"01;13"`).
+pub(crate) fn parse_delete_when(when: &str) -> Result<[bool; 24], String> {
+    let mut hours = [false; 24];
+    for part in when.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.parse::<usize>() {
+            Ok(hour) if hour < 24 => hours[hour] = true,
+            _ => return Err(format!("delete_when {when:?}: {part:?} is not an hour from 0 to 23")),
+        }
+    }
+    Ok(hours)
+}
+
+impl Cleaner {
+    pub(crate) fn new(config: &CommitLogConfig) -> Arc<Self> {
+        Arc::new(Cleaner {
+            // Checked by `CommitLogConfig::validate`.
+            delete_hours: parse_delete_when(&config.delete_when).unwrap_or([false; 24]),
+            reserved_ms: config.file_reserved_time_ms,
+            max_used: f64::from(config.disk_max_used_space_ratio),
+            forcibly: config.clean_file_forcibly_enable.then(|| f64::from(config.disk_space_clean_forcibly_ratio)),
+            batch: config.delete_file_batch_max,
+            runs: AtomicU64::new(0),
+            expired: AtomicU64::new(0),
+            forced: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn stats(&self) -> CleanStats {
+        CleanStats {
+            runs: self.runs.load(Ordering::Relaxed),
+            expired_deleted: self.expired.load(Ordering::Relaxed),
+            forcibly_deleted: self.forced.load(Ordering::Relaxed),
+        }
+    }
+
+    /// One run at `now_ms` with the disk `used` percent full (if known).
+    pub(crate) fn run(&self, queue: &SegmentQueue, used: Option<f64>, now_ms: u64) {
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        let hour = usize::try_from(now_ms / 3_600_000 % 24).unwrap_or(0); // below 24
+        let short = used.is_some_and(|u| u > self.max_used);
+        // Space short: nothing kept as a spare, and the spares go.
+        queue.set_keep_spares(!short);
+        if short {
+            queue.drop_spares();
+        }
+        if self.delete_hours[hour] || short {
+            match queue.delete_expired_file_by_time(self.reserved_ms, now_ms, self.batch) {
+                Ok(0) => {}
+                Ok(n) => {
+                    self.expired.fetch_add(n as u64, Ordering::Relaxed);
+                    tracing::info!(segments = n, used, "expired segments deleted");
+                }
+                Err(err) => tracing::warn!(%err, "deleting expired segments failed"),
+            }
+        }
+        if let (Some(limit), Some(used)) = (self.forcibly, used) {
+            if used > limit {
+                // Oldest first, expired or not: every durable segment but the last.
+                match queue.delete_expired_file_by_time(0, u64::MAX, self.batch) {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        self.forced.fetch_add(n as u64, Ordering::Relaxed);
+                        tracing::warn!(segments = n, used, limit, "space short: segments deleted before they expired");
+                    }
+                    Err(err) => tracing::warn!(%err, "deleting segments to free space failed"),
+                }
+            }
+        }
+    }
+}
+
+/// The service thread: the guard's look at the disk, then a cleaning run.
+pub(crate) fn start_service(
+    guard: Arc<DiskGuard>,
+    cleaner: Arc<Cleaner>,
+    queue: Arc<SegmentQueue>,
+    storage: Arc<dyn Storage>,
+    dir: PathBuf,
+    limit_percent: u32,
+    interval: Duration,
+) -> std::io::Result<ServiceThread> {
+    ServiceThread::spawn("CleanCommitLogService", ServiceState::new(), move |s| {
+        while !s.is_stopped() {
+            s.sleep(interval);
+            let used = guard.check(&*storage, &dir, limit_percent);
+            cleaner.run(&queue, used, mapped_file::epoch_ms(std::time::SystemTime::now()));
+        }
+    })
+}

@@ -1,0 +1,149 @@
+//! The cleaning service (RocketMQ's CleanCommitLogService): expired segments go at
+//! the delete hours or when space is short, unexpired ones only when space is
+//! very short; never the last, never past a kept one; readers' views survive.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use commitlog::{CommitLog, CommitLogConfig, FlushDiskType};
+use common::{body, SEGMENT};
+use mapped_file::{DiskSpace, SimStorage, Storage};
+
+const DIR: &str = "/clean";
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// This hour and the next, UTC: "now" for `delete_when` even across an hour's end.
+fn this_hour() -> String {
+    let hour = now_ms() / 3_600_000 % 24;
+    format!("{hour};{}", (hour + 1) % 24)
+}
+
+/// An hour that is not now nor next.
+fn other_hour() -> String {
+    ((now_ms() / 3_600_000 + 12) % 24).to_string()
+}
+
+fn config(delete_when: &str) -> CommitLogConfig {
+    CommitLogConfig {
+        clean_resource_interval_ms: 5,
+        delete_when: delete_when.into(),
+        file_reserved_time_ms: 72 * 3600 * 1000,
+        ..common::config(FlushDiskType::SyncFlush)
+    }
+}
+
+fn space(used_percent: u64) -> Option<DiskSpace> {
+    Some(DiskSpace { total: 1000, available: 1000 - 10 * used_percent })
+}
+
+/// A store of four full-ish segments whose first two are `age_h` hours old;
+/// returns the storage and every record's (offset, body).
+fn aged_store(age_h: u64) -> (SimStorage, Vec<(u64, Vec<u8>)>) {
+    let sim = common::sim();
+    let log = CommitLog::open_with_storage(DIR, config(""), Arc::new(sim.clone())).unwrap();
+    let mut records = Vec::new();
+    let mut seq = 0;
+    while log.max_offset() < 4 * SEGMENT as u64 - 2048 {
+        let b = body(1, seq, 1000);
+        let put = log.append(&b).unwrap();
+        put.durability.wait().unwrap();
+        records.push((put.wrote_offset, b));
+        seq += 1;
+    }
+    log.shutdown().unwrap();
+    for segment in 0..2u64 {
+        let path = Path::new(DIR).join(commitlog::SEGMENT_DIR).join(mapped_file::file_name(segment * SEGMENT as u64));
+        sim.set_modified_ms(&path, now_ms() - age_h * 3_600_000);
+    }
+    (sim, records)
+}
+
+/// Waits until `done` or at least `runs` more cleaning runs have passed.
+fn wait_runs(log: &CommitLog, runs: u64, done: impl Fn(&CommitLog) -> bool) {
+    let start = log.clean_stats().runs;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done(log) && log.clean_stats().runs < start + runs {
+        assert!(Instant::now() < deadline, "the cleaning service does not run");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn expired_segments_go_at_the_delete_hour_and_only_then() {
+    let (sim, records) = aged_store(100);
+    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+    let log = CommitLog::open_with_storage(DIR, config(&other_hour()), Arc::clone(&storage)).unwrap();
+    wait_runs(&log, 10, |_| false);
+    assert_eq!(log.clean_stats().expired_deleted, 0, "not the hour, and space is fine");
+    assert_eq!(log.min_offset(), 0);
+    log.shutdown().unwrap();
+
+    let log = CommitLog::open_with_storage(DIR, config(&this_hour()), storage).unwrap();
+    wait_runs(&log, 1000, |l| l.clean_stats().expired_deleted == 2);
+    assert_eq!(log.clean_stats().expired_deleted, 2);
+    assert_eq!(log.min_offset(), 2 * SEGMENT as u64, "the two old ones, not the young ones after them");
+    wait_runs(&log, 10, |_| false);
+    assert_eq!(log.clean_stats().expired_deleted, 2, "the rest have not expired");
+    for (offset, b) in records.iter().filter(|(o, _)| *o >= 2 * SEGMENT as u64) {
+        assert_eq!(&log.read(*offset).unwrap().body[..], &b[..]);
+    }
+    log.shutdown().unwrap();
+}
+
+#[test]
+fn short_space_deletes_expired_segments_at_any_hour_and_drops_spares() {
+    let (sim, _) = aged_store(100);
+    let spares = Path::new(DIR).join(commitlog::SEGMENT_DIR).join(segment_queue::RECYCLE_DIR);
+    sim.write_file(&spares.join(mapped_file::file_name(1 << 40)), &vec![0; SEGMENT]);
+    sim.set_disk_space(space(80)); // above disk_max_used_space_ratio (75)
+    let config = CommitLogConfig { recycle_segments: 2, ..config(&other_hour()) };
+    let log = CommitLog::open_with_storage(DIR, config, Arc::new(sim.clone())).unwrap();
+    wait_runs(&log, 1000, |l| l.clean_stats().expired_deleted == 2);
+    assert_eq!(log.min_offset(), 2 * SEGMENT as u64);
+    assert_eq!(log.clean_stats().forcibly_deleted, 0, "below the forcible ratio: only expired ones");
+    assert!(
+        sim.snapshot().files.iter().all(|f| !f.path.starts_with(&spares)),
+        "the spare there was deleted, and none was kept while space is short"
+    );
+    log.shutdown().unwrap();
+}
+
+#[test]
+fn very_short_space_deletes_the_oldest_unexpired_segments_in_budgets_never_the_last() {
+    let (sim, records) = aged_store(0); // nothing expired
+    sim.set_disk_space(space(87)); // above the forcible ratio (85), below the guard (90)
+    let config = CommitLogConfig { delete_file_batch_max: 1, ..config(&other_hour()) };
+    let log = CommitLog::open_with_storage(DIR, config, Arc::new(sim.clone())).unwrap();
+    // A reader holds a record of the first segment: its view survives the deletion.
+    let (first_offset, first_body) = &records[0];
+    let held = log.read(*first_offset).unwrap();
+    wait_runs(&log, 1000, |l| l.segment_queue().segment_count() == 1);
+    let stats = log.clean_stats();
+    assert_eq!(stats.forcibly_deleted, 3, "all but the last, one per run: {stats:?}");
+    assert!(stats.runs >= 3, "a budget of one per run: {stats:?}");
+    assert_eq!(&held.body[..], &first_body[..], "the reader's view of a deleted segment is whole");
+    assert!(!log.is_disk_full());
+    // The last segment and the log's end stay.
+    let (last_offset, last_body) = records.last().unwrap();
+    assert_eq!(&log.read(*last_offset).unwrap().body[..], &last_body[..]);
+    log.append(b"still writeable").unwrap().durability.wait().unwrap();
+    log.shutdown().unwrap();
+}
+
+#[test]
+fn forcible_cleaning_can_be_switched_off() {
+    let (sim, _) = aged_store(0);
+    sim.set_disk_space(space(87));
+    let config = CommitLogConfig { clean_file_forcibly_enable: false, ..config(&other_hour()) };
+    let log = CommitLog::open_with_storage(DIR, config, Arc::new(sim)).unwrap();
+    wait_runs(&log, 10, |_| false);
+    assert_eq!(log.clean_stats().forcibly_deleted, 0);
+    assert_eq!(log.min_offset(), 0);
+    log.shutdown().unwrap();
+}
