@@ -65,7 +65,7 @@ impl CommitLog {
         }
         let body_crc = body_crc(body);
         let size = HEADER_SIZE.saturating_add(body.len()); // `body.len() <= max_message_size`, validated to fit a segment
-        let (wrote_offset, store_timestamp_ms, durability) = self.put(size, |out, offset, ts| {
+        let (wrote_offset, store_timestamp_ms, durability) = self.put(size, 1, |out, offset, ts| {
             encode_record(out, offset, ts, body, body_crc);
         })?;
         Ok(AppendResult { wrote_offset, wrote_bytes: size as u64, store_timestamp_ms, durability })
@@ -94,7 +94,7 @@ impl CommitLog {
         if total.saturating_add(HEADER_SIZE) > segment_size {
             return Err(Error::BatchTooLarge { records: bodies.len(), bytes: total, segment_size });
         }
-        let (first, store_timestamp_ms, durability) = self.put(total, |out, offset, ts| {
+        let (first, store_timestamp_ms, durability) = self.put(total, bodies.len(), |out, offset, ts| {
             let mut pos = 0usize;
             for (body, crc) in bodies.iter().zip(&crcs) {
                 pos = pos.saturating_add(encode_record(&mut out[pos..], advance(offset, pos), ts, body.as_ref(), *crc));
@@ -109,7 +109,7 @@ impl CommitLog {
         Ok(BatchAppendResult { offsets, wrote_bytes: total as u64, store_timestamp_ms, durability })
     }
 
-    /// Places `size` bytes at the log's end under the put lock, rolling to a new
+    /// Places `size` bytes (`records` records) at the log's end under the put lock, rolling to a new
     /// segment (after a blank record) when they do not fit with room for a blank,
     /// and submits the durability request before the lock is released.
     ///
@@ -118,7 +118,13 @@ impl CommitLog {
     /// has written and queued its request, so the final drain, flush and checkpoint
     /// cover it; one that takes the lock after sees `shut_down` here and writes
     /// nothing. No byte is written after the final flush or the lock file's release.
-    fn put(&self, size: usize, write: impl Fn(&mut [u8], u64, u64)) -> Result<(u64, u64, DurabilityHandle), Error> {
+    fn put(
+        &self,
+        size: usize,
+        records: usize,
+        write: impl Fn(&mut [u8], u64, u64),
+    ) -> Result<(u64, u64, DurabilityHandle), Error> {
+        let started = std::time::Instant::now();
         let _put = self.inner.put_lock.lock();
         if self.inner.shut_down.load(Ordering::Acquire) {
             return Err(Error::Shutdown);
@@ -160,7 +166,9 @@ impl CommitLog {
                 })
                 .map_err(|e| self.writeable_or(e.into()))?;
             if let Appended::Written { wrote_offset, value: true, .. } = appended {
-                return Ok((wrote_offset, ts, self.durability(advance(wrote_offset, size))));
+                let durability = self.durability(advance(wrote_offset, size));
+                crate::metrics::appended(records, size, started.elapsed());
+                return Ok((wrote_offset, ts, durability));
             }
         }
         unreachable!("a fresh segment always holds a record that passed the size checks")

@@ -153,6 +153,7 @@ impl Cleaner {
                 Ok(0) => {}
                 Ok(n) => {
                     self.expired.fetch_add(n as u64, Ordering::Relaxed);
+                    crate::metrics::deleted(n, "expired");
                     tracing::info!(segments = n, used, "expired segments deleted");
                 }
                 Err(err) => tracing::warn!(%err, "deleting expired segments failed"),
@@ -165,6 +166,7 @@ impl Cleaner {
                     Ok(0) => {}
                     Ok(n) => {
                         self.forced.fetch_add(n as u64, Ordering::Relaxed);
+                        crate::metrics::deleted(n, "space");
                         tracing::warn!(segments = n, used, limit, "space short: segments deleted before they expired");
                     }
                     Err(err) => tracing::warn!(%err, "deleting segments to free space failed"),
@@ -189,6 +191,7 @@ pub(crate) fn start_service(
             s.sleep(interval);
             let used = guard.check(&*storage, &dir, limit_percent);
             cleaner.run(&queue, used, mapped_file::epoch_ms(std::time::SystemTime::now()));
+            crate::metrics::state(used, queue.pool_buffers_available(), queue.segment_count());
         }
     })
 }

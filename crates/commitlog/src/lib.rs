@@ -49,6 +49,7 @@ mod error;
 pub mod format;
 pub mod inspect;
 mod log;
+pub mod metrics;
 mod queue_target;
 mod read;
 mod recovery;

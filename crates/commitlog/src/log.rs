@@ -126,7 +126,11 @@ impl CommitLog {
         queue.roll_to_writable_segment(report.end_offset)?;
 
         let state = Arc::new(CheckpointState::default());
-        state.record(FlushedReport { flushed_where: report.end_offset, store_timestamp: report.last_timestamp_ms });
+        state.record(FlushedReport {
+            flushed_where: report.end_offset,
+            store_timestamp: report.last_timestamp_ms,
+            requests_acknowledged: 0,
+        });
         state.persist(&*storage, &dir, true)?;
 
         let on_flushed = flushed_callback(&state, &queue);
@@ -262,9 +266,11 @@ impl CommitLog {
         self.check_writeable()?;
         self.inner.queue.commit(0).map_err(|e| self.writeable_or(e.into()))?;
         let progress = self.inner.queue.flush(0).map_err(|e| self.writeable_or(e.into()))?;
-        self.inner
-            .checkpoint
-            .record(FlushedReport { flushed_where: progress.to, store_timestamp: self.inner.queue.store_timestamp() });
+        self.inner.checkpoint.record(FlushedReport {
+            flushed_where: progress.to,
+            store_timestamp: self.inner.queue.store_timestamp(),
+            requests_acknowledged: 0,
+        });
         Ok(progress.to)
     }
 
@@ -342,7 +348,11 @@ impl Inner {
             last.truncate(last.wrote_position())?;
         }
         let flushed = self.queue.flush(0)?.to;
-        self.checkpoint.record(FlushedReport { flushed_where: flushed, store_timestamp: self.queue.store_timestamp() });
+        self.checkpoint.record(FlushedReport {
+            flushed_where: flushed,
+            store_timestamp: self.queue.store_timestamp(),
+            requests_acknowledged: 0,
+        });
         self.checkpoint.persist(&*self.storage, &self.dir, true)?;
         store::mark_clean_shutdown(&*self.storage, &self.dir)?;
         tracing::info!(dir = %self.dir.display(), flushed, "commit log shut down cleanly");
@@ -358,6 +368,9 @@ fn flushed_callback(state: &Arc<CheckpointState>, queue: &Arc<SegmentQueue>) -> 
     #[cfg(not(planted_bugs))]
     let _ = queue;
     Arc::new(move |report: FlushedReport| {
+        if report.requests_acknowledged > 0 {
+            crate::metrics::round(report.requests_acknowledged);
+        }
         #[cfg(planted_bugs)]
         if mapped_file::planted::is_active(mapped_file::planted::Bug::CheckpointAheadOfData) {
             // The planted bug: checkpoint the end of written data, durable or not.

@@ -14,10 +14,20 @@ pub(crate) struct QueueTarget(pub(crate) Arc<SegmentQueue>);
 
 impl FlushTarget for QueueTarget {
     fn flush(&self, least_pages: usize) -> Result<u64, TargetError> {
-        self.0.flush(least_pages).map(|p| p.to).map_err(|e| Arc::new(e) as TargetError)
+        let started = std::time::Instant::now();
+        let progress = self.0.flush(least_pages).map_err(|e| Arc::new(e) as TargetError)?;
+        if progress.to > progress.from {
+            crate::metrics::flushed(progress.to.saturating_sub(progress.from), started.elapsed());
+        }
+        Ok(progress.to)
     }
     fn commit(&self, least_pages: usize) -> Result<u64, TargetError> {
-        self.0.commit(least_pages).map(|p| p.to).map_err(|e| Arc::new(e) as TargetError)
+        let started = std::time::Instant::now();
+        let progress = self.0.commit(least_pages).map_err(|e| Arc::new(e) as TargetError)?;
+        if progress.to > progress.from {
+            crate::metrics::committed(started.elapsed());
+        }
+        Ok(progress.to)
     }
     fn flushed_where(&self) -> u64 {
         self.0.flushed_where()

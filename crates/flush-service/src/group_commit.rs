@@ -284,7 +284,11 @@ impl GroupCommit {
                     self.lone_rounds.store(0, Ordering::Relaxed);
                 }
                 if let Some(callback) = &self.on_flushed {
-                    callback(FlushedReport { flushed_where: flushed, store_timestamp: self.target.store_timestamp() });
+                    callback(FlushedReport {
+                        flushed_where: flushed,
+                        store_timestamp: self.target.store_timestamp(),
+                        requests_acknowledged: acknowledged,
+                    });
                 }
                 acknowledged
             }

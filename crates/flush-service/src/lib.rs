@@ -68,6 +68,9 @@ pub struct FlushedReport {
     pub flushed_where: u64,
     /// Store timestamp (ms) of the newest data covered.
     pub store_timestamp: u64,
+    /// Durability requests this flush answered (a group-commit round's batch; 0
+    /// for a periodic or manual flush).
+    pub requests_acknowledged: usize,
 }
 
 /// Receives a [`FlushedReport`] after each successful flush.

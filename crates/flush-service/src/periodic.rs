@@ -193,7 +193,11 @@ impl Periodic {
             match self.action {
                 PeriodicAction::Flush => {
                     if let Some(callback) = &self.on_flushed {
-                        callback(FlushedReport { flushed_where: to, store_timestamp: self.target.store_timestamp() });
+                        callback(FlushedReport {
+                            flushed_where: to,
+                            store_timestamp: self.target.store_timestamp(),
+                            requests_acknowledged: 0,
+                        });
                     }
                 }
                 PeriodicAction::Commit => {

@@ -261,7 +261,10 @@ fn async_flush_reports_the_checkpoint_data() {
     target.append(77);
     flusher.run_once().unwrap();
     flusher.run_once().unwrap(); // nothing moved: no report
-    assert_eq!(*reports.lock().unwrap(), vec![FlushedReport { flushed_where: 77, store_timestamp: 77 }]);
+    assert_eq!(
+        *reports.lock().unwrap(),
+        vec![FlushedReport { flushed_where: 77, store_timestamp: 77, requests_acknowledged: 0 }]
+    );
 }
 
 #[test]

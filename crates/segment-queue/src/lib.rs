@@ -646,6 +646,11 @@ impl SegmentQueue {
         })
     }
 
+    /// Write buffers left in the pool, if the queue has one.
+    pub fn pool_buffers_available(&self) -> Option<usize> {
+        self.pool.as_ref().map(TransientStorePool::available_buffer_nums)
+    }
+
     /// Whether expired segments become spares (`recycle_segments`) from now on:
     /// a cleaning service turns it off while the disk is short of space.
     pub fn set_keep_spares(&self, keep: bool) {
