@@ -406,6 +406,8 @@ struct StatReport {
     max_offset: Option<u64>,
     flushed_offset: Option<u64>,
     checkpoint_timestamp_ms: Option<u64>,
+    /// `checkpoint_timestamp_ms` for people, UTC.
+    checkpoint_time: Option<String>,
     checkpoint_problem: Option<String>,
     abort_marker: bool,
     abort_pid: Option<u32>,
@@ -413,10 +415,52 @@ struct StatReport {
     problems: Vec<ProblemReport>,
 }
 
-/// Prints the store's shape without changing anything.
-pub fn stat(args: DirArgs) -> Result<(), CliError> {
-    let listing = listing(&args.dir)?;
-    let files = inspect::store_files(&args.dir);
+/// `stat`'s arguments.
+#[derive(Args)]
+pub struct StatArgs {
+    #[command(flatten)]
+    dir: DirArgs,
+    /// Print the figures again every SECONDS (2 by default), with append and
+    /// flush rates, until Ctrl-C. With `--json`, one object per line.
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "2", value_parser = crate::args::duration_secs)]
+    watch: Option<Duration>,
+}
+
+/// `YYYY-MM-DD hh:mm:ss.mmm UTC` of milliseconds since the Unix epoch.
+pub fn utc_time(epoch_ms: u64) -> String {
+    let (days, ms_of_day) = (epoch_ms / 86_400_000, epoch_ms % 86_400_000);
+    // Days to a civil date (Howard Hinnant's algorithm), for days >= 0.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    let (h, m, sec, milli) = (ms_of_day / 3_600_000, ms_of_day / 60_000 % 60, ms_of_day / 1000 % 60, ms_of_day % 1000);
+    format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}:{sec:02}.{milli:03} UTC")
+}
+
+/// How long ago `epoch_ms` was, for people: `3.2 s ago`, `5 min ago`, `2.1 h ago`.
+fn age(epoch_ms: u64, now_ms: u64) -> String {
+    let secs = now_ms.saturating_sub(epoch_ms) as f64 / 1000.0;
+    match secs {
+        s if s < 60.0 => format!("{s:.1} s ago"),
+        s if s < 3600.0 => format!("{:.0} min ago", s / 60.0),
+        s if s < 86_400.0 => format!("{:.1} h ago", s / 3600.0),
+        s => format!("{:.1} days ago", s / 86_400.0),
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+fn stat_report(dir: &std::path::Path) -> Result<StatReport, CliError> {
+    let listing = listing(dir)?;
+    let files = inspect::store_files(dir);
     // The end of valid data: scan forward from the checkpoint's segment.
     let size = listing.segment_size.max(1);
     let from = files.checkpoint.map_or(0, |c| c.flushed_offset);
@@ -431,29 +475,32 @@ pub fn stat(args: DirArgs) -> Result<(), CliError> {
             break;
         }
     }
-    let report = StatReport {
-        dir: args.dir.display().to_string(),
+    let checkpoint_timestamp_ms = files.checkpoint.map(|c| c.physic_msg_timestamp);
+    Ok(StatReport {
+        dir: dir.display().to_string(),
         segments: listing.segments.iter().map(|s| (name(&s.path), s.len)).collect(),
         segment_size: listing.segment_size,
         total_bytes: listing.segments.iter().map(|s| s.len).sum(),
         min_offset: listing.segments.first().map(|s| s.start_offset),
         max_offset,
         flushed_offset: files.checkpoint.map(|c| c.flushed_offset),
-        checkpoint_timestamp_ms: files.checkpoint.map(|c| c.physic_msg_timestamp),
+        checkpoint_timestamp_ms,
+        checkpoint_time: checkpoint_timestamp_ms.map(utc_time),
         checkpoint_problem: files.checkpoint_problem.clone(),
         abort_marker: files.abort_marker,
         abort_pid: files.abort_pid,
         locked: files.locked,
         problems: listing.problems.iter().map(ProblemReport::from).collect(),
-    };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report).expect("serialisable"));
-        return Ok(());
-    }
+    })
+}
+
+fn print_stat(report: &StatReport, segments_table: bool) {
     let opt = |o: Option<u64>| o.map_or("-".to_string(), |v| v.to_string());
-    let mut rows = vec![vec!["segment".to_string(), "bytes".to_string()]];
-    rows.extend(report.segments.iter().map(|(n, b)| vec![n.clone(), b.to_string()]));
-    print!("{}", render(&rows));
+    if segments_table {
+        let mut rows = vec![vec!["segment".to_string(), "bytes".to_string()]];
+        rows.extend(report.segments.iter().map(|(n, b)| vec![n.clone(), b.to_string()]));
+        print!("{}", render(&rows));
+    }
     println!(
         "segments            {} of {} bytes ({} bytes in all)",
         report.segments.len(),
@@ -463,7 +510,11 @@ pub fn stat(args: DirArgs) -> Result<(), CliError> {
     println!("min offset          {}", opt(report.min_offset));
     println!("max offset          {}", opt(report.max_offset));
     println!("flushed offset      {} (checkpoint)", opt(report.flushed_offset));
-    println!("checkpoint time     {} ms", opt(report.checkpoint_timestamp_ms));
+    let checkpoint_time = match report.checkpoint_timestamp_ms {
+        Some(ms) => format!("{} ({})", utc_time(ms), age(ms, now_ms())),
+        None => "-".into(),
+    };
+    println!("checkpoint time     {checkpoint_time}: store time of the newest durable record");
     if let Some(p) = &report.checkpoint_problem {
         println!("checkpoint problem  {p}");
     }
@@ -477,5 +528,78 @@ pub fn stat(args: DirArgs) -> Result<(), CliError> {
     for p in &report.problems {
         println!("problem: {}: {}", p.file, p.message);
     }
+}
+
+/// Prints the store's shape without changing anything; with `--watch`, again and
+/// again with rates, until Ctrl-C.
+pub fn stat(args: StatArgs) -> Result<(), CliError> {
+    let Some(interval) = args.watch else {
+        let report = stat_report(&args.dir.dir)?;
+        if args.dir.json {
+            println!("{}", serde_json::to_string_pretty(&report).expect("serialisable"));
+        } else {
+            print_stat(&report, true);
+        }
+        return Ok(());
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = Arc::clone(&stop);
+        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
+            .map_err(|e| CliError::Input(format!("cannot handle Ctrl-C: {e}")))?;
+    }
+    let mut last: Option<(std::time::Instant, Option<u64>, Option<u64>)> = None;
+    while !stop.load(Ordering::SeqCst) {
+        let report = stat_report(&args.dir.dir)?;
+        let now = std::time::Instant::now();
+        let rate = |before: Option<u64>, after: Option<u64>, since: std::time::Instant| match (before, after) {
+            (Some(b), Some(a)) => Some(a.saturating_sub(b) as f64 / now.duration_since(since).as_secs_f64().max(1e-9)),
+            _ => None,
+        };
+        let (appended, flushed) = match last {
+            Some((since, max, flushed)) => {
+                (rate(max, report.max_offset, since), rate(flushed, report.flushed_offset, since))
+            }
+            None => (None, None),
+        };
+        last = Some((now, report.max_offset, report.flushed_offset));
+        if args.dir.json {
+            let line = serde_json::json!({
+                "time": utc_time(now_ms()),
+                "stat": &report,
+                "appended_bytes_per_sec": appended,
+                "flushed_bytes_per_sec": flushed,
+            });
+            println!("{line}");
+        } else {
+            println!("== {} ==", utc_time(now_ms()));
+            print_stat(&report, false);
+            let per_sec = |r: Option<f64>| r.map_or("-".to_string(), |v| format!("{:.2} MB/s", v / 1e6));
+            println!("appended            {}", per_sec(appended));
+            println!("flushed             {}", per_sec(flushed));
+        }
+        let _ = std::io::stdout().flush();
+        // Sleep in slices, so Ctrl-C ends the wait at once.
+        let until = now + interval;
+        while !stop.load(Ordering::SeqCst) && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20).min(interval));
+        }
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_printed_as_utc_dates() {
+        assert_eq!(utc_time(0), "1970-01-01 00:00:00.000 UTC");
+        assert_eq!(utc_time(951_782_400_000), "2000-02-29 00:00:00.000 UTC", "a leap day");
+        assert_eq!(utc_time(1_764_596_700_123), "2025-12-01 13:45:00.123 UTC");
+        assert_eq!(utc_time(4_102_444_799_999), "2099-12-31 23:59:59.999 UTC");
+        assert_eq!(age(1000, 4200), "3.2 s ago");
+        assert_eq!(age(0, 300_000), "5 min ago");
+        assert_eq!(age(0, 2 * 86_400_000), "2.0 days ago");
+    }
 }

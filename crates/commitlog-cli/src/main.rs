@@ -39,7 +39,7 @@ enum Command {
     /// Run recovery (may truncate a torn tail) and print what it did.
     Recover(inspect_cmds::DirArgs),
     /// Print segments, offsets and checkpoint contents (read-only).
-    Stat(inspect_cmds::DirArgs),
+    Stat(inspect_cmds::StatArgs),
 }
 
 /// When appends are acknowledged.

@@ -483,3 +483,34 @@ fn consume_follow_prints_records_once_durable_across_segments_and_ends_cleanly_o
     assert!(exit.success(), "Ctrl-C ends --follow cleanly, not with a signal: {exit:?}");
     log.shutdown().unwrap();
 }
+
+#[test]
+fn stat_prints_times_for_people_and_watch_repeats_with_rates_until_ctrl_c() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    produce(dir.path(), &["one".to_string(), "two".to_string()], "sync");
+    let out = run(&["stat", "--dir", d]);
+    assert!(out.status.success());
+    let stdout = text(&out.stdout);
+    let line = stdout.lines().find(|l| l.starts_with("checkpoint time")).expect("a checkpoint time line");
+    assert!(line.contains(" UTC (") && line.contains(" ago)"), "{line}");
+    let json: serde_json::Value = serde_json::from_slice(&run(&["stat", "--dir", d, "--json"]).stdout).unwrap();
+    assert!(json["checkpoint_time"].as_str().unwrap().ends_with(" UTC"));
+
+    let mut child = commitlog().args(["stat", "--dir", d, "--watch", "0.05"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut rates = 0;
+    while rates < 2 {
+        let line = lines.next().expect("stat --watch ended by itself").unwrap();
+        if line.starts_with("appended") {
+            rates += 1;
+            if rates == 2 {
+                assert!(line.contains("MB/s"), "a rate from the second report on: {line}");
+            }
+        }
+    }
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    assert!(child.wait().unwrap().success(), "Ctrl-C ends --watch cleanly");
+    let bad = run(&["stat", "--dir", d, "--watch", "0"]);
+    assert_clean_failure(&bad, 2, "positive");
+}
