@@ -190,26 +190,23 @@ fn main() -> ExitCode {
         );
     }
 
-    if layer_wanted("disk-full") {
-        // 5. Disk full.
-        match disk_full::run() {
-            disk_full::Outcome::Passed { detail } => report(true, format!("disk-full: an error, not SIGBUS: {detail}")),
-            disk_full::Outcome::Failed { detail } => report(false, format!("disk-full: FAILED: {detail}")),
-            disk_full::Outcome::Skipped { reason } => report(true, format!("disk-full: skipped: {reason}")),
+    // 5. Disk full; 5b. the disk-space guard and the cleaning service, each on a
+    // small real file system.
+    type DiskLayer = (&'static str, &'static str, fn() -> disk_full::Outcome);
+    let disk_layers: [DiskLayer; 3] = [
+        ("disk-full", "disk-full: an error, not SIGBUS: ", disk_full::run),
+        ("disk-guard", "disk-guard: ", disk_full::run_guard),
+        ("disk-guard", "disk-clean: ", disk_full::run_clean),
+    ];
+    for (layer, passed, run) in disk_layers {
+        if !layer_wanted(layer) {
+            continue;
         }
-    }
-
-    if layer_wanted("disk-guard") {
-        // 5b. The disk-space guard on a small real file system.
-        match disk_full::run_guard() {
-            disk_full::Outcome::Passed { detail } => report(true, format!("disk-guard: {detail}")),
-            disk_full::Outcome::Failed { detail } => report(false, format!("disk-guard: FAILED: {detail}")),
-            disk_full::Outcome::Skipped { reason } => report(true, format!("disk-guard: skipped: {reason}")),
-        }
-        match disk_full::run_clean() {
-            disk_full::Outcome::Passed { detail } => report(true, format!("disk-clean: {detail}")),
-            disk_full::Outcome::Failed { detail } => report(false, format!("disk-clean: FAILED: {detail}")),
-            disk_full::Outcome::Skipped { reason } => report(true, format!("disk-clean: skipped: {reason}")),
+        let name = passed.split(':').next().unwrap_or(layer);
+        match run() {
+            disk_full::Outcome::Passed { detail } => report(true, format!("{passed}{detail}")),
+            disk_full::Outcome::Failed { detail } => report(false, format!("{name}: FAILED: {detail}")),
+            disk_full::Outcome::Skipped { reason } => report(true, format!("{name}: skipped: {reason}")),
         }
     }
 
