@@ -134,8 +134,12 @@ pub(crate) fn start_service(
     interval: Duration,
 ) -> std::io::Result<ServiceThread> {
     ServiceThread::spawn("CheckpointService", ServiceState::new(), move |s| {
-        while !s.is_stopped() {
+        loop {
             s.sleep(interval);
+            // Stopping wakes the sleep; shutdown writes the final checkpoint itself.
+            if s.is_stopped() {
+                return;
+            }
             if let Err(err) = state.persist(&*storage, &dir, false) {
                 tracing::error!(%err, "writing the checkpoint failed");
             }

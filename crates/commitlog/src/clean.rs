@@ -187,8 +187,12 @@ pub(crate) fn start_service(
     interval: Duration,
 ) -> std::io::Result<ServiceThread> {
     ServiceThread::spawn("CleanCommitLogService", ServiceState::new(), move |s| {
-        while !s.is_stopped() {
+        loop {
             s.sleep(interval);
+            // Stopping wakes the sleep: no run then (one would delete during shutdown).
+            if s.is_stopped() {
+                return;
+            }
             let used = guard.check(&*storage, &dir, limit_percent);
             cleaner.run(&queue, used, mapped_file::epoch_ms(std::time::SystemTime::now()));
             crate::metrics::state(used, queue.pool_buffers_available(), queue.segment_count());

@@ -39,7 +39,7 @@ fn config(delete_when: &str) -> CommitLogConfig {
 }
 
 fn space(used_percent: u64) -> Option<DiskSpace> {
-    Some(DiskSpace { total: 1000, available: 1000 - 10 * used_percent })
+    Some(DiskSpace { total: 1000, free: 1000 - 10 * used_percent, available: 1000 - 10 * used_percent })
 }
 
 /// A store of four full-ish segments whose first two are `age_h` hours old;
@@ -146,4 +146,21 @@ fn forcible_cleaning_can_be_switched_off() {
     assert_eq!(log.clean_stats().forcibly_deleted, 0);
     assert_eq!(log.min_offset(), 0);
     log.shutdown().unwrap();
+}
+
+#[test]
+fn shutdown_does_not_run_the_cleaning_service_once_more() {
+    // Shutdown wakes the service from its sleep to stop it; a loop that went on to
+    // its run before looking at the stop flag deleted unexpired segments of a
+    // disk short of space during every shutdown.
+    let (sim, records) = aged_store(0);
+    sim.set_disk_space(space(87)); // forcible cleaning would delete
+    let config = CommitLogConfig { clean_resource_interval_ms: 3_600_000, ..config(&other_hour()) };
+    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+    let log = CommitLog::open_with_storage(DIR, config.clone(), Arc::clone(&storage)).unwrap();
+    log.shutdown().unwrap();
+    assert_eq!(log.clean_stats().runs, 0, "no run within the hour, not even at shutdown");
+    let reopened = CommitLog::open_with_storage(DIR, config, storage).unwrap();
+    assert_eq!(common::bodies(&reopened).len(), records.len(), "nothing deleted");
+    reopened.shutdown().unwrap();
 }

@@ -23,7 +23,7 @@ fn config() -> CommitLogConfig {
 }
 
 fn space(used_percent: u64) -> Option<DiskSpace> {
-    Some(DiskSpace { total: 1000, available: 1000 - 10 * used_percent })
+    Some(DiskSpace { total: 1000, free: 1000 - 10 * used_percent, available: 1000 - 10 * used_percent })
 }
 
 /// Appends until one fails (the guard's next look), or gives up.

@@ -39,18 +39,24 @@ pub fn epoch_ms(time: std::time::SystemTime) -> u64 {
 pub struct DiskSpace {
     /// Size of the file system, in bytes.
     pub total: u64,
-    /// Bytes still available to the process.
+    /// Bytes not in use, the space reserved for root included.
+    pub free: u64,
+    /// Bytes available to unprivileged processes (`free` less the reserve).
     pub available: u64,
 }
 
 impl DiskSpace {
-    /// The used share, in percent (0 to 100); 100 for a file system of no size.
+    /// The used share, in percent (0 to 100), as `df` shows it: used bytes over
+    /// used plus available ones, so space reserved for root counts neither as used
+    /// nor as room (on some systems the reserve is most of the disk). 100 when
+    /// nothing is used nor available.
     pub fn used_percent(&self) -> f64 {
-        if self.total == 0 {
+        let used = self.total.saturating_sub(self.free) as f64;
+        let room = used + self.available as f64;
+        if room <= 0.0 {
             return 100.0;
         }
-        let available = self.available.min(self.total) as f64;
-        100.0 * (1.0 - available / self.total as f64)
+        100.0 * used / room
     }
 }
 
@@ -436,8 +442,8 @@ impl Storage for MmapStorage {
 
     fn disk_space(&self, dir: &Path) -> io::Result<Option<DiskSpace>> {
         self.held(dir)?;
-        let (total, available) = crate::raw::statvfs(dir)?;
-        Ok(Some(DiskSpace { total, available }))
+        let (total, free, available) = crate::raw::statvfs(dir)?;
+        Ok(Some(DiskSpace { total, free, available }))
     }
 
     fn release(&self) {

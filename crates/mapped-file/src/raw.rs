@@ -226,8 +226,9 @@ impl Drop for SegmentMemory {
 }
 
 /// Size and free space of the file system holding `path` (`statvfs`), in bytes:
-/// `(total, available to unprivileged users)`.
-pub(crate) fn statvfs(path: &std::path::Path) -> io::Result<(u64, u64)> {
+/// `(total, free, available to unprivileged users)`; `free - available` is the
+/// space reserved for root.
+pub(crate) fn statvfs(path: &std::path::Path) -> io::Result<(u64, u64, u64)> {
     use std::os::unix::ffi::OsStrExt;
     let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
@@ -242,8 +243,8 @@ pub(crate) fn statvfs(path: &std::path::Path) -> io::Result<(u64, u64)> {
     #[allow(clippy::useless_conversion)]
     let fragment = u64::from(stat.f_frsize);
     #[allow(clippy::useless_conversion)]
-    let (blocks, available) = (u64::from(stat.f_blocks), u64::from(stat.f_bavail));
-    Ok((blocks.saturating_mul(fragment), available.saturating_mul(fragment)))
+    let (blocks, free, available) = (u64::from(stat.f_blocks), u64::from(stat.f_bfree), u64::from(stat.f_bavail));
+    Ok((blocks.saturating_mul(fragment), free.saturating_mul(fragment), available.saturating_mul(fragment)))
 }
 
 /// `posix_fallocate(fd, 0, len)`; returns 0 or an errno value.

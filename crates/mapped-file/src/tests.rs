@@ -456,3 +456,11 @@ fn a_real_storage_reports_the_space_of_its_file_system() {
     assert!(storage.disk_space(Path::new("/elsewhere")).is_err(), "only under its own root");
     assert_eq!(sim().disk_space(Path::new("/s")).unwrap(), None, "unknown unless a test sets it");
 }
+
+#[test]
+fn the_used_share_is_the_one_df_shows_space_reserved_for_root_aside() {
+    let space = DiskSpace { total: 250, free: 190, available: 40 };
+    assert_eq!(space.used_percent(), 60.0, "60 used of 100 usable: the 150 reserved count as neither");
+    assert_eq!(DiskSpace { total: 100, free: 100, available: 100 }.used_percent(), 0.0);
+    assert_eq!(DiskSpace { total: 0, free: 0, available: 0 }.used_percent(), 100.0);
+}
