@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use flush_service::{FlushedReport, ServiceState, ServiceThread};
+use flush_service::{FlushedReport, ServiceThread};
 use mapped_file::Storage;
 
 use crate::store::io_err;
@@ -133,16 +133,10 @@ pub(crate) fn start_service(
     dir: PathBuf,
     interval: Duration,
 ) -> std::io::Result<ServiceThread> {
-    ServiceThread::spawn("CheckpointService", ServiceState::new(), move |s| {
-        loop {
-            s.sleep(interval);
-            // Stopping wakes the sleep; shutdown writes the final checkpoint itself.
-            if s.is_stopped() {
-                return;
-            }
-            if let Err(err) = state.persist(&*storage, &dir, false) {
-                tracing::error!(%err, "writing the checkpoint failed");
-            }
+    // Shutdown writes the final checkpoint itself, after stopping this.
+    ServiceThread::spawn_every("CheckpointService", interval, move || {
+        if let Err(err) = state.persist(&*storage, &dir, false) {
+            tracing::error!(%err, "writing the checkpoint failed");
         }
     })
 }

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use flush_service::{ServiceState, ServiceThread};
+use flush_service::ServiceThread;
 use mapped_file::Storage;
 use segment_queue::SegmentQueue;
 
@@ -186,16 +186,10 @@ pub(crate) fn start_service(
     limit_percent: u32,
     interval: Duration,
 ) -> std::io::Result<ServiceThread> {
-    ServiceThread::spawn("CleanCommitLogService", ServiceState::new(), move |s| {
-        loop {
-            s.sleep(interval);
-            // Stopping wakes the sleep: no run then (one would delete during shutdown).
-            if s.is_stopped() {
-                return;
-            }
-            let used = guard.check(&*storage, &dir, limit_percent);
-            cleaner.run(&queue, used, mapped_file::epoch_ms(std::time::SystemTime::now()));
-            crate::metrics::state(used, queue.pool_buffers_available(), queue.segment_count());
-        }
+    // No run once shutdown has begun: it would delete segments under the final flush.
+    ServiceThread::spawn_every("CleanCommitLogService", interval, move || {
+        let used = guard.check(&*storage, &dir, limit_percent);
+        cleaner.run(&queue, used, mapped_file::epoch_ms(std::time::SystemTime::now()));
+        crate::metrics::state(used, queue.pool_buffers_available(), queue.segment_count());
     })
 }

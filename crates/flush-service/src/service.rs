@@ -141,6 +141,24 @@ impl ServiceThread {
         Ok(ServiceThread { name: name.to_string(), state, handle: Some(handle) })
     }
 
+    /// A service that runs `work` every `interval` until stopped (sleeping through
+    /// wake-ups). Stopping ends the sleep at once and `work` does not run after
+    /// it: a run during shutdown (a deletion, a file write) could race the final
+    /// steps the owner takes after joining.
+    pub fn spawn_every(
+        name: &str,
+        interval: Duration,
+        mut work: impl FnMut() + Send + 'static,
+    ) -> std::io::Result<Self> {
+        Self::spawn(name, ServiceState::new(), move |s| loop {
+            s.sleep(interval);
+            if s.is_stopped() {
+                return;
+            }
+            work();
+        })
+    }
+
     /// The thread's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -235,6 +253,30 @@ mod tests {
         let started = std::time::Instant::now();
         assert!(thread.shutdown(Duration::from_secs(600)));
         assert!(started.elapsed() < Duration::from_secs(300), "did not wait out the join bound");
+    }
+
+    #[test]
+    fn a_periodic_service_runs_on_its_interval_and_never_after_stop() {
+        use std::sync::atomic::AtomicUsize;
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&runs);
+        let mut hourly = ServiceThread::spawn_every("hourly", Duration::from_secs(3600), move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+        assert!(hourly.shutdown(Duration::from_secs(10)));
+        assert_eq!(runs.load(Ordering::SeqCst), 0, "stopping ended the sleep, and nothing ran after it");
+        let counter = Arc::clone(&runs);
+        let mut frequent = ServiceThread::spawn_every("frequent", Duration::from_millis(1), move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while runs.load(Ordering::SeqCst) < 3 {
+            assert!(std::time::Instant::now() < deadline, "never ran");
+            std::thread::yield_now();
+        }
+        assert!(frequent.shutdown(Duration::from_secs(10)));
     }
 
     #[test]
