@@ -190,6 +190,16 @@ pub enum LockError {
         /// Its lock file.
         lock_file: PathBuf,
     },
+    /// Two of the directories asked for lie one inside the other (or are the
+    /// same): each would be locked twice, and paths under the inner one would
+    /// have two owners.
+    #[error("{} and {} overlap: the directories of one storage must be disjoint", first.display(), second.display())]
+    Overlapping {
+        /// One directory.
+        first: PathBuf,
+        /// The other, inside it or equal to it (or the reverse).
+        second: PathBuf,
+    },
     /// Creating the directory or the lock file, or locking it, failed.
     #[error("cannot lock {}: {source}", path.display())]
     Io {
@@ -208,8 +218,8 @@ struct DirLock {
     _file: File,
 }
 
-/// The real storage: files preallocated with `fallocate` and mapped shared, in one
-/// directory tree this storage holds an exclusive lock on.
+/// The real storage: files preallocated with `fallocate` and mapped shared, in
+/// one or more directory trees this storage holds an exclusive lock on.
 ///
 /// Two write paths ([`write_without_mmap`](Self::write_without_mmap), RocketMQ's
 /// `writeWithoutMmap`): appends copied into a read-write mapping and synced with
@@ -223,12 +233,16 @@ struct DirLock {
 /// So the mapping is made only here, under the lock: [`lock`](Self::lock) takes an
 /// exclusive `flock` on `<root>/lock` (the same lock in every process using this
 /// crate), every path must lie under the root, and each mapping keeps the lock
-/// alive until it is unmapped. What the lock cannot stop is a program that ignores
-/// it and writes the files directly, the caveat of every memory-mapped store.
+/// alive until it is unmapped. A store spread over several disks locks each of
+/// its directories the same way ([`lock_all`](Self::lock_all)). What the lock
+/// cannot stop is a program that ignores it and writes the files directly, the
+/// caveat of every memory-mapped store.
 #[derive(Debug)]
 pub struct MmapStorage {
-    root: PathBuf,
-    lock: Mutex<Option<Arc<DirLock>>>,
+    /// The locked directories, disjoint; the first is the primary one.
+    roots: Vec<PathBuf>,
+    /// One lock per root, in the same order; `None` once released.
+    locks: Mutex<Option<Vec<Arc<DirLock>>>>,
     write_without_mmap: bool,
 }
 
@@ -239,26 +253,31 @@ impl MmapStorage {
     /// gone. Another storage over the same root, in any process, gets
     /// [`LockError::Locked`].
     pub fn lock(root: &Path) -> Result<Self, LockError> {
-        let io_err = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| LockError::Io { path, source }
-        };
-        fs::create_dir_all(root).map_err(io_err(root))?;
-        let lock_path = root.join(LOCK_FILE);
-        let file =
-            OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io_err(&lock_path))?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(fs::TryLockError::WouldBlock) => {
-                return Err(LockError::Locked { dir: root.to_path_buf(), lock_file: lock_path })
-            }
-            Err(fs::TryLockError::Error(source)) => return Err(LockError::Io { path: lock_path, source }),
+        Self::lock_all([root])
+    }
+
+    /// Takes several directories for one storage (a store spread over disks),
+    /// each as [`lock`](Self::lock) takes one: every path the storage is asked for
+    /// must lie under one of them. The first is the [primary](Self::root). The
+    /// directories must be disjoint ([`LockError::Overlapping`] otherwise); if
+    /// any cannot be locked, none stays locked.
+    pub fn lock_all<P: AsRef<Path>>(roots: impl IntoIterator<Item = P>) -> Result<Self, LockError> {
+        let roots: Vec<PathBuf> = roots.into_iter().map(|r| r.as_ref().to_path_buf()).collect();
+        if roots.is_empty() {
+            return Err(LockError::Io {
+                path: PathBuf::new(),
+                source: io::Error::new(io::ErrorKind::InvalidInput, "no directory to lock"),
+            });
         }
-        Ok(MmapStorage {
-            root: root.to_path_buf(),
-            lock: Mutex::new(Some(Arc::new(DirLock { _file: file }))),
-            write_without_mmap: false,
-        })
+        for (i, first) in roots.iter().enumerate() {
+            if let Some(second) =
+                roots.iter().skip(i.saturating_add(1)).find(|r| r.starts_with(first) || first.starts_with(r))
+            {
+                return Err(LockError::Overlapping { first: first.clone(), second: second.clone() });
+            }
+        }
+        let locks = roots.iter().map(|root| lock_dir(root)).collect::<Result<Vec<_>, _>>()?;
+        Ok(MmapStorage { roots, locks: Mutex::new(Some(locks)), write_without_mmap: false })
     }
 
     /// Chooses how segments created or opened from now on are written: with
@@ -275,21 +294,28 @@ impl MmapStorage {
         self.write_without_mmap
     }
 
-    /// The locked directory.
+    /// The primary locked directory (the first given).
     pub fn root(&self) -> &Path {
-        &self.root
+        &self.roots[0]
     }
 
-    /// The lock, if still held, for a path that must lie under the root.
+    /// Every locked directory, the primary first.
+    pub fn roots(&self) -> &[PathBuf] {
+        &self.roots
+    }
+
+    /// The lock, if still held, of the root a path must lie under.
     fn held(&self, path: &Path) -> io::Result<Arc<DirLock>> {
-        if !path.starts_with(&self.root) {
+        let Some(index) = self.roots.iter().position(|root| path.starts_with(root)) else {
+            let roots: Vec<String> = self.roots.iter().map(|r| r.display().to_string()).collect();
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("{} is outside the locked directory {}", path.display(), self.root.display()),
+                format!("{} is outside the locked directories ({})", path.display(), roots.join(", ")),
             ));
-        }
-        self.lock.lock().clone().ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotConnected, format!("storage for {} was released", self.root.display()))
+        };
+        let locks = self.locks.lock();
+        locks.as_ref().and_then(|locks| locks.get(index).cloned()).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotConnected, format!("storage for {} was released", self.root().display()))
         })
     }
 
@@ -314,6 +340,23 @@ impl MmapStorage {
 
     fn segment_io(&self, path: &Path, file: File) -> Box<dyn SegmentIo> {
         Box::new(MmapSegment { path: path.to_path_buf(), file, write_without_mmap: self.write_without_mmap })
+    }
+}
+
+/// Creates `root` if missing and takes the exclusive lock on `<root>/lock`.
+fn lock_dir(root: &Path) -> Result<Arc<DirLock>, LockError> {
+    let io_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| LockError::Io { path, source }
+    };
+    fs::create_dir_all(root).map_err(io_err(root))?;
+    let lock_path = root.join(LOCK_FILE);
+    let file =
+        OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io_err(&lock_path))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Arc::new(DirLock { _file: file })),
+        Err(fs::TryLockError::WouldBlock) => Err(LockError::Locked { dir: root.to_path_buf(), lock_file: lock_path }),
+        Err(fs::TryLockError::Error(source)) => Err(LockError::Io { path: lock_path, source }),
     }
 }
 
@@ -447,7 +490,7 @@ impl Storage for MmapStorage {
     }
 
     fn release(&self) {
-        self.lock.lock().take();
+        self.locks.lock().take();
     }
 }
 

@@ -119,6 +119,8 @@ struct SimState {
     create_delay: std::time::Duration,
     write_without_mmap: bool,
     disk_space: Option<crate::DiskSpace>,
+    /// Space reported for paths under a directory, overriding `disk_space`.
+    disk_space_of: Vec<(PathBuf, Option<crate::DiskSpace>)>,
     sink: Option<std::sync::mpsc::SyncSender<SimSnapshot>>,
 }
 
@@ -219,6 +221,15 @@ impl SimStorage {
     /// for testing what a log does as its disk fills and empties.
     pub fn set_disk_space(&self, space: Option<crate::DiskSpace>) {
         self.state.lock().disk_space = space;
+    }
+
+    /// Makes [`Storage::disk_space`] report `space` for paths under `dir` (the
+    /// longest matching directory wins over [`set_disk_space`](Self::set_disk_space)):
+    /// a store spread over several simulated disks.
+    pub fn set_disk_space_of(&self, dir: &Path, space: Option<crate::DiskSpace>) {
+        let mut state = self.state.lock();
+        state.disk_space_of.retain(|(d, _)| d != dir);
+        state.disk_space_of.push((dir.to_path_buf(), space));
     }
 
     /// True when segments are written through [`SegmentIo::write_at`].
@@ -421,8 +432,11 @@ impl Storage for SimStorage {
         self.state.lock().rename(from, to)
     }
 
-    fn disk_space(&self, _dir: &Path) -> io::Result<Option<crate::DiskSpace>> {
-        Ok(self.state.lock().disk_space)
+    fn disk_space(&self, dir: &Path) -> io::Result<Option<crate::DiskSpace>> {
+        let state = self.state.lock();
+        let of_dir =
+            state.disk_space_of.iter().filter(|(d, _)| dir.starts_with(d)).max_by_key(|(d, _)| d.as_os_str().len());
+        Ok(of_dir.map_or(state.disk_space, |(_, space)| *space))
     }
 
     fn replace_small(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {

@@ -266,6 +266,33 @@ fn a_locked_directory_cannot_be_mapped_by_a_second_storage_until_every_mapping_i
 
 #[test]
 #[cfg_attr(miri, ignore = "real files and mappings: system calls Miri cannot run")]
+fn a_storage_over_several_directories_locks_each_and_refuses_overlaps() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let storage = MmapStorage::lock_all([a.path(), b.path()]).unwrap();
+    assert_eq!(storage.root(), a.path());
+    // Segments in either directory; each directory is locked against others.
+    let in_a = MappedFile::create(&storage, a.path(), 0, SIZE).unwrap();
+    let in_b = MappedFile::create(&storage, b.path(), SIZE as u64, SIZE).unwrap();
+    put(&in_b, b"second disk");
+    assert!(matches!(MmapStorage::lock(a.path()), Err(LockError::Locked { .. })));
+    assert!(matches!(MmapStorage::lock(b.path()), Err(LockError::Locked { .. })));
+    let elsewhere = tempfile::tempdir().unwrap();
+    assert!(MappedFile::create(&storage, elsewhere.path(), 0, SIZE).is_err(), "outside every root");
+    drop((in_a, in_b, storage));
+    // One lock fails: none stays taken.
+    let holder = MmapStorage::lock(b.path()).unwrap();
+    assert!(matches!(MmapStorage::lock_all([a.path(), b.path()]), Err(LockError::Locked { .. })));
+    assert!(MmapStorage::lock(a.path()).is_ok(), "the first lock was given back");
+    drop(holder);
+    // Nested or equal directories would be locked twice.
+    let inner = a.path().join("inner");
+    for roots in [vec![a.path().to_path_buf(), inner.clone()], vec![inner.clone(), a.path().to_path_buf()], vec![inner.clone(), inner]] {
+        assert!(matches!(MmapStorage::lock_all(&roots), Err(LockError::Overlapping { .. })), "{roots:?}");
+    }
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "real files and mappings: system calls Miri cannot run")]
 fn warm_up_zeroes_and_syncs_only_an_unused_file() {
     let dir = tempfile::tempdir().unwrap();
     let storage = real(dir.path());

@@ -17,8 +17,9 @@ use crate::recycle::Spares;
 
 #[derive(Default)]
 struct State {
-    /// Offset asked for and not yet picked up by the thread.
-    requested: Option<u64>,
+    /// Offset asked for, with the directory to make it in, not yet picked up by
+    /// the thread.
+    requested: Option<(u64, PathBuf)>,
     /// Offset the thread is creating now.
     in_progress: Option<u64>,
     /// A finished file (or the error making it) waiting to be taken.
@@ -55,7 +56,6 @@ pub(crate) enum Taken {
 impl Allocator {
     pub(crate) fn start(
         storage: Arc<dyn Storage>,
-        dir: PathBuf,
         file_size: usize,
         warm: Option<bool>,
         wait: Duration,
@@ -65,16 +65,17 @@ impl Allocator {
         let worker = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("AllocateMappedFileService".into())
-            .spawn(move || run(&worker, &*storage, &dir, file_size, warm, &spares))?;
+            .spawn(move || run(&worker, &*storage, file_size, warm, &spares))?;
         Ok(Allocator { shared, thread: Some(thread), wait })
     }
 
-    /// Asks for the segment at `offset` to be prepared (replacing an older request).
-    pub(crate) fn request(&self, offset: u64) {
+    /// Asks for the segment at `offset` to be prepared in `dir` (replacing an
+    /// older request).
+    pub(crate) fn request(&self, offset: u64, dir: PathBuf) {
         let mut state = self.shared.state.lock();
         let already = state.in_progress == Some(offset) || state.ready.as_ref().is_some_and(|(o, _)| *o == offset);
         if !already {
-            state.requested = Some(offset);
+            state.requested = Some((offset, dir));
             self.shared.changed.notify_all();
         }
     }
@@ -82,7 +83,7 @@ impl Allocator {
     /// Takes the prepared segment at `offset`, waiting for it if it is being made.
     pub(crate) fn take(&self, offset: u64) -> Taken {
         let mut state = self.shared.state.lock();
-        if state.requested == Some(offset) {
+        if state.requested.as_ref().is_some_and(|(o, _)| *o == offset) {
             // Not started yet: cheaper for the caller to make it than to wait.
             state.requested = None;
             return Taken::NotRequested;
@@ -111,6 +112,12 @@ impl Allocator {
             }
             None => Taken::NotRequested,
         }
+    }
+
+    /// True once the segment at `offset` is prepared and waiting to be taken.
+    #[cfg(test)]
+    pub(crate) fn is_ready(&self, offset: u64) -> bool {
+        self.shared.state.lock().ready.as_ref().is_some_and(|(o, made)| *o == offset && made.is_ok())
     }
 
     /// Drops every request and deletes a prepared file nobody took.
@@ -148,20 +155,13 @@ pub(crate) fn warm_or_remove(file: MappedFile, lock: bool) -> Result<MappedFile,
     }
 }
 
-fn run(
-    shared: &Shared,
-    storage: &dyn Storage,
-    dir: &std::path::Path,
-    file_size: usize,
-    warm: Option<bool>,
-    spares: &Spares,
-) {
+fn run(shared: &Shared, storage: &dyn Storage, file_size: usize, warm: Option<bool>, spares: &Spares) {
     let mut state = shared.state.lock();
     loop {
         if state.stop {
             return;
         }
-        let Some(offset) = state.requested.take() else {
+        let Some((offset, dir)) = state.requested.take() else {
             shared.changed.wait(&mut state);
             continue;
         };
@@ -171,9 +171,9 @@ fn run(
         state.in_progress = Some(offset);
         drop(state);
         // A spare's blocks are written already: no warm-up.
-        let made = match spares.take(dir, offset) {
+        let made = match spares.take(&dir, offset) {
             Some(spare) => Ok(spare),
-            None => MappedFile::create(storage, dir, offset, file_size).and_then(|file| match warm {
+            None => MappedFile::create(storage, &dir, offset, file_size).and_then(|file| match warm {
                 Some(lock) => warm_or_remove(file, lock),
                 None => Ok(file),
             }),
@@ -219,9 +219,9 @@ mod tests {
         sim.set_create_delay(Duration::from_millis(300));
         let dir = PathBuf::from("/a");
         let storage: Arc<dyn Storage> = Arc::new(sim.clone());
-        let spares = Arc::new(Spares::new(Arc::clone(&storage), &dir, 0, 4096));
-        let allocator = Allocator::start(storage, dir.clone(), 4096, None, Duration::from_millis(10), spares).unwrap();
-        allocator.request(4096);
+        let spares = Arc::new(Spares::new(Arc::clone(&storage), vec![dir.clone()], 0, 4096));
+        let allocator = Allocator::start(storage, 4096, None, Duration::from_millis(10), spares).unwrap();
+        allocator.request(4096, dir.clone());
         let started = std::time::Instant::now();
         while allocator.shared.state.lock().in_progress != Some(4096) {
             assert!(started.elapsed() < Duration::from_secs(10), "the thread never started");

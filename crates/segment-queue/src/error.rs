@@ -61,6 +61,16 @@ pub enum QueueError {
         /// Where it starts.
         found: u64,
     },
+    /// Two directories of the queue hold a segment with the same start offset.
+    #[error("segments {} and {} both start at {offset}: one of them must go", path.display(), other.display())]
+    Duplicate {
+        /// The second file found (in directory order).
+        path: PathBuf,
+        /// The first.
+        other: PathBuf,
+        /// Their start offset.
+        offset: u64,
+    },
     /// The write-buffer pool is empty and the config says not to fall back.
     #[error("transient store pool exhausted ({pool_size} buffers borrowed) while creating segment at {offset}")]
     PoolExhausted {

@@ -28,7 +28,8 @@ pub struct ListedSegment {
 ///   [#6904](https://github.com/apache/rocketmq/issues/6904): a crash between creating and sizing
 ///   it; load deletes it);
 /// - each starts at a multiple of `size`;
-/// - each starts where the previous one ends (no gap);
+/// - each starts where the previous one ends (no gap), and no two start at the
+///   same offset (a store over several directories could hold two);
 /// - each ends inside the 64-bit offset space, since offsets are computed by adding
 ///   positions to the start.
 ///
@@ -38,6 +39,14 @@ pub fn check_layout(files: &[ListedSegment], size: u64) -> Vec<QueueError> {
     let mut expected_next: Option<u64> = None;
     let count = files.len();
     for (i, file) in files.iter().enumerate() {
+        if let Some(previous) = i.checked_sub(1).map(|p| &files[p]).filter(|p| p.start_offset == file.start_offset) {
+            problems.push(QueueError::Duplicate {
+                path: file.path.clone(),
+                other: previous.path.clone(),
+                offset: file.start_offset,
+            });
+            continue; // the copy says nothing new about sizes or gaps
+        }
         let last = i == count.saturating_sub(1);
         if file.len != size && !(file.len == 0 && last) {
             problems.push(QueueError::WrongSize { path: file.path.clone(), expected: size, actual: file.len });
@@ -87,5 +96,8 @@ mod tests {
             })
             .collect();
         assert_eq!(kinds, ["size", "gap", "align", "gap", "align", "gap", "overflow"]);
+        let twice = [seg(0, 4096), ListedSegment { path: PathBuf::from("other/0"), ..seg(0, 4096) }, seg(4096, 4096)];
+        let problems = check_layout(&twice, 4096);
+        assert!(matches!(&problems[..], [QueueError::Duplicate { offset: 0, .. }]), "{problems:?}");
     }
 }

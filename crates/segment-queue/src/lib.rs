@@ -9,6 +9,10 @@
 //! It knows nothing of record formats or of when to flush. It is safe to use from
 //! one appender thread and any number of flush, commit and reader threads at once.
 //!
+//! The segments may be spread over several directories (disks), RocketMQ's
+//! `MultiPathMappedFileQueue`: see [`SegmentQueue::load_dirs`] for the rule that
+//! places each new segment.
+//!
 //! ```
 //! use mapped_file::{SimStorage, Storage};
 //! use segment_queue::{QueueConfig, SegmentQueue};
@@ -29,7 +33,7 @@
 #![warn(clippy::arithmetic_side_effects, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use mapped_file::{parse_file_name, Bytes, FailureLatch, MappedFile, MappedFileError, Storage, SyncFailure};
@@ -48,6 +52,29 @@ use allocate::{Allocator, Taken};
 use recycle::Spares;
 
 mod layout;
+
+/// One directory a queue keeps segments in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentDir {
+    /// The directory.
+    pub path: PathBuf,
+    /// Its segments are loaded, read, flushed and deleted, but no new segment is
+    /// created in it (RocketMQ's `readOnlyCommitLogStorePaths`): a disk being
+    /// retired, or one kept for reading only.
+    pub read_only: bool,
+}
+
+impl SegmentDir {
+    /// A directory new segments may be created in.
+    pub fn writable(path: impl Into<PathBuf>) -> Self {
+        SegmentDir { path: path.into(), read_only: false }
+    }
+
+    /// A directory whose segments are kept, but where no new one is created.
+    pub fn read_only(path: impl Into<PathBuf>) -> Self {
+        SegmentDir { path: path.into(), read_only: true }
+    }
+}
 
 /// What to do when a new segment needs a write buffer and the pool is empty.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -147,9 +174,12 @@ pub struct TruncateReport {
     pub segments_deleted: usize,
 }
 
-/// The segments of one directory.
+/// The segments of one directory, or of several (see [`load_dirs`](Self::load_dirs)).
 pub struct SegmentQueue {
-    dir: PathBuf,
+    /// The directories, in the order given; never empty, at least one writable.
+    dirs: Vec<SegmentDir>,
+    /// Per directory: too full to take new segments (set by a disk watcher).
+    full: Vec<AtomicBool>,
     config: QueueConfig,
     storage: Arc<dyn Storage>,
     files: RwLock<Vec<Arc<MappedFile>>>,
@@ -170,12 +200,33 @@ pub struct SegmentQueue {
 impl std::fmt::Debug for SegmentQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SegmentQueue")
-            .field("dir", &self.dir)
+            .field("dirs", &self.dirs)
             .field("segments", &self.files.read().len())
             .field("flushed_where", &self.flushed_where())
             .field("committed_where", &self.committed_where())
             .finish()
     }
+}
+
+/// The directories of one queue: some, disjoint, at least one writable.
+fn check_dirs(dirs: &[SegmentDir]) -> Result<(), QueueError> {
+    let invalid = |reason: String| Err(QueueError::InvalidConfig { reason });
+    if !dirs.iter().any(|d| !d.read_only) {
+        return invalid(format!("no writable segment directory among {} given", dirs.len()));
+    }
+    for (i, first) in dirs.iter().enumerate() {
+        let later = dirs.iter().skip(i.saturating_add(1));
+        if let Some(second) =
+            later.into_iter().find(|d| d.path.starts_with(&first.path) || first.path.starts_with(&d.path))
+        {
+            return invalid(format!(
+                "segment directories {} and {} overlap: each must be outside the others",
+                first.path.display(),
+                second.path.display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A segment size as an offset distance: non-zero (`load` refuses 0), and a
@@ -198,6 +249,30 @@ impl SegmentQueue {
         config: QueueConfig,
         pool: Option<TransientStorePool>,
     ) -> Result<Self, QueueError> {
+        Self::load_dirs(storage, vec![SegmentDir::writable(dir)], config, pool)
+    }
+
+    /// As [`load`](Self::load), over several directories (RocketMQ's
+    /// `MultiPathMappedFileQueue`, for a log spread over disks). The segments of
+    /// all of them form one sequence: names stay global start offsets, the layout
+    /// rules hold for the union (two directories holding the same offset are
+    /// [`QueueError::Duplicate`]), and a segment may live in any directory.
+    ///
+    /// **Placement:** the segment starting at offset `o` is created in directory
+    /// `(o / mapped_file_size) % n` of the candidates, in the order given: the
+    /// writable directories not [marked full](Self::set_dir_full), or every
+    /// writable directory when all are full. So consecutive segments alternate
+    /// between disks, and a full or read-only disk gets none. Spares stay in the
+    /// directory they were kept in.
+    ///
+    /// The directories must be disjoint (none inside another) and at least one
+    /// must be writable ([`QueueError::InvalidConfig`] otherwise).
+    pub fn load_dirs(
+        storage: Arc<dyn Storage>,
+        dirs: Vec<SegmentDir>,
+        config: QueueConfig,
+        pool: Option<TransientStorePool>,
+    ) -> Result<Self, QueueError> {
         let size = config.mapped_file_size;
         if size == 0 || !size.is_multiple_of(mapped_file::OS_PAGE_SIZE) {
             return Err(QueueError::InvalidConfig {
@@ -211,18 +286,23 @@ impl SegmentQueue {
                 });
             }
         }
-        let dir_err = |source| QueueError::Dir { path: dir.to_path_buf(), source };
-        storage.create_dir_all(dir).map_err(dir_err)?;
+        check_dirs(&dirs)?;
         let mut entries = Vec::new();
-        for entry in storage.list(dir).map_err(dir_err)? {
-            if entry.name == mapped_file::LOCK_FILE {
-                continue; // the storage's own lock, when the segments sit in its root
+        for dir in &dirs {
+            let dir = &dir.path;
+            let dir_err = |source| QueueError::Dir { path: dir.clone(), source };
+            storage.create_dir_all(dir).map_err(dir_err)?;
+            for entry in storage.list(dir).map_err(dir_err)? {
+                if entry.name == mapped_file::LOCK_FILE {
+                    continue; // the storage's own lock, when the segments sit in its root
+                }
+                let path = dir.join(&entry.name);
+                let start_offset =
+                    parse_file_name(&entry.name).ok_or_else(|| QueueError::MalformedName { path: path.clone() })?;
+                entries.push((ListedSegment { start_offset, path, len: entry.len }, entry.modified_ms));
             }
-            let path = dir.join(&entry.name);
-            let start_offset =
-                parse_file_name(&entry.name).ok_or_else(|| QueueError::MalformedName { path: path.clone() })?;
-            entries.push((ListedSegment { start_offset, path, len: entry.len }, entry.modified_ms));
         }
+        // Stable: of two files with one offset, the first directory's comes first.
         entries.sort_by_key(|(listed, _)| listed.start_offset);
 
         let mut report = LoadReport::default();
@@ -246,19 +326,23 @@ impl SegmentQueue {
         }
         report.segments = files.len();
         let end = files.last().map_or(0, |f| f.file_end());
-        tracing::info!(dir = %dir.display(), segments = files.len(), end, "segment queue loaded");
-
-        let spares = Arc::new(Spares::new(Arc::clone(&storage), dir, config.recycle_segments, size));
+        tracing::info!(dirs = dirs.len(), dir = %dirs[0].path.display(), segments = files.len(), end, "segment queue loaded");
+        let writable = dirs.iter().filter(|d| !d.read_only).map(|d| d.path.clone()).collect();
+        let spares = Arc::new(Spares::new(Arc::clone(&storage), writable, config.recycle_segments, size));
         let allocator = if config.preallocate_next_segment {
             let warm = config.warm_mapped_file_enable.then_some(config.lock_warmed_mapped_file);
             let wait = std::time::Duration::from_millis(config.preallocation_wait_ms);
             let spares = Arc::clone(&spares);
-            Some(Allocator::start(Arc::clone(&storage), dir.to_path_buf(), size, warm, wait, spares).map_err(dir_err)?)
+            Some(
+                Allocator::start(Arc::clone(&storage), size, warm, wait, spares)
+                    .map_err(|source| QueueError::Dir { path: dirs[0].path.clone(), source })?,
+            )
         } else {
             None
         };
         Ok(SegmentQueue {
-            dir: dir.to_path_buf(),
+            full: dirs.iter().map(|_| AtomicBool::new(false)).collect(),
+            dirs,
             config,
             storage,
             files: RwLock::new(files),
@@ -276,9 +360,43 @@ impl SegmentQueue {
         })
     }
 
-    /// The directory.
+    /// The directory: the first of [`dirs`](Self::dirs).
     pub fn dir(&self) -> &Path {
-        &self.dir
+        &self.dirs[0].path
+    }
+
+    /// Every directory of the queue, in the order given.
+    pub fn dirs(&self) -> &[SegmentDir] {
+        &self.dirs
+    }
+
+    /// Marks `dir` too full (or no longer too full) to take new segments; see
+    /// [`load_dirs`](Self::load_dirs) for the placement rule. Segments already
+    /// in it are appended to, read and deleted as before (they are preallocated:
+    /// appending needs no space). False if `dir` is not one of the queue's.
+    pub fn set_dir_full(&self, dir: &Path, full: bool) -> bool {
+        match self.dirs.iter().position(|d| d.path == dir) {
+            Some(index) => {
+                self.full[index].store(full, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The directory the segment starting at `offset` is created in (the rule in
+    /// [`load_dirs`](Self::load_dirs)).
+    pub fn dir_for(&self, offset: u64) -> &Path {
+        let writable = || self.dirs.iter().zip(&self.full).filter(|(d, _)| !d.read_only);
+        let mut candidates: Vec<&SegmentDir> =
+            writable().filter(|(_, full)| !full.load(Ordering::Relaxed)).map(|(d, _)| d).collect();
+        if candidates.is_empty() {
+            candidates = writable().map(|(d, _)| d).collect(); // at least one: checked at load
+        }
+        let len = u64::try_from(candidates.len()).ok().and_then(std::num::NonZeroU64::new);
+        let index = len.map_or(0, |n| (offset / size_u64(self.config.mapped_file_size)) % n);
+        let index = usize::try_from(index).unwrap_or(0); // below the candidate count
+        candidates.get(index).map_or(&self.dirs[0].path, |d| &d.path)
     }
 
     /// The first failed sync of any segment, if one failed: the queue's one
@@ -361,7 +479,7 @@ impl SegmentQueue {
             mapped_file::segment_end(offset, size).filter(|&n| mapped_file::segment_end(n, size).is_some())
         {
             if let Some(allocator) = self.allocator.lock().as_ref() {
-                allocator.request(next);
+                allocator.request(next, self.dir_for(next).to_path_buf());
             }
         }
         Ok(file)
@@ -371,6 +489,13 @@ impl SegmentQueue {
         let size = self.config.mapped_file_size;
         let prepared = self.allocator.lock().as_ref().map_or(Taken::NotRequested, |a| a.take(offset));
         let file = match prepared {
+            // Prepared before its directory was marked full: the placement rule
+            // holds for every segment, so it goes and one is made where it belongs.
+            Taken::Prepared(file) if file.path().parent() != Some(self.dir_for(offset)) => {
+                tracing::info!(path = %file.path().display(), "preallocated segment's directory is full now; discarding it");
+                file.destroy()?;
+                self.create_in_place(offset, size)?
+            }
             Taken::Prepared(file) => file,
             Taken::Failed(err) => {
                 tracing::warn!(offset, %err, "preallocated segment failed; creating it in place");
@@ -379,7 +504,7 @@ impl SegmentQueue {
             Taken::NotRequested => self.create_in_place(offset, size)?,
             Taken::StillPreparing => {
                 return Err(QueueError::PreallocationTimedOut {
-                    path: self.dir.join(mapped_file::file_name(offset)),
+                    path: self.dir_for(offset).join(mapped_file::file_name(offset)),
                     waited_ms: self.config.preallocation_wait_ms,
                 })
             }
@@ -411,10 +536,11 @@ impl SegmentQueue {
     }
 
     fn create_in_place(&self, offset: u64, size: usize) -> Result<MappedFile, QueueError> {
-        if let Some(file) = self.spares.take(&self.dir, offset) {
+        let dir = self.dir_for(offset);
+        if let Some(file) = self.spares.take(dir, offset) {
             return Ok(file); // written before: no warm-up to do
         }
-        let file = MappedFile::create(&*self.storage, &self.dir, offset, size)?;
+        let file = MappedFile::create(&*self.storage, dir, offset, size)?;
         if self.config.warm_mapped_file_enable {
             return Ok(allocate::warm_or_remove(file, self.config.lock_warmed_mapped_file)?);
         }

@@ -19,13 +19,16 @@ use parking_lot::Mutex;
 
 use crate::QueueError;
 
-/// The directory, inside the segment directory, that holds spare files.
+/// The directory, inside each segment directory, that holds spare files. A
+/// spare is only ever used in the directory it was kept in: moving a file to
+/// another directory could cross file systems.
 pub const RECYCLE_DIR: &str = "recycled";
 
-/// The spare files of one segment directory.
+/// The spare files of a queue's writable segment directories.
 pub(crate) struct Spares {
     storage: Arc<dyn Storage>,
-    dir: PathBuf,
+    /// The writable segment directories; each keeps its spares in `<dir>/recycled`.
+    dirs: Vec<PathBuf>,
     keep: usize,
     /// False while the disk is short of space: expired segments are deleted.
     keeping: AtomicBool,
@@ -35,17 +38,11 @@ pub(crate) struct Spares {
 }
 
 impl Spares {
-    /// Spares in `segment_dir/recycled`, at most `keep` of them (0: none, every
-    /// expired segment is deleted), each of `size` bytes.
-    pub(crate) fn new(storage: Arc<dyn Storage>, segment_dir: &Path, keep: usize, size: usize) -> Self {
-        Spares {
-            storage,
-            dir: segment_dir.join(RECYCLE_DIR),
-            keep,
-            keeping: AtomicBool::new(true),
-            size,
-            lock: Mutex::new(()),
-        }
+    /// Spares in `<dir>/recycled` of each of `segment_dirs`, at most `keep` of
+    /// them in all (0: none, every expired segment is deleted), each of `size`
+    /// bytes.
+    pub(crate) fn new(storage: Arc<dyn Storage>, segment_dirs: Vec<PathBuf>, keep: usize, size: usize) -> Self {
+        Spares { storage, dirs: segment_dirs, keep, keeping: AtomicBool::new(true), size, lock: Mutex::new(()) }
     }
 
     /// Whether expired segments are kept as spares from now on (while the disk is
@@ -54,16 +51,29 @@ impl Spares {
         self.keeping.store(keep, Ordering::Relaxed);
     }
 
+    fn spare_dir(segment_dir: &Path) -> PathBuf {
+        segment_dir.join(RECYCLE_DIR)
+    }
+
+    /// The spare files of every directory (a directory not made yet has none).
+    fn listed(&self) -> Vec<PathBuf> {
+        let mut spares = Vec::new();
+        for dir in self.dirs.iter().map(|d| Self::spare_dir(d)) {
+            if let Ok(entries) = self.storage.list(&dir) {
+                spares.extend(entries.into_iter().map(|e| dir.join(e.name)));
+            }
+        }
+        spares
+    }
+
     /// Deletes every spare file (durably); returns how many.
     pub(crate) fn drop_all(&self) -> usize {
         if self.keep == 0 {
             return 0;
         }
         let _one = self.lock.lock();
-        let Ok(spares) = self.storage.list(&self.dir) else { return 0 };
         let mut dropped = 0usize;
-        for spare in spares {
-            let path = self.dir.join(&spare.name);
+        for path in self.listed() {
             match self.storage.remove(&path) {
                 Ok(()) => dropped = dropped.saturating_add(1), // at most the listing's length
                 Err(err) => tracing::warn!(spare = %path.display(), %err, "could not delete a spare segment file"),
@@ -76,37 +86,42 @@ impl Spares {
     }
 
     /// Keeps `file` (an expired segment leaving the front of the queue) as a spare
-    /// if there is room and no view of it is outstanding; true if kept. False means
-    /// the caller deletes it.
+    /// of its own directory if there is room, the directory is writable and no
+    /// view of it is outstanding; true if kept. False means the caller deletes it.
     pub(crate) fn offer(&self, file: &MappedFile) -> Result<bool, QueueError> {
         if self.keep == 0 || file.file_size() != self.size || !self.keeping.load(Ordering::Relaxed) {
             return Ok(false);
         }
+        let Some(segment_dir) = file.path().parent().filter(|d| self.dirs.iter().any(|w| w == d)) else {
+            return Ok(false); // a read-only directory: it never gets a new segment
+        };
         let _one = self.lock.lock();
-        let dir_err = |source| QueueError::Dir { path: self.dir.clone(), source };
-        self.storage.create_dir_all(&self.dir).map_err(dir_err)?;
-        if self.storage.list(&self.dir).map_err(dir_err)?.len() >= self.keep {
+        let dir = Self::spare_dir(segment_dir);
+        let dir_err = |source| QueueError::Dir { path: dir.clone(), source };
+        self.storage.create_dir_all(&dir).map_err(dir_err)?;
+        if self.listed().len() >= self.keep {
             return Ok(false);
         }
         // Named by the offset it last held: unique, since offsets are.
-        let kept = file.recycle(&self.dir.join(file_name(file.file_from_offset())))?;
+        let kept = file.recycle(&dir.join(file_name(file.file_from_offset())))?;
         if kept {
             tracing::info!(path = %file.path().display(), "expired segment kept as a spare");
         }
         Ok(kept)
     }
 
-    /// The segment starting at `offset` in `segment_dir`, made from a spare, if
-    /// there is one of the right size. A spare that cannot be used is skipped
-    /// (and stays where it is); `None` means: create a fresh file.
+    /// The segment starting at `offset` in `segment_dir`, made from one of that
+    /// directory's spares of the right size, if there is one. A spare that cannot
+    /// be used is skipped (and stays where it is); `None` means: create a fresh file.
     pub(crate) fn take(&self, segment_dir: &Path, offset: u64) -> Option<MappedFile> {
         if self.keep == 0 {
             return None;
         }
         let _one = self.lock.lock();
-        let spares = self.storage.list(&self.dir).ok()?; // no directory yet: no spare
+        let dir = Self::spare_dir(segment_dir);
+        let spares = self.storage.list(&dir).ok()?; // no directory yet: no spare
         for spare in spares.into_iter().filter(|s| s.len == self.size as u64) {
-            let path = self.dir.join(&spare.name);
+            let path = dir.join(&spare.name);
             match MappedFile::create_from_recycled(&*self.storage, &path, segment_dir, offset, self.size) {
                 Ok(file) => {
                     tracing::info!(spare = %path.display(), offset, "segment made from a spare");

@@ -486,3 +486,118 @@ fn without_recycling_expired_segments_are_deleted_and_no_spare_directory_appears
     assert_eq!(queue.delete_expired_file_by_offset(2 * SIZE as u64, 10).unwrap(), 2);
     assert!(sim.snapshot().files.iter().all(|f| !f.path.starts_with(dir().join(RECYCLE_DIR))));
 }
+
+fn three_dirs() -> Vec<SegmentDir> {
+    vec![SegmentDir::writable("/disk1/log"), SegmentDir::writable("/disk2/log"), SegmentDir::read_only("/old/log")]
+}
+
+/// The directory each segment of the queue lives in, oldest first.
+fn homes(queue: &SegmentQueue) -> Vec<PathBuf> {
+    queue.segments().iter().map(|f| f.path().parent().unwrap().to_path_buf()).collect()
+}
+
+#[test]
+fn segments_alternate_over_writable_dirs_skipping_full_and_read_only_ones() {
+    for preallocate in [false, true] {
+        let (sim, storage) = sim();
+        // The read-only directory holds the oldest segment.
+        sim.write_file(&Path::new("/old/log").join(file_name(0)), &[0; SIZE]);
+        let config = QueueConfig { preallocate_next_segment: preallocate, ..config() };
+        let queue = SegmentQueue::load_dirs(Arc::clone(&storage), three_dirs(), config.clone(), None).unwrap();
+        assert_eq!(queue.segment_count(), 1);
+        let (d1, d2, old) = (PathBuf::from("/disk1/log"), PathBuf::from("/disk2/log"), PathBuf::from("/old/log"));
+        for _ in 0..3 {
+            append(&queue, &[3; 10_000]); // one segment each (loaded segments count as full)
+        }
+        // Segment i goes to writable dir i % 2: 1 → disk2, 2 → disk1, 3 → disk2.
+        assert_eq!(homes(&queue), [old.clone(), d2.clone(), d1.clone(), d2.clone()], "preallocate: {preallocate}");
+        if preallocate {
+            // Segment 4 is prepared on disk1 before disk1 fills: it must not stay there.
+            let started = std::time::Instant::now();
+            while !queue.allocator.lock().as_ref().unwrap().is_ready(4 * SIZE as u64) {
+                assert!(started.elapsed() < std::time::Duration::from_secs(10), "never prepared");
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            assert!(sim.file_bytes(&d1.join(file_name(4 * SIZE as u64))).is_some());
+        }
+        // disk1 full: every new segment goes to disk2; both full: both are used again.
+        assert!(queue.set_dir_full(&d1, true));
+        assert_eq!(queue.dir_for(4 * SIZE as u64), d2);
+        assert_eq!(queue.dir_for(5 * SIZE as u64), d2);
+        assert!(queue.set_dir_full(&d2, true));
+        assert_eq!(queue.dir_for(4 * SIZE as u64), d1);
+        assert_eq!(queue.dir_for(5 * SIZE as u64), d2);
+        assert!(!queue.set_dir_full(Path::new("/elsewhere"), true));
+        assert!(queue.set_dir_full(&d2, false));
+        for _ in 0..2 {
+            append(&queue, &[4; 10_000]);
+        }
+        assert_eq!(homes(&queue)[4..], [d2.clone(), d2.clone()], "preallocate: {preallocate}");
+        assert!(sim.file_bytes(&d1.join(file_name(4 * SIZE as u64))).is_none(), "the prepared one is gone");
+        queue.flush(0).unwrap();
+        queue.shutdown();
+        let end = queue.max_offset();
+        drop(queue);
+
+        // Reload: one sequence over every directory, the read-only one included.
+        let reloaded = SegmentQueue::load_dirs(Arc::clone(&storage), three_dirs(), config.clone(), None).unwrap();
+        assert_eq!(reloaded.segment_count(), 6);
+        assert_eq!(reloaded.max_offset(), 6 * SIZE as u64, "loaded segments are full");
+        assert!(end <= reloaded.max_offset());
+        assert_eq!(&reloaded.read(3 * SIZE as u64, 4).unwrap()[..], &[3; 4]);
+        drop(reloaded);
+        // A directory left out is a missing segment, named.
+        let without = vec![SegmentDir::writable("/disk1/log"), SegmentDir::read_only("/old/log")];
+        let err = SegmentQueue::load_dirs(Arc::clone(&storage), without, config, None).unwrap_err();
+        assert!(matches!(err, QueueError::Gap { expected, .. } if expected == SIZE as u64), "{err}");
+    }
+}
+
+#[test]
+fn truncation_and_deletion_reach_every_dir_and_spares_stay_in_their_own() {
+    let (sim, storage) = sim();
+    let config = QueueConfig { recycle_segments: 2, ..config() };
+    let queue = SegmentQueue::load_dirs(Arc::clone(&storage), three_dirs()[..2].to_vec(), config, None).unwrap();
+    for _ in 0..6 {
+        append(&queue, &[5; 10_000]);
+    }
+    queue.flush(0).unwrap();
+    // Segment 0 lives on disk1, segment 1 on disk2: each becomes a spare there.
+    assert_eq!(queue.delete_expired_file_by_offset(2 * SIZE as u64, 10).unwrap(), 2);
+    let spares = |d: &str| storage.list(&Path::new(d).join(RECYCLE_DIR)).map(|l| l.len()).unwrap_or(0);
+    assert_eq!((spares("/disk1/log"), spares("/disk2/log")), (1, 1));
+    // Truncating deletes the later segments wherever they live.
+    queue.truncate_dirty_files(3 * SIZE as u64 + 100).unwrap();
+    assert_eq!(queue.segment_count(), 2);
+    for offset in [4, 5] {
+        let name = file_name(offset * SIZE as u64);
+        assert!(sim.file_bytes(&Path::new("/disk1/log").join(&name)).is_none());
+        assert!(sim.file_bytes(&Path::new("/disk2/log").join(&name)).is_none());
+    }
+    // The next segments are made of the spare of the directory they go to (the
+    // first append still fits in segment 3).
+    for _ in 0..3 {
+        append(&queue, &[6; 10_000]);
+    }
+    assert_eq!(homes(&queue)[2..], [PathBuf::from("/disk1/log"), PathBuf::from("/disk2/log")]);
+    assert_eq!((spares("/disk1/log"), spares("/disk2/log")), (0, 0), "each taken where it was");
+}
+
+#[test]
+fn bad_dir_sets_are_refused_clearly() {
+    let (sim, storage) = sim();
+    let only_read = vec![SegmentDir::read_only("/a")];
+    let nested = vec![SegmentDir::writable("/a"), SegmentDir::writable("/a/b")];
+    let twice = vec![SegmentDir::writable("/a"), SegmentDir::read_only("/a")];
+    for dirs in [only_read, nested, twice] {
+        let err = SegmentQueue::load_dirs(Arc::clone(&storage), dirs.clone(), config(), None).unwrap_err();
+        assert!(matches!(err, QueueError::InvalidConfig { .. }), "{dirs:?}: {err}");
+    }
+    // The same segment in two directories: which is the log's is not for us to guess.
+    sim.write_file(&Path::new("/a").join(file_name(0)), &[0; SIZE]);
+    sim.write_file(&Path::new("/b").join(file_name(0)), &[0; SIZE]);
+    let dirs = vec![SegmentDir::writable("/a"), SegmentDir::writable("/b")];
+    let err = SegmentQueue::load_dirs(storage, dirs, config(), None).unwrap_err();
+    assert!(matches!(err, QueueError::Duplicate { offset: 0, .. }), "{err}");
+    assert!(err.to_string().contains("/a/") && err.to_string().contains("/b/"), "{err}");
+}
