@@ -133,7 +133,7 @@ fn run_mode(mode: Mode, args: &BenchArgs, dir: &std::path::Path) -> Result<ModeR
     if dir.exists() {
         std::fs::remove_dir_all(dir).map_err(io(format!("clearing {}", dir.display())))?;
     }
-    let mut config = log_config(dir, flush, pool, Some(args.segment_size))?;
+    let mut config = log_config(dir, flush, pool, Some(args.segment_size), &crate::SegmentPathArgs::default())?;
     if args.record_size > config.max_message_size {
         return Err(CliError::Usage(format!(
             "--record-size {} exceeds the limit {} for this segment size",

@@ -360,7 +360,7 @@ struct RecoverReport {
 pub fn recover(args: DirArgs) -> Result<(), CliError> {
     existing_dir(&args.dir)?;
     inspect::check_store_dir(&args.dir)?;
-    let config = log_config(&args.dir, FlushArg::Async, false, None)?;
+    let config = log_config(&args.dir, FlushArg::Async, false, None, &crate::SegmentPathArgs::default())?;
     let log = CommitLog::open(&args.dir, config)?;
     let r = log.recovery_report().clone();
     log.shutdown()?;
@@ -399,7 +399,12 @@ pub fn recover(args: DirArgs) -> Result<(), CliError> {
 #[derive(Serialize)]
 struct StatReport {
     dir: String,
+    /// Where the segments are: `[path, "writable" | "read-only"]`, as recorded.
+    segment_dirs: Vec<(String, &'static str)>,
     segments: Vec<(String, u64)>,
+    /// Per segment, the directory it is in (when there are several).
+    #[serde(skip)]
+    segment_homes: Vec<String>,
     segment_size: u64,
     total_bytes: u64,
     min_offset: Option<u64>,
@@ -476,9 +481,15 @@ fn stat_report(dir: &std::path::Path) -> Result<StatReport, CliError> {
         }
     }
     let checkpoint_timestamp_ms = files.checkpoint.map(|c| c.physic_msg_timestamp);
+    let home = |p: &std::path::Path| p.parent().map(|d| d.display().to_string()).unwrap_or_default();
     Ok(StatReport {
         dir: dir.display().to_string(),
+        segment_dirs: inspect::segment_dirs(dir)?
+            .into_iter()
+            .map(|d| (d.path.display().to_string(), if d.read_only { "read-only" } else { "writable" }))
+            .collect(),
         segments: listing.segments.iter().map(|s| (name(&s.path), s.len)).collect(),
+        segment_homes: listing.segments.iter().map(|s| home(&s.path)).collect(),
         segment_size: listing.segment_size,
         total_bytes: listing.segments.iter().map(|s| s.len).sum(),
         min_offset: listing.segments.first().map(|s| s.start_offset),
@@ -496,10 +507,22 @@ fn stat_report(dir: &std::path::Path) -> Result<StatReport, CliError> {
 
 fn print_stat(report: &StatReport, segments_table: bool) {
     let opt = |o: Option<u64>| o.map_or("-".to_string(), |v| v.to_string());
+    let several = report.segment_dirs.len() > 1;
     if segments_table {
         let mut rows = vec![vec!["segment".to_string(), "bytes".to_string()]];
         rows.extend(report.segments.iter().map(|(n, b)| vec![n.clone(), b.to_string()]));
+        if several {
+            rows[0].push("directory".into());
+            for (row, home) in rows[1..].iter_mut().zip(&report.segment_homes) {
+                row.push(home.clone());
+            }
+        }
         print!("{}", render(&rows));
+    }
+    if several {
+        for (path, kind) in &report.segment_dirs {
+            println!("segment directory   {path} ({kind})");
+        }
     }
     println!(
         "segments            {} of {} bytes ({} bytes in all)",

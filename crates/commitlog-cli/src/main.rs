@@ -88,15 +88,33 @@ fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> CliError {
     move |source| CliError::Io { context, source }
 }
 
+/// Where a log's segments go: RocketMQ's `storePathCommitLog`, for a log the
+/// tool creates or reopens.
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct SegmentPathArgs {
+    /// Segment directories for a log spread over disks (`storePathCommitLog`):
+    /// `;`-separated or repeated. New segments go round-robin over them. Default:
+    /// the directories the store recorded, or `<dir>/commitlog` for a new store.
+    #[arg(long, value_name = "DIRS", value_delimiter = ';')]
+    store_path_commit_log: Vec<std::path::PathBuf>,
+    /// Segment directories to read but not to create segments in
+    /// (`readOnlyCommitLogStorePaths`), `;`-separated or repeated.
+    #[arg(long, value_name = "DIRS", value_delimiter = ';')]
+    read_only_commit_log_store_paths: Vec<std::path::PathBuf>,
+}
+
 /// The configuration for opening an existing or new log in `dir`: the segment size
-/// of existing segments wins; `--segment-size` must agree with it.
+/// of existing segments wins; `--segment-size` must agree with it. The segment
+/// directories are the ones given, else the ones the store recorded.
 fn log_config(
     dir: &Path,
     flush: FlushArg,
     pool: bool,
     segment_size: Option<usize>,
+    paths: &SegmentPathArgs,
 ) -> Result<CommitLogConfig, CliError> {
-    let existing = if dir.join(commitlog::SEGMENT_DIR).is_dir() {
+    let is_store = commitlog::inspect::check_store_dir(dir).is_ok();
+    let existing = if is_store {
         Some(commitlog::inspect::list_segments(dir)?.segment_size as usize).filter(|&s| s > 0)
     } else {
         None
@@ -111,9 +129,22 @@ fn log_config(
         (Some(e), _) => e,
         (None, asked) => asked.unwrap_or(DEFAULT_SEGMENT_SIZE),
     };
+    let absolute = |given: &[std::path::PathBuf]| -> Result<Vec<std::path::PathBuf>, CliError> {
+        given.iter().map(|p| std::path::absolute(p).map_err(io(format!("resolving {}", p.display())))).collect()
+    };
+    let (mut writable, mut read_only) =
+        (absolute(&paths.store_path_commit_log)?, absolute(&paths.read_only_commit_log_store_paths)?);
+    if writable.is_empty() && read_only.is_empty() && is_store {
+        let recorded = commitlog::inspect::segment_dirs(dir)?;
+        if recorded != [commitlog::SegmentDir::writable(dir.join(commitlog::SEGMENT_DIR))] {
+            writable = recorded.iter().map(|d| d.path.clone()).collect();
+            read_only = recorded.iter().filter(|d| d.read_only).map(|d| d.path.clone()).collect();
+        }
+    }
     let max_message_size = (4 << 20).min(size.saturating_sub(2 * commitlog::format::HEADER_SIZE));
     Ok(CommitLogConfig::builder()
         .mapped_file_size_commit_log(size)
+        .store_path_commit_log(writable, read_only)
         .max_message_size(max_message_size)
         .flush_disk_type(match flush {
             FlushArg::Sync => FlushDiskType::SyncFlush,

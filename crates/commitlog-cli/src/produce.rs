@@ -26,13 +26,15 @@ pub struct ProduceArgs {
     /// Segment size for a new log (existing logs keep theirs).
     #[arg(long, value_name = "BYTES", value_parser = crate::args::segment_size)]
     segment_size: Option<usize>,
+    #[command(flatten)]
+    paths: crate::SegmentPathArgs,
 }
 
 /// Appends each stdin line (without its newline) and prints its offset, in input
 /// order, once acknowledged: under `--flush sync` only after it is durable. Appends
 /// do not wait for earlier acknowledgements (up to 4096 in flight).
 pub fn run(args: ProduceArgs) -> Result<(), CliError> {
-    let config = log_config(&args.dir, args.flush, args.pool, args.segment_size)?;
+    let config = log_config(&args.dir, args.flush, args.pool, args.segment_size, &args.paths)?;
     let log = CommitLog::open(&args.dir, config)?;
     let (tx, rx) = mpsc::sync_channel::<(u64, DurabilityHandle)>(IN_FLIGHT);
     let printer = std::thread::spawn(move || -> Result<u64, CliError> {

@@ -514,3 +514,43 @@ fn stat_prints_times_for_people_and_watch_repeats_with_rates_until_ctrl_c() {
     let bad = run(&["stat", "--dir", d, "--watch", "0"]);
     assert_clean_failure(&bad, 2, "positive");
 }
+
+#[test]
+fn a_store_over_several_directories_is_written_read_verified_and_recovered() {
+    let (store, disk1, disk2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (d, p1, p2) = (store.path().to_str().unwrap(), disk1.path().to_str().unwrap(), disk2.path().to_str().unwrap());
+    let lines: Vec<String> = (0..400).map(|i| format!("record {i:04} {}", "x".repeat(400))).collect();
+    let input = lines.iter().map(|l| format!("{l}\n")).collect::<String>();
+    let paths = format!("{p1};{p2}");
+    let args = ["produce", "--dir", d, "--flush", "sync", "--segment-size", SEGMENT, "--store-path-commit-log", &paths];
+    let out = run_in(&args, input.as_bytes());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let in_dir = |p: &Path| std::fs::read_dir(p).unwrap().filter(|e| e.as_ref().unwrap().file_name().len() == 20).count();
+    assert!(in_dir(disk1.path()) >= 1 && in_dir(disk2.path()) >= 1, "segments on both disks");
+
+    // The tools find every segment from the store directory alone.
+    let bodies: Vec<String> = consume(store.path()).into_iter().map(|(_, b)| b).collect();
+    assert_eq!(bodies, lines);
+    let out = run(&["verify", "--dir", d]);
+    assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+    let out = run(&["stat", "--dir", d]);
+    let stat = text(&out.stdout);
+    assert!(stat.contains(&format!("segment directory   {p1} (writable)")), "{stat}");
+    assert!(stat.contains(&format!("segment directory   {p2} (writable)")), "{stat}");
+    let out = run(&["recover", "--dir", d]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Appending again without naming the directories uses the recorded ones.
+    let more = produce(store.path(), &["one more".to_string()], "sync");
+    assert_eq!(more.len(), 1);
+    assert_eq!(consume(store.path()).last().unwrap().1, "one more");
+
+    // Leaving a directory out is refused with the reason; a missing one is a problem.
+    let out = run_in(&["produce", "--dir", d, "--store-path-commit-log", p1], b"x\n");
+    assert_clean_failure(&out, 1, "which the configuration does not list");
+    let moved = disk2.path().with_extension("moved");
+    std::fs::rename(disk2.path(), &moved).unwrap();
+    let out = run(&["verify", "--dir", d]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("segment directory is missing"), "{}", text(&out.stdout));
+    std::fs::rename(&moved, disk2.path()).unwrap();
+}

@@ -130,11 +130,7 @@ impl CommitLog {
             return Err(Error::Shutdown);
         }
         if self.inner.disk.is_full() {
-            return Err(Error::DiskFull {
-                dir: self.dir().to_path_buf(),
-                used_percent: self.inner.disk.used_percent().unwrap_or(100.0),
-                limit_percent: self.inner.config.disk_space_warning_level_ratio,
-            });
+            return Err(self.inner.disk.refusal(self.dir()));
         }
         let ts = now_ms();
         // At most two tries: the current segment, then a fresh one.

@@ -2,7 +2,9 @@
 //! `clean_resource_interval_ms`, looks at the disk and deletes old segments.
 //!
 //! - **The disk-space guard** (the DISK_FULL running flag): once the file system's
-//!   used share reaches `disk_space_warning_level_ratio` the log refuses appends
+//!   used share reaches `disk_space_warning_level_ratio` (over several segment
+//!   directories: the least used share among the writable ones; a directory past
+//!   `disk_space_clean_forcibly_ratio` gets no new segment) the log refuses appends
 //!   with [`Error::DiskFull`](crate::Error::DiskFull) (one atomic load per append,
 //!   no `statvfs`), and takes them again once it falls below. Reads, flushes and
 //!   segment deletion go on, so acknowledged records stay readable and space can
@@ -35,11 +37,24 @@ pub(crate) struct DiskGuard {
     full: AtomicBool,
     /// The last used share seen, in percent, as `f64` bits (NaN: unknown).
     used_percent: AtomicU64,
+    /// The directory that share was seen in.
+    used_dir: parking_lot::Mutex<Option<PathBuf>>,
+    /// Appends are refused at or above this share (`disk_space_warning_level_ratio`).
+    limit_percent: u32,
+    /// A segment directory above this share gets no new segment
+    /// (`disk_space_clean_forcibly_ratio`).
+    dir_full_percent: f64,
 }
 
 impl DiskGuard {
-    pub(crate) fn new() -> Arc<Self> {
-        Arc::new(DiskGuard { full: AtomicBool::new(false), used_percent: AtomicU64::new(f64::NAN.to_bits()) })
+    pub(crate) fn new(config: &CommitLogConfig) -> Arc<Self> {
+        Arc::new(DiskGuard {
+            full: AtomicBool::new(false),
+            used_percent: AtomicU64::new(f64::NAN.to_bits()),
+            used_dir: parking_lot::Mutex::new(None),
+            limit_percent: config.disk_space_warning_level_ratio,
+            dir_full_percent: f64::from(config.disk_space_clean_forcibly_ratio),
+        })
     }
 
     /// True while appends are refused.
@@ -53,18 +68,47 @@ impl DiskGuard {
         (!used.is_nan()).then_some(used)
     }
 
-    /// Looks at the disk once and sets the flag: full at or above `limit_percent`.
-    /// Returns the used share; a storage that cannot tell never makes the log full.
-    pub(crate) fn check(&self, storage: &dyn Storage, dir: &std::path::Path, limit_percent: u32) -> Option<f64> {
-        let used = match storage.disk_space(dir) {
-            Ok(Some(space)) => space.used_percent(),
-            Ok(None) => return None,
-            Err(err) => {
-                tracing::warn!(dir = %dir.display(), %err, "cannot read the disk's free space");
-                return None;
+    /// The error an append gets while the flag is set (`store` when no look at
+    /// the disk named a directory yet).
+    pub(crate) fn refusal(&self, store: &std::path::Path) -> crate::Error {
+        crate::Error::DiskFull {
+            dir: self.used_dir.lock().clone().unwrap_or_else(|| store.to_path_buf()),
+            used_percent: self.used_percent().unwrap_or(100.0),
+            limit_percent: self.limit_percent,
+        }
+    }
+
+    /// Looks once at the disk of every writable segment directory: one above
+    /// `disk_space_clean_forcibly_ratio` is marked full in the queue (no new
+    /// segment goes there), and the log's used share is the least of them (as
+    /// RocketMQ's: while one disk has room, new segments go there). Sets the
+    /// flag, full at or above the limit, and returns that share with the
+    /// directory it belongs to. A storage that cannot tell never makes the log
+    /// full.
+    pub(crate) fn check(&self, storage: &dyn Storage, queue: &SegmentQueue) -> Option<(f64, PathBuf)> {
+        let mut least: Option<(f64, PathBuf)> = None;
+        for dir in queue.dirs().iter().filter(|d| !d.read_only) {
+            let used = match storage.disk_space(&dir.path) {
+                Ok(Some(space)) => space.used_percent(),
+                Ok(None) => return None,
+                Err(err) => {
+                    tracing::warn!(dir = %dir.path.display(), %err, "cannot read the disk's free space");
+                    return None;
+                }
+            };
+            let dir_full = used > self.dir_full_percent;
+            queue.set_dir_full(&dir.path, dir_full);
+            if dir_full && queue.dirs().len() > 1 {
+                tracing::debug!(dir = %dir.path.display(), used, "segment directory full: new segments go elsewhere");
             }
-        };
+            if least.as_ref().is_none_or(|(l, _)| used < *l) {
+                least = Some((used, dir.path.clone()));
+            }
+        }
+        let (used, dir) = least?;
         self.used_percent.store(used.to_bits(), Ordering::Relaxed);
+        *self.used_dir.lock() = Some(dir.clone());
+        let limit_percent = self.limit_percent;
         let full = used >= f64::from(limit_percent);
         if self.full.swap(full, Ordering::AcqRel) != full {
             if full {
@@ -73,7 +117,7 @@ impl DiskGuard {
                 tracing::info!(dir = %dir.display(), used, limit_percent, "disk space back: appends are accepted");
             }
         }
-        Some(used)
+        Some((used, dir))
     }
 }
 
@@ -182,13 +226,11 @@ pub(crate) fn start_service(
     cleaner: Arc<Cleaner>,
     queue: Arc<SegmentQueue>,
     storage: Arc<dyn Storage>,
-    dir: PathBuf,
-    limit_percent: u32,
     interval: Duration,
 ) -> std::io::Result<ServiceThread> {
     // No run once shutdown has begun: it would delete segments under the final flush.
     ServiceThread::spawn_every("CleanCommitLogService", interval, move || {
-        let used = guard.check(&*storage, &dir, limit_percent);
+        let used = guard.check(&*storage, &queue).map(|(used, _)| used);
         cleaner.run(&queue, used, mapped_file::epoch_ms(std::time::SystemTime::now()));
         crate::metrics::state(used, queue.pool_buffers_available(), queue.segment_count());
     })

@@ -1,5 +1,7 @@
 //! Configuration, with RocketMQ's knob names in snake_case and its defaults.
 
+use std::path::PathBuf;
+
 use flush_service::FlushConfig;
 
 use crate::format::HEADER_SIZE;
@@ -29,6 +31,18 @@ pub enum FlushDiskType {
 pub struct CommitLogConfig {
     /// Segment size (`mappedFileSizeCommitLog`, 1 GiB). A multiple of 4096.
     pub mapped_file_size_commit_log: usize,
+    /// Directories to keep segments in (`storePathCommitLog`; RocketMQ separates
+    /// them with `;`), for a log spread over several disks: new segments go
+    /// round-robin over them by segment index, skipping read-only ones and ones
+    /// more than `disk_space_clean_forcibly_ratio` full (all, if every one is).
+    /// Absolute, disjoint, outside the store directory's own files. Empty (the
+    /// default): `<dir>/commitlog`. The store records its directories and refuses
+    /// to open without one that holds segments ([`Error::SegmentDirNotConfigured`]).
+    pub store_path_commit_log: Vec<PathBuf>,
+    /// Segment directories whose segments are kept, read and deleted, but that
+    /// get no new segment (`readOnlyCommitLogStorePaths`, empty): a disk being
+    /// retired. They may also appear in `store_path_commit_log`.
+    pub read_only_commit_log_store_paths: Vec<PathBuf>,
     /// Sync or async flush (`flushDiskType`, async).
     pub flush_disk_type: FlushDiskType,
     /// Under sync flush, make appends wait for durability (`waitStoreMsgOK`, true).
@@ -100,6 +114,8 @@ impl Default for CommitLogConfig {
     fn default() -> Self {
         CommitLogConfig {
             mapped_file_size_commit_log: 1 << 30,
+            store_path_commit_log: Vec::new(),
+            read_only_commit_log_store_paths: Vec::new(),
             flush_disk_type: FlushDiskType::AsyncFlush,
             wait_store_msg_ok: true,
             transient_store_pool_enable: false,
@@ -186,6 +202,30 @@ impl CommitLogConfig {
         if self.delete_file_batch_max == 0 {
             return invalid("delete_file_batch_max must be positive".into());
         }
+        let paths: Vec<&PathBuf> =
+            self.store_path_commit_log.iter().chain(&self.read_only_commit_log_store_paths).collect();
+        for path in &paths {
+            if !path.is_absolute() || path.to_str().is_none_or(|p| p.contains('\n')) {
+                return invalid(format!("segment directory {path:?} must be an absolute path (UTF-8, no line break)"));
+            }
+        }
+        for (i, a) in self.store_path_commit_log.iter().enumerate() {
+            if let Some(b) = self
+                .store_path_commit_log
+                .iter()
+                .skip(i.saturating_add(1))
+                .find(|b| b.starts_with(a) || a.starts_with(b))
+            {
+                return invalid(format!("store_path_commit_log {} and {} overlap", a.display(), b.display()));
+            }
+        }
+        if !self.store_path_commit_log.is_empty()
+            && self.store_path_commit_log.iter().all(|p| self.read_only_commit_log_store_paths.contains(p))
+        {
+            return invalid(
+                "every store_path_commit_log directory is read-only: new segments have nowhere to go".into(),
+            );
+        }
         Ok(())
     }
 
@@ -226,6 +266,17 @@ impl CommitLogConfigBuilder {
     /// Largest record body.
     pub fn max_message_size(mut self, bytes: usize) -> Self {
         self.config.max_message_size = bytes;
+        self
+    }
+    /// Segment directories (`store_path_commit_log`) and the read-only ones
+    /// among or beside them (`read_only_commit_log_store_paths`).
+    pub fn store_path_commit_log(
+        mut self,
+        paths: impl IntoIterator<Item = impl Into<PathBuf>>,
+        read_only: impl IntoIterator<Item = impl Into<PathBuf>>,
+    ) -> Self {
+        self.config.store_path_commit_log = paths.into_iter().map(Into::into).collect();
+        self.config.read_only_commit_log_store_paths = read_only.into_iter().map(Into::into).collect();
         self
     }
     /// Background preallocation of the next segment.

@@ -58,6 +58,24 @@ pub enum Error {
         /// What is wrong.
         reason: &'static str,
     },
+    /// The store keeps segments in a directory the configuration does not list
+    /// (`store_path_commit_log` / `read_only_commit_log_store_paths`): opening
+    /// without it would lose its segments.
+    #[error("{} keeps segments in {}, which the configuration does not list: add it to store_path_commit_log (or read_only_commit_log_store_paths to stop new segments going there); a directory leaves the store once it holds no segment", store.display(), dir.display())]
+    SegmentDirNotConfigured {
+        /// The store directory.
+        store: PathBuf,
+        /// The segment directory left out.
+        dir: PathBuf,
+    },
+    /// The store's list of segment directories is unreadable.
+    #[error("segment directory list {} is damaged: {reason}", path.display())]
+    SegmentPaths {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// A record body larger than `max_message_size` (`MESSAGE_ILLEGAL`); nothing was written.
     #[error("record body of {size} bytes exceeds max_message_size {max}")]
     RecordTooLarge {

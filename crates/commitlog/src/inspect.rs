@@ -9,7 +9,8 @@ use mapped_file::MappedFileError;
 use segment_queue::{check_layout, ListedSegment, QueueError};
 
 pub use crate::scan::{scan_segment, SegmentScan};
-use crate::store::{ABORT_FILE, LOCK_FILE, SEGMENT_DIR};
+use crate::store::{ABORT_FILE, LOCK_FILE, SEGMENT_DIR, SEGMENT_PATHS_FILE};
+use crate::SegmentDir;
 use crate::{Checkpoint, Error};
 
 /// One segment file.
@@ -46,14 +47,14 @@ pub struct Listing {
 }
 
 /// Checks that `dir` looks like a store directory: it exists and has a
-/// `commitlog/` folder. A clear error otherwise.
+/// `commitlog/` folder or a list of segment directories
+/// ([`SEGMENT_PATHS_FILE`]). A clear error otherwise.
 pub fn check_store_dir(dir: &Path) -> Result<(), Error> {
     let meta = fs::metadata(dir).map_err(|source| Error::Io { path: dir.to_path_buf(), source })?;
     if !meta.is_dir() {
         return Err(Error::InvalidConfig { reason: format!("{} is not a directory", dir.display()) });
     }
-    let segments = dir.join(SEGMENT_DIR);
-    if !segments.is_dir() {
+    if !dir.join(SEGMENT_DIR).is_dir() && !dir.join(SEGMENT_PATHS_FILE).is_file() {
         return Err(Error::InvalidConfig {
             reason: format!("{} is not a commit log: it has no {SEGMENT_DIR}/ folder", dir.display()),
         });
@@ -61,30 +62,33 @@ pub fn check_store_dir(dir: &Path) -> Result<(), Error> {
     Ok(())
 }
 
-/// Lists the segments of a store directory without changing anything.
+/// The segment directories of a store directory, as the store recorded them
+/// (`<dir>/commitlog` alone unless it lists others in [`SEGMENT_PATHS_FILE`]).
+pub fn segment_dirs(dir: &Path) -> Result<Vec<SegmentDir>, Error> {
+    let path = dir.join(SEGMENT_PATHS_FILE);
+    match fs::read(&path) {
+        Ok(bytes) => crate::store::decode_dirs(&bytes, &path),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(vec![SegmentDir::writable(dir.join(SEGMENT_DIR))]),
+        Err(source) => Err(Error::Io { path, source }),
+    }
+}
+
+/// Lists the segments of a store directory, in every segment directory it
+/// recorded, without changing anything. A recorded directory that is missing is
+/// a problem.
 pub fn list_segments(dir: &Path) -> Result<Listing, Error> {
     check_store_dir(dir)?;
-    let seg_dir = dir.join(SEGMENT_DIR);
     let mut listing = Listing::default();
-    let entries = fs::read_dir(&seg_dir).map_err(|source| Error::Io { path: seg_dir.clone(), source })?;
-    for entry in entries {
-        let entry = entry.map_err(|source| Error::Io { path: seg_dir.clone(), source })?;
-        let path = entry.path();
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let meta = entry.metadata().map_err(|source| Error::Io { path: path.clone(), source })?;
-        if name == segment_queue::RECYCLE_DIR && meta.is_dir() {
-            continue; // spare files for new segments, not part of the log
-        }
-        match mapped_file::parse_file_name(&name) {
-            Some(start_offset) if meta.is_file() => {
-                listing.segments.push(SegmentFile { path, start_offset, len: meta.len() })
-            }
-            _ => listing.problems.push(Problem {
-                path,
+    for seg_dir in segment_dirs(dir)?.into_iter().map(|d| d.path) {
+        if !seg_dir.is_dir() {
+            listing.problems.push(Problem {
+                path: seg_dir,
                 offset: None,
-                message: "not a segment file (name is not 20 digits)".into(),
-            }),
+                message: "segment directory is missing: the segments it held are not listed".into(),
+            });
+            continue;
         }
+        list_dir(&seg_dir, &mut listing)?;
     }
     listing.segments.sort_by_key(|s| s.start_offset);
     let mut sizes: Vec<u64> = listing.segments.iter().map(|s| s.len).filter(|&l| l > 0).collect();
@@ -108,11 +112,40 @@ pub fn list_segments(dir: &Path) -> Result<Listing, Error> {
     Ok(listing)
 }
 
+/// Adds the segment files of one segment directory to `listing`.
+fn list_dir(seg_dir: &Path, listing: &mut Listing) -> Result<(), Error> {
+    let entries = fs::read_dir(seg_dir).map_err(|source| Error::Io { path: seg_dir.to_path_buf(), source })?;
+    for entry in entries {
+        let entry = entry.map_err(|source| Error::Io { path: seg_dir.to_path_buf(), source })?;
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let meta = entry.metadata().map_err(|source| Error::Io { path: path.clone(), source })?;
+        if name == segment_queue::RECYCLE_DIR && meta.is_dir() {
+            continue; // spare files for new segments, not part of the log
+        }
+        if name == LOCK_FILE && meta.is_file() {
+            continue; // the lock of a segment directory outside the store directory
+        }
+        match mapped_file::parse_file_name(&name) {
+            Some(start_offset) if meta.is_file() => {
+                listing.segments.push(SegmentFile { path, start_offset, len: meta.len() })
+            }
+            _ => listing.problems.push(Problem {
+                path,
+                offset: None,
+                message: "not a segment file (name is not 20 digits)".into(),
+            }),
+        }
+    }
+    Ok(())
+}
+
 fn problem_path(problem: &QueueError) -> PathBuf {
     match problem {
-        QueueError::WrongSize { path, .. } | QueueError::Misaligned { path, .. } | QueueError::Gap { path, .. } => {
-            path.clone()
-        }
+        QueueError::WrongSize { path, .. }
+        | QueueError::Misaligned { path, .. }
+        | QueueError::Gap { path, .. }
+        | QueueError::Duplicate { path, .. } => path.clone(),
         QueueError::File(MappedFileError::OffsetOverflow { path, .. }) => path.clone(),
         _ => PathBuf::new(),
     }

@@ -68,4 +68,5 @@ pub use flush_service::{
 pub use log::CommitLog;
 pub use read::{Record, Records};
 pub use recovery::{scan, RecoveryReport, ScanEnd};
-pub use store::{ABORT_FILE, LOCK_FILE, SEGMENT_DIR};
+pub use segment_queue::SegmentDir;
+pub use store::{ABORT_FILE, LOCK_FILE, SEGMENT_DIR, SEGMENT_PATHS_FILE};

@@ -73,13 +73,31 @@ impl CommitLog {
     /// The directory is locked ([`MmapStorage::lock`]) until the log is shut down
     /// and the last record view ([`Record::body`](crate::Record)) is dropped: a
     /// second open, in this process or another, fails with [`Error::Locked`].
+    ///
+    /// Segment directories outside `dir` (`store_path_commit_log`) are locked
+    /// the same way, each with its own `lock` file.
     pub fn open(dir: impl AsRef<Path>, config: CommitLogConfig) -> Result<CommitLog, Error> {
         config.validate()?;
         let dir = dir.as_ref();
-        let storage = MmapStorage::lock(dir).map_err(|err| match err {
+        let mut roots = vec![dir.to_path_buf()];
+        for segments in store::configured_dirs(dir, &config) {
+            if dir.starts_with(&segments.path) {
+                return Err(Error::InvalidConfig {
+                    reason: format!(
+                        "segment directory {} holds the store directory {}: it must be beside or inside it",
+                        segments.path.display(),
+                        dir.display()
+                    ),
+                });
+            }
+            if !segments.path.starts_with(dir) {
+                roots.push(segments.path);
+            }
+        }
+        let storage = MmapStorage::lock_all(&roots).map_err(|err| match err {
             LockError::Locked { dir, lock_file } => Error::Locked { dir, lock_file },
             LockError::Io { path, source } => Error::Io { path, source },
-            other => Error::Io { path: dir.to_path_buf(), source: std::io::Error::other(other) },
+            other => Error::InvalidConfig { reason: other.to_string() },
         })?;
         let storage = storage.write_without_mmap(config.write_without_mmap);
         Self::open_with_storage(dir, config, Arc::new(storage))
@@ -99,6 +117,11 @@ impl CommitLog {
     ) -> Result<CommitLog, Error> {
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
+        // Before the abort marker: a store opened without one of its segment
+        // directories is refused and left as it was.
+        let dirs = store::configured_dirs(&dir, &config);
+        let recorded = store::recorded_dirs(&*storage, &dir)?;
+        store::check_dirs_configured(&recorded, &dirs, &dir)?;
         let opened = store::open(&*storage, &dir)?;
 
         let pool = if config.transient_store_pool_enable {
@@ -115,10 +138,15 @@ impl CommitLog {
             recycle_segments: config.recycle_segments,
             ..QueueConfig::new(config.mapped_file_size_commit_log)
         };
-        let queue =
-            Arc::new(SegmentQueue::load(Arc::clone(&storage), &store::segment_dir(&dir), queue_config, pool.clone())?);
+        let queue = Arc::new(SegmentQueue::load_dirs(Arc::clone(&storage), dirs, queue_config, pool.clone())?);
+        store::record_dirs(&*storage, &dir, &queue)?;
         let durable_offset = opened.checkpoint.map_or(0, |c| c.flushed_offset);
         let report = recover(&queue, durable_offset, opened.clean_shutdown)?;
+
+        // Looked at once now, so a disk already full refuses the first append and
+        // the first segment goes to a directory with room.
+        let disk = DiskGuard::new(&config);
+        disk.check(&*storage, &queue);
 
         // Have the active segment ready (created, and warmed if configured) before
         // the first append, and the next one requested from the allocator: neither
@@ -149,18 +177,12 @@ impl CommitLog {
         let checkpoint_thread =
             checkpoint::start_service(Arc::clone(&state), Arc::clone(&storage), dir.clone(), interval)
                 .map_err(io_err(&dir))?;
-        // Looked at once now, so a disk already full refuses the first append.
-        let disk = DiskGuard::new();
-        let limit = config.disk_space_warning_level_ratio;
-        disk.check(&*storage, &dir, limit);
         let cleaner = Cleaner::new(&config);
         let disk_thread = clean::start_service(
             Arc::clone(&disk),
             Arc::clone(&cleaner),
             Arc::clone(&queue),
             Arc::clone(&storage),
-            dir.clone(),
-            limit,
             Duration::from_millis(config.clean_resource_interval_ms),
         )
         .map_err(io_err(&dir))?;
@@ -235,9 +257,16 @@ impl CommitLog {
     }
 
     /// The disk's used share, in percent, at the guard's last look; `None` if the
-    /// storage cannot tell.
+    /// storage cannot tell. With several segment directories, the least used
+    /// share among the writable ones.
     pub fn disk_used_percent(&self) -> Option<f64> {
         self.inner.disk.used_percent()
+    }
+
+    /// The directories segments are kept in, in the configured order (one,
+    /// `<dir>/commitlog`, unless `store_path_commit_log` lists others).
+    pub fn segment_dirs(&self) -> &[crate::SegmentDir] {
+        self.inner.queue.dirs()
     }
 
     /// First stored offset.
