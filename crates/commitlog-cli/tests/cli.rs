@@ -517,7 +517,8 @@ fn stat_prints_times_for_people_and_watch_repeats_with_rates_until_ctrl_c() {
 
 #[test]
 fn a_store_over_several_directories_is_written_read_verified_and_recovered() {
-    let (store, disk1, disk2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (store, disk1, disk2) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (d, p1, p2) = (store.path().to_str().unwrap(), disk1.path().to_str().unwrap(), disk2.path().to_str().unwrap());
     let lines: Vec<String> = (0..400).map(|i| format!("record {i:04} {}", "x".repeat(400))).collect();
     let input = lines.iter().map(|l| format!("{l}\n")).collect::<String>();
@@ -525,7 +526,8 @@ fn a_store_over_several_directories_is_written_read_verified_and_recovered() {
     let args = ["produce", "--dir", d, "--flush", "sync", "--segment-size", SEGMENT, "--store-path-commit-log", &paths];
     let out = run_in(&args, input.as_bytes());
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let in_dir = |p: &Path| std::fs::read_dir(p).unwrap().filter(|e| e.as_ref().unwrap().file_name().len() == 20).count();
+    let in_dir =
+        |p: &Path| std::fs::read_dir(p).unwrap().filter(|e| e.as_ref().unwrap().file_name().len() == 20).count();
     assert!(in_dir(disk1.path()) >= 1 && in_dir(disk2.path()) >= 1, "segments on both disks");
 
     // The tools find every segment from the store directory alone.

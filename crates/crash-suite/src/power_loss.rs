@@ -59,7 +59,12 @@ pub fn run_seed(seed: u64, images_per_point: usize, fail_a_sync: bool, stop_at_f
     let acked: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
 
-    let config = CommitLogConfig { checkpoint_interval_ms: 1, ..config(SEGMENT, FlushDiskType::SyncFlush) };
+    let dirs = segment_dirs(seed);
+    let config = CommitLogConfig {
+        checkpoint_interval_ms: 1,
+        store_path_commit_log: dirs.clone(),
+        ..config(SEGMENT, FlushDiskType::SyncFlush)
+    };
     let log = CommitLog::open_with_storage(SIM_STORE, config, storage).expect("open");
     if fail_a_sync {
         sim.fail_nth_sync(rng.range(3, 40));
@@ -67,7 +72,7 @@ pub fn run_seed(seed: u64, images_per_point: usize, fail_a_sync: bool, stop_at_f
     sim.set_snapshot_sink(Some(tx));
 
     let checker = {
-        let (acked, stop) = (Arc::clone(&acked), Arc::clone(&stop));
+        let (acked, stop, dirs) = (Arc::clone(&acked), Arc::clone(&stop), dirs.clone());
         let mut rng = Rng(seed ^ 0xC0FFEE);
         std::thread::spawn(move || {
             let mut tally = Tally::default();
@@ -82,7 +87,7 @@ pub fn run_seed(seed: u64, images_per_point: usize, fail_a_sync: bool, stop_at_f
                     .filter(|(_, e)| *e <= snapshot.event)
                     .map(|(o, _)| *o)
                     .collect();
-                let t = crash_states(&snapshot, &acked_then, images_per_point, &mut rng, path);
+                let t = crash_states(&snapshot, &acked_then, images_per_point, &mut rng, path, &dirs);
                 tally.add(t);
                 if stop_at_first && tally.violations() > 0 {
                     stop.store(true, Ordering::Relaxed);
@@ -121,7 +126,24 @@ pub fn run_seed(seed: u64, images_per_point: usize, fail_a_sync: bool, stop_at_f
     tally
 }
 
-fn crash_states(snapshot: &SimSnapshot, acked: &[u64], images: usize, rng: &mut Rng, path: bool) -> Tally {
+/// The segment directories of a run: every fourth run (on both write paths) spreads the log over two
+/// (`store_path_commit_log`), the others keep it in the store directory.
+fn segment_dirs(seed: u64) -> Vec<std::path::PathBuf> {
+    if seed % 8 == 1 || seed % 8 == 4 {
+        vec!["/sim-disk-a/commitlog".into(), "/sim-disk-b/commitlog".into()]
+    } else {
+        Vec::new()
+    }
+}
+
+fn crash_states(
+    snapshot: &SimSnapshot,
+    acked: &[u64],
+    images: usize,
+    rng: &mut Rng,
+    path: bool,
+    dirs: &[std::path::PathBuf],
+) -> Tally {
     let dirty = snapshot.dirty_sectors();
     let mut tally = Tally::default();
     let masks: Vec<u64> = if dirty <= 6 {
@@ -137,7 +159,9 @@ fn crash_states(snapshot: &SimSnapshot, acked: &[u64], images: usize, rng: &mut 
         debug_assert!(image.file_bytes(&Path::new(SIM_STORE).join(commitlog::ABORT_FILE)).is_some());
         tally.states += 1;
         let storage: Arc<dyn Storage> = Arc::new(image);
-        match CommitLog::open_with_storage(SIM_STORE, config(SEGMENT, FlushDiskType::AsyncFlush), storage) {
+        let config =
+            CommitLogConfig { store_path_commit_log: dirs.to_vec(), ..config(SEGMENT, FlushDiskType::AsyncFlush) };
+        match CommitLog::open_with_storage(SIM_STORE, config, storage) {
             Err(_) => tally.open_errors += 1,
             Ok(log) => {
                 let outcome = check_with(&log, |_, b| is_self_consistent(b), acked);
