@@ -11,6 +11,8 @@ fn config_reads_from_toml_with_defaults_for_missing_keys() {
         max_message_size = 65536
         flush_disk_type = "sync_flush"
         transient_store_pool_enable = true
+        store_path_commit_log = ["/disk1/commitlog", "/disk2/commitlog"]
+        read_only_commit_log_store_paths = ["/old/commitlog"]
 
         [flush]
         sync_flush_timeout_ms = 2000
@@ -21,6 +23,8 @@ fn config_reads_from_toml_with_defaults_for_missing_keys() {
     assert_eq!(config.flush.sync_flush_timeout_ms, 2000);
     assert_eq!(config.flush.flush_interval_commit_log_ms, 500, "default kept");
     assert_eq!(config.transient_store_pool_size, 5, "default kept");
+    assert_eq!(config.store_path_commit_log.len(), 2);
+    assert_eq!(config.read_only_commit_log_store_paths, [std::path::PathBuf::from("/old/commitlog")]);
     let back: CommitLogConfig = toml::from_str(&toml::to_string(&config).unwrap()).unwrap();
     assert_eq!(back, config);
 }
