@@ -100,9 +100,42 @@ pub(crate) struct CheckpointState {
     flushed: AtomicU64,
     timestamp: AtomicU64,
     stored: AtomicU64,
+    /// Held while a record or a write is made, and across a truncation of the
+    /// log's tail, so neither can put an offset above the new end in the file.
+    lock: parking_lot::Mutex<()>,
 }
 
 impl CheckpointState {
+    /// Records a flush that reached `report.flushed_where`, but no higher than
+    /// `durable_now` (the queue's flushed offset, read under the lock): a flush
+    /// that finished before a truncation of the tail reports its old end.
+    pub(crate) fn record_at_most(&self, report: FlushedReport, durable_now: impl FnOnce() -> u64) {
+        let _one = self.lock.lock();
+        let flushed_where = report.flushed_where.min(durable_now());
+        self.record(FlushedReport { flushed_where, ..report });
+    }
+
+    /// Lowers the checkpoint to `offset` durably, then runs `cut` (the truncation
+    /// of everything above it) with no checkpoint record or write in between. A
+    /// crash after the write and before the cut leaves a checkpoint below data
+    /// that is still there: recovery keeps it.
+    pub(crate) fn lower_then<T>(
+        &self,
+        storage: &dyn Storage,
+        dir: &Path,
+        offset: u64,
+        cut: impl FnOnce() -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let _one = self.lock.lock();
+        let flushed = self.flushed.load(Ordering::Acquire).min(offset);
+        let checkpoint =
+            Checkpoint { flushed_offset: flushed, physic_msg_timestamp: self.timestamp.load(Ordering::Acquire) };
+        checkpoint.store(storage, dir)?;
+        self.flushed.store(flushed, Ordering::Release);
+        self.stored.store(flushed, Ordering::Release);
+        cut()
+    }
+
     /// A flush succeeded up to `report.flushed_where`.
     pub(crate) fn record(&self, report: FlushedReport) {
         self.timestamp.fetch_max(report.store_timestamp, Ordering::AcqRel);
@@ -112,6 +145,7 @@ impl CheckpointState {
     /// Writes the checkpoint if the flushed offset moved since the last write (or
     /// always, with `force`).
     pub(crate) fn persist(&self, storage: &dyn Storage, dir: &Path, force: bool) -> Result<(), Error> {
+        let _one = self.lock.lock();
         let flushed = self.flushed.load(Ordering::Acquire);
         if !force && flushed == self.stored.load(Ordering::Acquire) {
             return Ok(());

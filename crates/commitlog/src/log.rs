@@ -316,6 +316,44 @@ impl CommitLog {
         Ok(self.inner.queue.delete_expired_file_by_offset(offset, max_batch)?)
     }
 
+    /// Drops every record at and above `offset` for good (a conflicting suffix,
+    /// as a replicated log must): `offset` must be where a record starts, or the
+    /// end of the log. Everything is flushed first, so the durability handles of
+    /// the records cut resolve as what they were, durable; then the checkpoint is
+    /// lowered durably to `offset` and the tail is cut, erased and synced
+    /// ([`SegmentQueue::truncate_dirty_files`]). A crash at any point recovers to
+    /// the log with the tail or without it, never with a part of it: recovery
+    /// keeps valid records above a checkpoint, and what was cut is erased.
+    ///
+    /// Appends wait while it runs. A reader's zero-copy view of a record at or
+    /// above `offset` in the segment that holds it refuses the truncation
+    /// (`ViewsOutstanding`, nothing changed). Returns what was cut.
+    pub fn truncate_from(&self, offset: u64) -> Result<segment_queue::TruncateReport, Error> {
+        self.check_writeable()?;
+        let _put = self.inner.put_lock.lock();
+        if self.inner.shut_down.load(Ordering::Acquire) {
+            return Err(Error::Shutdown);
+        }
+        let end = self.inner.queue.max_wrote_position();
+        if offset >= end {
+            return if offset == end {
+                Ok(segment_queue::TruncateReport::default())
+            } else {
+                Err(self.no_record(offset))
+            };
+        }
+        // A record boundary: the record there parses (CRC and offset checked).
+        match self.slot_unlimited(offset)? {
+            crate::read::Slot::Record(_) => {}
+            _ => return Err(self.no_record(offset)),
+        }
+        self.flush_all()?;
+        let inner = &self.inner;
+        inner.checkpoint.lower_then(&*inner.storage, &inner.dir, offset, || {
+            inner.queue.truncate_dirty_files(offset).map_err(|e| self.writeable_or(e.into()))
+        })
+    }
+
     /// Flush-service counters.
     pub fn flush_stats(&self) -> FlushStats {
         self.inner.strategy.stats()
@@ -392,10 +430,7 @@ impl Inner {
 /// What each successful flush reports to the checkpoint.
 fn flushed_callback(state: &Arc<CheckpointState>, queue: &Arc<SegmentQueue>) -> FlushedCallback {
     let state = Arc::clone(state);
-    #[cfg(planted_bugs)]
     let queue = Arc::clone(queue);
-    #[cfg(not(planted_bugs))]
-    let _ = queue;
     Arc::new(move |report: FlushedReport| {
         if report.requests_acknowledged > 0 {
             crate::metrics::round(report.requests_acknowledged);
@@ -405,7 +440,9 @@ fn flushed_callback(state: &Arc<CheckpointState>, queue: &Arc<SegmentQueue>) -> 
             // The planted bug: checkpoint the end of written data, durable or not.
             return state.record(FlushedReport { flushed_where: queue.max_offset(), ..report });
         }
-        state.record(report)
+        // Never above what is durable now: a round that finished before a
+        // truncation of the tail reports the old end.
+        state.record_at_most(report, || queue.flushed_where())
     })
 }
 

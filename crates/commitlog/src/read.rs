@@ -59,6 +59,15 @@ impl CommitLog {
     }
 
     pub(crate) fn slot(&self, offset: u64) -> Result<Slot, Error> {
+        self.slot_within(offset, self.read_limit())
+    }
+
+    /// As [`slot`](Self::slot), ignoring the durable-read limit.
+    pub(crate) fn slot_unlimited(&self, offset: u64) -> Result<Slot, Error> {
+        self.slot_within(offset, u64::MAX)
+    }
+
+    fn slot_within(&self, offset: u64, limit: u64) -> Result<Slot, Error> {
         // After shutdown the segments are unmapped (views already handed out stay
         // valid); say so rather than report an empty log.
         if self.inner.shut_down.load(std::sync::atomic::Ordering::Acquire) {
@@ -75,7 +84,6 @@ impl CommitLog {
         let view = file.read_from(pos)?;
         match parse(&view, offset, true) {
             Parsed::Record { total, timestamp_ms } => {
-                let limit = self.read_limit();
                 if advance(offset, total) > limit {
                     return Err(Error::NotYetDurable { offset, flushed: limit });
                 }
