@@ -66,6 +66,7 @@ pub use flush_service::{
     PolicyInput,
 };
 pub use log::CommitLog;
+pub use queue_target::QueueTarget;
 pub use read::{Record, Records};
 pub use recovery::{scan, RecoveryReport, ScanEnd};
 pub use segment_queue::SegmentDir;

@@ -163,7 +163,7 @@ impl CommitLog {
 
         let on_flushed = flushed_callback(&state, &queue);
         let clock = Arc::new(SystemClock::new());
-        let target: Arc<dyn FlushTarget> = Arc::new(QueueTarget(Arc::clone(&queue)));
+        let target: Arc<dyn FlushTarget> = Arc::new(QueueTarget::for_log(Arc::clone(&queue)));
         let with_pool = pool.is_some();
         let strategy: Box<dyn FlushStrategy> = match config.flush_disk_type {
             FlushDiskType::SyncFlush => {

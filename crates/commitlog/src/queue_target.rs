@@ -7,45 +7,63 @@ use std::sync::Arc;
 use flush_service::{FlushTarget, TargetError};
 use segment_queue::SegmentQueue;
 
-/// The segment queue as a [`FlushTarget`]. Its failure latch is the queue's: a
-/// failed sync anywhere (a service round, `flush_all`, shutdown) is seen by all.
+/// A segment queue as a [`FlushTarget`], so the flush services can flush it: the
+/// log's own, or any other queue built on the same layers (a consume-queue index,
+/// say). Its failure latch is the queue's: a failed sync anywhere (a service
+/// round, `flush_all`, shutdown) is seen by all.
 #[derive(Debug, Clone)]
-pub(crate) struct QueueTarget(pub(crate) Arc<SegmentQueue>);
+pub struct QueueTarget {
+    queue: Arc<SegmentQueue>,
+    /// Record the commit log's flush and commit metrics (the log's own queue only).
+    log_metrics: bool,
+}
+
+impl QueueTarget {
+    /// `queue` as a flush target, recording no metrics.
+    pub fn new(queue: Arc<SegmentQueue>) -> Self {
+        QueueTarget { queue, log_metrics: false }
+    }
+
+    /// The commit log's queue: flushes and commits are recorded as its metrics.
+    pub(crate) fn for_log(queue: Arc<SegmentQueue>) -> Self {
+        QueueTarget { queue, log_metrics: true }
+    }
+}
 
 impl FlushTarget for QueueTarget {
     fn flush(&self, least_pages: usize) -> Result<u64, TargetError> {
         let started = std::time::Instant::now();
-        let progress = self.0.flush(least_pages).map_err(|e| Arc::new(e) as TargetError)?;
-        if progress.to > progress.from {
+        let progress = self.queue.flush(least_pages).map_err(|e| Arc::new(e) as TargetError)?;
+        if self.log_metrics && progress.to > progress.from {
             crate::metrics::flushed(progress.to.saturating_sub(progress.from), started.elapsed());
         }
         Ok(progress.to)
     }
     fn commit(&self, least_pages: usize) -> Result<u64, TargetError> {
         let started = std::time::Instant::now();
-        let progress = self.0.commit(least_pages).map_err(|e| Arc::new(e) as TargetError)?;
-        if progress.to > progress.from {
+        let progress = self.queue.commit(least_pages).map_err(|e| Arc::new(e) as TargetError)?;
+        if self.log_metrics && progress.to > progress.from {
             crate::metrics::committed(started.elapsed());
         }
         Ok(progress.to)
     }
     fn flushed_where(&self) -> u64 {
-        self.0.flushed_where()
+        self.queue.flushed_where()
     }
     fn committed_where(&self) -> u64 {
-        self.0.committed_where()
+        self.queue.committed_where()
     }
     fn unflushed_bytes(&self) -> u64 {
-        self.0.remain_how_many_data_to_flush()
+        self.queue.remain_how_many_data_to_flush()
     }
     fn uncommitted_bytes(&self) -> u64 {
-        self.0.remain_how_many_data_to_commit()
+        self.queue.remain_how_many_data_to_commit()
     }
     fn store_timestamp(&self) -> u64 {
-        self.0.store_timestamp()
+        self.queue.store_timestamp()
     }
     fn failure(&self) -> Option<TargetError> {
-        self.0.failure().map(|first| first as TargetError)
+        self.queue.failure().map(|first| first as TargetError)
     }
 }
 
@@ -76,7 +94,7 @@ mod tests {
     }
 
     fn group_commit(queue: &Arc<SegmentQueue>) -> GroupCommit {
-        let target = Arc::new(QueueTarget(Arc::clone(queue)));
+        let target = Arc::new(QueueTarget::for_log(Arc::clone(queue)));
         GroupCommit::new(target, Arc::new(ManualClock::new()), GroupCommitConfig::default(), None)
     }
 

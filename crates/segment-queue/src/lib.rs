@@ -755,6 +755,34 @@ impl SegmentQueue {
         Ok(report)
     }
 
+    /// Deletes every segment, newest first, each deletion durable, and moves
+    /// `flushed_where` and `committed_where` to 0: the next roll-over creates
+    /// the first segment anew, at any offset. An index whose content was all
+    /// discarded (a replicated log that installed a snapshot beyond its last
+    /// entry) starts over this way. Refused (`ViewsOutstanding`, nothing deleted)
+    /// while a reader holds a view of any segment. Returns how many were deleted.
+    pub fn clear(&self) -> Result<usize, QueueError> {
+        let _roll = self.roll_lock.lock();
+        if let Some(allocator) = self.allocator.lock().as_ref() {
+            allocator.discard();
+        }
+        let mut files = self.files.write();
+        if let Some(file) = files.iter().find(|f| f.outstanding_views() > 0) {
+            let views = file.outstanding_views();
+            return Err(MappedFileError::ViewsOutstanding { path: file.path().to_path_buf(), views }.into());
+        }
+        let mut deleted = 0usize;
+        while let Some(last) = files.last() {
+            last.destroy()?;
+            files.pop();
+            deleted = deleted.saturating_add(1); // at most the segment count
+        }
+        drop(files);
+        self.flushed_where.store(0, Ordering::Release);
+        self.committed_where.store(0, Ordering::Release);
+        Ok(deleted)
+    }
+
     /// Deletes segments from the front whose store timestamp is older than `now_ms - expired_ms`,
     /// at most `max_batch` of them. Never the last segment, and never past a segment that is not
     /// expired, so no hole opens

@@ -601,3 +601,25 @@ fn bad_dir_sets_are_refused_clearly() {
     assert!(matches!(err, QueueError::Duplicate { offset: 0, .. }), "{err}");
     assert!(err.to_string().contains("/a/") && err.to_string().contains("/b/"), "{err}");
 }
+
+#[test]
+fn clear_deletes_every_segment_and_the_next_one_starts_anywhere() {
+    let (sim, storage) = sim();
+    let queue = SegmentQueue::load(Arc::clone(&storage), dir(), config(), None).unwrap();
+    for _ in 0..3 {
+        append(&queue, &[1; 10_000]);
+    }
+    queue.flush(0).unwrap();
+    let held = queue.segments()[0].read(0, 4).unwrap();
+    assert!(matches!(queue.clear(), Err(QueueError::File(MappedFileError::ViewsOutstanding { .. }))));
+    assert_eq!(queue.segment_count(), 3, "refused: nothing deleted");
+    drop(held);
+    assert_eq!(queue.clear().unwrap(), 3);
+    assert_eq!((queue.segment_count(), queue.max_offset(), queue.flushed_where()), (0, 0, 0));
+    assert!(storage.list(dir()).unwrap().is_empty());
+    let file = queue.roll_to_writable_segment(40 * SIZE as u64 + 5).unwrap();
+    assert_eq!(file.file_from_offset(), 40 * SIZE as u64);
+    file.append_bytes(0, b"again").unwrap();
+    assert_eq!(queue.flush(0).unwrap().to, 40 * SIZE as u64 + 5);
+    drop(sim);
+}

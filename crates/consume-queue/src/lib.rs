@@ -1,0 +1,525 @@
+//! RocketMQ's `ConsumeQueue`: an index of fixed-size entries over a commit log.
+//!
+//! Entry *i* of a queue is the 20 bytes at byte `i * 20` of its own segment
+//! directory ([`CQ_STORE_UNIT_SIZE`]): the commit-log offset of a record, the
+//! record's size, and a tag (RocketMQ's tags hash code), so "the 1,000th record of
+//! this queue" is arithmetic and one read. The segments are the same layers the
+//! log uses ([`segment_queue::SegmentQueue`] over [`mapped_file`]), flushed by the
+//! same machinery ([`flush_service::AsyncFlush`], with the queue's own interval and
+//! least-pages knobs).
+//!
+//! The index is derived data: [`ConsumeQueue::repair`] makes it agree with the log
+//! after a restart, as RocketMQ's `ReputMessageService` dispatch does. It drops
+//! entries that claim records the log does not hold (a torn or truncated log tail)
+//! and dispatches the records the index has not seen. So the index is flushed
+//! lazily: a crash loses nothing that the log still has.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use consume_queue::{ConsumeQueue, ConsumeQueueConfig, CqEntry};
+//! use mapped_file::{SimStorage, Storage};
+//!
+//! let storage: Arc<dyn Storage> = Arc::new(SimStorage::new());
+//! let queue = ConsumeQueue::open(storage, "/q".as_ref(), ConsumeQueueConfig::with_entries_per_segment(1024))?;
+//! queue.put(0, CqEntry { offset: 0, size: 100, tag: 7 })?;
+//! queue.put(1, CqEntry { offset: 100, size: 60, tag: 7 })?;
+//! assert_eq!(queue.get(1)?, Some(CqEntry { offset: 100, size: 60, tag: 7 }));
+//! assert_eq!(queue.next_index(), 2);
+//! queue.shutdown()?;
+//! # Ok::<(), consume_queue::CqError>(())
+//! ```
+
+#![forbid(unsafe_code)]
+// Offsets: no silent wrap-around, no truncating casts.
+#![warn(clippy::arithmetic_side_effects, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use commitlog::{CommitLog, QueueTarget, Record};
+use flush_service::{AsyncFlush, FlushConfig, FlushStrategy, SystemClock};
+use mapped_file::{AppendStatus, Appended, MappedFileError, Storage};
+use parking_lot::Mutex;
+use segment_queue::{QueueConfig, QueueError, SegmentQueue};
+
+/// Bytes per entry (RocketMQ's `CQ_STORE_UNIT_SIZE`): offset (8), size (4), tag (8),
+/// little-endian.
+pub const CQ_STORE_UNIT_SIZE: usize = 20;
+
+/// Entries per segment must be a multiple of this, so that a segment (entries × 20
+/// bytes) is a whole number of 4 KiB pages and no entry straddles two segments.
+pub const ENTRIES_PER_SEGMENT_MULTIPLE: usize = 1024;
+
+/// One entry: where a record of the queue is in the commit log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CqEntry {
+    /// The record's commit-log offset.
+    pub offset: u64,
+    /// The record's size in the log (header included); never 0 (zeros mark "no entry").
+    pub size: u32,
+    /// A tag (RocketMQ's tags hash code), for filtering without reading the log.
+    pub tag: u64,
+}
+
+impl CqEntry {
+    /// Where the record ends in the log.
+    pub fn end(&self) -> u64 {
+        self.offset.saturating_add(u64::from(self.size))
+    }
+
+    fn encode(&self) -> [u8; CQ_STORE_UNIT_SIZE] {
+        let mut bytes = [0u8; CQ_STORE_UNIT_SIZE];
+        bytes[..8].copy_from_slice(&self.offset.to_le_bytes());
+        bytes[8..12].copy_from_slice(&self.size.to_le_bytes());
+        bytes[12..].copy_from_slice(&self.tag.to_le_bytes());
+        bytes
+    }
+
+    /// The entry in `bytes` (20 of them), or `None` for "no entry" (size 0).
+    fn decode(bytes: &[u8]) -> Option<CqEntry> {
+        let word = |range: std::ops::Range<usize>| bytes.get(range).unwrap_or(&[]);
+        let offset = u64::from_le_bytes(word(0..8).try_into().ok()?);
+        let size = u32::from_le_bytes(word(8..12).try_into().ok()?);
+        let tag = u64::from_le_bytes(word(12..20).try_into().ok()?);
+        (size > 0).then_some(CqEntry { offset, size, tag })
+    }
+}
+
+/// What [`ConsumeQueue::repair`] learns from a commit-log record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dispatch {
+    /// The record's index in this queue (RocketMQ keeps it in the message).
+    pub index: u64,
+    /// Its tag.
+    pub tag: u64,
+}
+
+/// Errors of a [`ConsumeQueue`], naming what was asked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CqError {
+    /// The configuration cannot work.
+    #[error("invalid consume queue config: {reason}")]
+    InvalidConfig {
+        /// What is wrong.
+        reason: String,
+    },
+    /// Entries go in index order, with no gap: the queue holds entries and the
+    /// next one is `next`.
+    #[error("consume queue entry {index} cannot be put: the next entry is {next}")]
+    OutOfOrder {
+        /// The index asked for.
+        index: u64,
+        /// The next index.
+        next: u64,
+    },
+    /// An entry of size 0 (zeros mean "no entry").
+    #[error("consume queue entry {index} has size 0: an entry must point at a record")]
+    EmptyEntry {
+        /// The index asked for.
+        index: u64,
+    },
+    /// An index whose byte position does not fit in 64 bits.
+    #[error("consume queue index {index} is beyond the addressable range")]
+    IndexOverflow {
+        /// The index asked for.
+        index: u64,
+    },
+    /// The segments failed.
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    /// A segment failed.
+    #[error(transparent)]
+    File(#[from] MappedFileError),
+    /// Reading the commit log during a repair failed.
+    #[error(transparent)]
+    Log(#[from] commitlog::Error),
+    /// The flush service could not start.
+    #[error(transparent)]
+    Start(#[from] flush_service::StartError),
+}
+
+/// Configuration of a [`ConsumeQueue`], with RocketMQ's knob names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumeQueueConfig {
+    /// Segment size in bytes (`mappedFileSizeConsumeQueue`; RocketMQ: 300,000
+    /// entries). A multiple of 20 × 4096 = 81,920 bytes here
+    /// ([`ENTRIES_PER_SEGMENT_MULTIPLE`] entries); the default is 300 × 1024 entries
+    /// (6,144,000 bytes).
+    pub mapped_file_size_consume_queue: usize,
+    /// How often the flush service runs (`flushIntervalConsumeQueue`, 1000 ms).
+    pub flush_interval_consume_queue_ms: u64,
+    /// Pages that must be dirty before a flush (`flushConsumeQueueLeastPages`, 2).
+    pub flush_consume_queue_least_pages: usize,
+    /// A flush of whatever is dirty at least this often
+    /// (`flushConsumeQueueThoroughInterval`, 60,000 ms).
+    pub flush_consume_queue_thorough_interval_ms: u64,
+    /// Prepare the next segment in the background.
+    pub preallocate_next_segment: bool,
+}
+
+impl Default for ConsumeQueueConfig {
+    fn default() -> Self {
+        Self::with_entries_per_segment(300 * ENTRIES_PER_SEGMENT_MULTIPLE)
+    }
+}
+
+impl ConsumeQueueConfig {
+    /// The defaults with segments of `entries` entries.
+    pub fn with_entries_per_segment(entries: usize) -> Self {
+        ConsumeQueueConfig {
+            mapped_file_size_consume_queue: entries.saturating_mul(CQ_STORE_UNIT_SIZE),
+            flush_interval_consume_queue_ms: 1000,
+            flush_consume_queue_least_pages: 2,
+            flush_consume_queue_thorough_interval_ms: 60_000,
+            preallocate_next_segment: true,
+        }
+    }
+
+    fn validate(&self) -> Result<(), CqError> {
+        let unit = CQ_STORE_UNIT_SIZE.saturating_mul(ENTRIES_PER_SEGMENT_MULTIPLE);
+        let size = self.mapped_file_size_consume_queue;
+        if size == 0 || !size.is_multiple_of(unit) {
+            return Err(CqError::InvalidConfig {
+                reason: format!("mapped_file_size_consume_queue {size} must be a positive multiple of {unit}"),
+            });
+        }
+        if self.flush_interval_consume_queue_ms == 0 {
+            return Err(CqError::InvalidConfig { reason: "flush_interval_consume_queue_ms must be positive".into() });
+        }
+        Ok(())
+    }
+
+    fn flush_config(&self) -> FlushConfig {
+        FlushConfig {
+            flush_interval_commit_log_ms: self.flush_interval_consume_queue_ms,
+            flush_commit_log_least_pages: self.flush_consume_queue_least_pages,
+            flush_commit_log_thorough_interval_ms: self.flush_consume_queue_thorough_interval_ms,
+            ..FlushConfig::default()
+        }
+    }
+}
+
+/// What [`ConsumeQueue::repair`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RepairReport {
+    /// Entries dropped from the tail because the log does not hold their records.
+    pub entries_dropped: u64,
+    /// Records of the log put into the index.
+    pub entries_dispatched: u64,
+}
+
+/// The byte position of entry `index`.
+fn position(index: u64) -> Result<u64, CqError> {
+    index.checked_mul(CQ_STORE_UNIT_SIZE as u64).ok_or(CqError::IndexOverflow { index })
+}
+
+/// The index of the entry at byte `position` (a multiple of 20).
+fn index_at(position: u64) -> u64 {
+    const UNIT: std::num::NonZeroU64 = std::num::NonZeroU64::new(CQ_STORE_UNIT_SIZE as u64).expect("20");
+    position / UNIT
+}
+
+/// A consume queue in one directory. `Send + Sync`; one writer at a time (puts,
+/// truncation and deletion serialize on a lock), any number of readers.
+pub struct ConsumeQueue {
+    queue: Arc<SegmentQueue>,
+    flusher: AsyncFlush,
+    /// Puts, truncation, deletion and repair, one at a time.
+    write: Mutex<()>,
+    /// The first index holding an entry (entries below it in the first segment
+    /// are zeros: the queue started there), and the index after the last entry.
+    /// `None` while the queue has no segment.
+    range: Mutex<Option<(u64, u64)>>,
+}
+
+impl std::fmt::Debug for ConsumeQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumeQueue").field("dir", &self.queue.dir()).field("range", &*self.range.lock()).finish()
+    }
+}
+
+/// How many segments from the end [`ConsumeQueue::open`] scans for the last
+/// entry (RocketMQ recovers from the third-last consume-queue file): only the
+/// part written since the last flush can hold a hole, and a flush runs at least
+/// every `flush_consume_queue_thorough_interval_ms`.
+const SCANNED_SEGMENTS: usize = 3;
+
+impl ConsumeQueue {
+    /// Opens (or creates) the queue in `dir`, finds its last entry and cuts what
+    /// follows it, and starts its flush service. The last
+    /// [`SCANNED_SEGMENTS`](self) segments are scanned forward: the first entry of
+    /// zeros after an entry ends the queue (a hole left by a crash, since entries
+    /// are flushed lazily, cuts everything after it; [`repair`](Self::repair)
+    /// dispatches it again from the log).
+    pub fn open(storage: Arc<dyn Storage>, dir: &Path, config: ConsumeQueueConfig) -> Result<Self, CqError> {
+        config.validate()?;
+        let queue_config = QueueConfig {
+            preallocate_next_segment: config.preallocate_next_segment,
+            ..QueueConfig::new(config.mapped_file_size_consume_queue)
+        };
+        let queue = Arc::new(SegmentQueue::load(storage, dir, queue_config, None)?);
+        let range = Self::scan(&queue)?;
+        if let Some((_, next)) = range {
+            let cut = queue.truncate_dirty_files(position(next)?)?;
+            if cut.bytes_dropped_in_place > 0 || cut.segments_deleted > 0 {
+                tracing::warn!(dir = %dir.display(), next, "consume queue: bytes after the last entry erased");
+            }
+            queue.set_committed_where(position(next)?);
+        }
+        let target = Arc::new(QueueTarget::new(Arc::clone(&queue)));
+        let flusher = AsyncFlush::start(target, Arc::new(SystemClock::new()), &config.flush_config(), false, None)?;
+        Ok(ConsumeQueue { queue, flusher, write: Mutex::new(()), range: Mutex::new(range) })
+    }
+
+    /// Finds the first and the next index: forward over the last segments, the
+    /// first segment's leading zeros being the queue's start.
+    fn scan(queue: &SegmentQueue) -> Result<Option<(u64, u64)>, CqError> {
+        let segments = queue.segments();
+        let Some(first_segment) = segments.first() else { return Ok(None) };
+        let from = segments.len().saturating_sub(SCANNED_SEGMENTS);
+        let mut first = None;
+        let mut next = index_at(segments[from].file_from_offset());
+        'segments: for (i, segment) in segments.iter().enumerate().skip(from) {
+            let bytes = segment.read(0, segment.read_position())?;
+            for (k, chunk) in bytes.chunks_exact(CQ_STORE_UNIT_SIZE).enumerate() {
+                let index = index_at(segment.file_from_offset()).saturating_add(k as u64);
+                match CqEntry::decode(chunk) {
+                    Some(_) => {
+                        first.get_or_insert(index);
+                        next = index.saturating_add(1);
+                    }
+                    // Leading zeros of the first segment: the queue starts later.
+                    None if i == 0 && first.is_none() => next = index.saturating_add(1),
+                    None => break 'segments,
+                }
+            }
+        }
+        let first = match (from, first) {
+            (0, Some(first)) => first,
+            (0, None) => return Ok(Some((next, next))), // segments, but no entry
+            // Earlier segments hold entries from their start (only the first may
+            // begin with zeros): find the first entry of the first segment.
+            _ => {
+                let bytes = first_segment.read(0, first_segment.read_position())?;
+                let k = bytes.chunks_exact(CQ_STORE_UNIT_SIZE).position(|c| CqEntry::decode(c).is_some());
+                index_at(first_segment.file_from_offset()).saturating_add(k.unwrap_or(0) as u64)
+            }
+        };
+        Ok(Some((first, next)))
+    }
+
+    /// The first index holding an entry (0 for an empty queue).
+    pub fn min_index(&self) -> u64 {
+        self.range.lock().map_or(0, |(first, _)| first)
+    }
+
+    /// The index the next entry gets: one past the last (0 for a queue that never
+    /// had one).
+    pub fn next_index(&self) -> u64 {
+        self.range.lock().map_or(0, |(_, next)| next)
+    }
+
+    /// True when the queue holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.range.lock().is_none_or(|(first, next)| first >= next)
+    }
+
+    /// Puts entry `index`. A queue that holds entries takes only the next index
+    /// ([`CqError::OutOfOrder`] otherwise); an empty one starts at any index.
+    pub fn put(&self, index: u64, entry: CqEntry) -> Result<(), CqError> {
+        self.put_batch(index, &[entry])
+    }
+
+    /// Puts `entries` at `first_index`, `first_index + 1`, …, as [`put`](Self::put).
+    pub fn put_batch(&self, first_index: u64, entries: &[CqEntry]) -> Result<(), CqError> {
+        let _write = self.write.lock();
+        let mut range = self.range.lock();
+        match *range {
+            Some((first, next)) if first < next && first_index != next => {
+                return Err(CqError::OutOfOrder { index: first_index, next })
+            }
+            _ => {}
+        }
+        for (k, entry) in entries.iter().enumerate() {
+            let index = first_index.saturating_add(k as u64);
+            if entry.size == 0 {
+                return Err(CqError::EmptyEntry { index });
+            }
+            self.write_entry(index, entry)?;
+            let first = match *range {
+                Some((first, next)) if first < next => first,
+                _ => index,
+            };
+            *range = Some((first, index.saturating_add(1)));
+        }
+        Ok(())
+    }
+
+    /// Writes one entry at its position, padding with zeros from the segment's
+    /// end of data (an empty queue starting past a segment's start).
+    fn write_entry(&self, index: u64, entry: &CqEntry) -> Result<(), CqError> {
+        let at = position(index)?;
+        let bytes = entry.encode();
+        loop {
+            let file = self.queue.roll_to_writable_segment(at)?;
+            if file.file_end() <= at {
+                // The last segment ends before this entry: it stays as it is (its
+                // tail zeros are "no entry") and the next one is made.
+                file.append_with(0, |_, tail| {
+                    tail.fill(0);
+                    AppendStatus::Written { bytes: tail.len(), value: () }
+                })?;
+                continue;
+            }
+            let pos = file.position_of(at).ok_or(CqError::IndexOverflow { index })?;
+            let Some(gap) = pos.checked_sub(file.wrote_position()) else {
+                // Below what the segment holds: never overwrite.
+                return Err(CqError::OutOfOrder { index, next: index_at(file.offset_at(file.wrote_position())) });
+            };
+            let need = gap.saturating_add(CQ_STORE_UNIT_SIZE);
+            let appended = file.append_sized(0, need, |_, tail| {
+                if tail.len() < need {
+                    return AppendStatus::DoesNotFit;
+                }
+                tail[..gap].fill(0);
+                tail[gap..need].copy_from_slice(&bytes);
+                AppendStatus::Written { bytes: need, value: () }
+            })?;
+            return match appended {
+                Appended::Written { .. } => Ok(()),
+                Appended::DoesNotFit { .. } => Err(CqError::OutOfOrder { index, next: index_at(file.file_end()) }),
+            };
+        }
+    }
+
+    /// Entry `index`, or `None` if the queue does not hold it (below its first
+    /// entry or not put yet).
+    pub fn get(&self, index: u64) -> Result<Option<CqEntry>, CqError> {
+        let (first, next) = match *self.range.lock() {
+            Some(range) => range,
+            None => return Ok(None),
+        };
+        if index < first || index >= next {
+            return Ok(None);
+        }
+        let Some(file) = self.queue.find_mapped_file_by_offset(position(index)?, false) else {
+            return Ok(None); // its segment was deleted from the front
+        };
+        let pos = file.position_of(position(index)?).ok_or(CqError::IndexOverflow { index })?;
+        let bytes = file.read(pos, CQ_STORE_UNIT_SIZE)?;
+        Ok(CqEntry::decode(&bytes))
+    }
+
+    /// The last entry, with its index.
+    pub fn last(&self) -> Result<Option<(u64, CqEntry)>, CqError> {
+        if self.is_empty() {
+            return Ok(None);
+        }
+        let index = self.next_index().saturating_sub(1); // not empty: next > first
+        Ok(self.get(index)?.map(|entry| (index, entry)))
+    }
+
+    /// Drops every entry at and above `index` for good (erased and synced).
+    pub fn truncate_from(&self, index: u64) -> Result<(), CqError> {
+        let _write = self.write.lock();
+        let mut range = self.range.lock();
+        let Some((first, next)) = *range else { return Ok(()) };
+        if index >= next {
+            return Ok(());
+        }
+        // Not below the first segment's start: the segment holding the cut stays.
+        let cut = index.max(index_at(self.queue.min_offset()));
+        self.queue.truncate_dirty_files(position(cut)?)?;
+        *range = Some((first.min(cut), cut));
+        Ok(())
+    }
+
+    /// Deletes every segment and entry: the next put starts the queue at any index.
+    pub fn clear(&self) -> Result<(), CqError> {
+        let _write = self.write.lock();
+        let mut range = self.range.lock();
+        self.queue.clear()?;
+        *range = None;
+        Ok(())
+    }
+
+    /// Deletes segments from the front that hold only entries below `index`
+    /// (flushing first; never the last segment). Returns how many. Entries of a
+    /// segment that stays are still readable.
+    pub fn delete_before(&self, index: u64) -> Result<usize, CqError> {
+        let _write = self.write.lock();
+        self.queue.flush(0)?;
+        let deleted = self.queue.delete_expired_file_by_offset(position(index)?, usize::MAX)?;
+        let mut range = self.range.lock();
+        if let Some((first, next)) = *range {
+            *range = Some((first.max(index_at(self.queue.min_offset())), next));
+        }
+        Ok(deleted)
+    }
+
+    /// Flushes every entry now; returns the flushed byte position.
+    pub fn flush(&self) -> Result<u64, CqError> {
+        Ok(self.queue.flush(0)?.to)
+    }
+
+    /// Makes the index agree with `log` (RocketMQ's dispatch after a restart):
+    /// drops entries from the tail while their record is not the log's (beyond its
+    /// end, or no record of that size at that offset), then reads the log from the
+    /// end of the last entry (from `start` when the queue is empty) and puts each
+    /// record that `dispatch` assigns an index. Afterwards the index never claims
+    /// a record the log does not hold.
+    pub fn repair(
+        &self,
+        log: &CommitLog,
+        start: u64,
+        mut dispatch: impl FnMut(&Record) -> Option<Dispatch>,
+    ) -> Result<RepairReport, CqError> {
+        let mut report = RepairReport::default();
+        while let Some((index, entry)) = self.last()? {
+            let holds = entry.end() <= log.max_offset()
+                && log.read(entry.offset).is_ok_and(|r| r.size == u64::from(entry.size));
+            if holds {
+                break;
+            }
+            self.truncate_from(index)?;
+            report.entries_dropped = report.entries_dropped.saturating_add(1);
+        }
+        let from = match self.last()? {
+            Some((_, entry)) => entry.end(),
+            None => start.max(log.min_offset()),
+        };
+        for record in log.iter_from(from) {
+            let record = record?;
+            let Some(found) = dispatch(&record) else { continue };
+            let size = u32::try_from(record.size).unwrap_or(u32::MAX); // a record fits a u32 segment
+            self.put(found.index, CqEntry { offset: record.offset, size, tag: found.tag })?;
+            report.entries_dispatched = report.entries_dispatched.saturating_add(1);
+        }
+        if report.entries_dropped > 0 || report.entries_dispatched > 0 {
+            tracing::info!(?report, dir = %self.queue.dir().display(), "consume queue repaired from the log");
+        }
+        Ok(report)
+    }
+
+    /// Stops the flush service and flushes everything.
+    pub fn shutdown(&self) -> Result<(), CqError> {
+        self.flusher.shutdown();
+        self.queue.flush(0)?;
+        self.queue.shutdown();
+        Ok(())
+    }
+}
+
+impl Drop for ConsumeQueue {
+    fn drop(&mut self) {
+        self.flusher.shutdown();
+        if let Err(err) = self.queue.flush(0) {
+            tracing::warn!(%err, "consume queue: final flush failed");
+        }
+        self.queue.close();
+    }
+}
+
+#[cfg(test)]
+mod tests;

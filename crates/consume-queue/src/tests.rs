@@ -1,0 +1,158 @@
+// Test arithmetic works on small, known values.
+#![allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+
+use super::*;
+use commitlog::{CommitLogConfig, FlushDiskType};
+use mapped_file::SimStorage;
+
+const PER_SEGMENT: usize = 1024;
+
+fn config() -> ConsumeQueueConfig {
+    ConsumeQueueConfig {
+        preallocate_next_segment: false,
+        flush_interval_consume_queue_ms: 10,
+        ..ConsumeQueueConfig::with_entries_per_segment(PER_SEGMENT)
+    }
+}
+
+fn entry(i: u64) -> CqEntry {
+    CqEntry { offset: i * 100, size: 100, tag: i % 7 }
+}
+
+fn open(sim: &SimStorage) -> ConsumeQueue {
+    ConsumeQueue::open(Arc::new(sim.clone()), Path::new("/cq"), config()).unwrap()
+}
+
+#[test]
+fn entries_are_found_by_index_across_segments_and_after_a_restart() {
+    let sim = SimStorage::new();
+    let cq = open(&sim);
+    assert!(cq.is_empty());
+    for i in 0..2500u64 {
+        cq.put(i, entry(i)).unwrap();
+    }
+    assert_eq!((cq.min_index(), cq.next_index()), (0, 2500));
+    for i in [0u64, 1, 1023, 1024, 2047, 2048, 2499] {
+        assert_eq!(cq.get(i).unwrap(), Some(entry(i)), "{i}");
+    }
+    assert_eq!(cq.get(2500).unwrap(), None);
+    // Only the next index, and never an empty entry.
+    assert!(matches!(cq.put(2501, entry(2501)), Err(CqError::OutOfOrder { index: 2501, next: 2500 })));
+    assert!(matches!(cq.put(7, entry(7)), Err(CqError::OutOfOrder { .. })));
+    assert!(matches!(cq.put(2500, CqEntry { size: 0, ..entry(1) }), Err(CqError::EmptyEntry { .. })));
+    cq.shutdown().unwrap();
+    drop(cq);
+    let cq = open(&sim);
+    assert_eq!((cq.min_index(), cq.next_index()), (0, 2500));
+    assert_eq!(cq.get(2048).unwrap(), Some(entry(2048)));
+    assert_eq!(cq.last().unwrap(), Some((2499, entry(2499))));
+}
+
+#[test]
+fn an_empty_queue_starts_at_any_index() {
+    let sim = SimStorage::new();
+    let cq = open(&sim);
+    cq.put_batch(1500, &[entry(1500), entry(1501)]).unwrap();
+    assert_eq!((cq.min_index(), cq.next_index()), (1500, 1502));
+    assert_eq!(cq.get(1499).unwrap(), None);
+    cq.shutdown().unwrap();
+    drop(cq);
+    let cq = open(&sim);
+    assert_eq!((cq.min_index(), cq.next_index()), (1500, 1502), "leading zeros are the queue's start");
+    // Cleared, it starts again anywhere, even below.
+    cq.clear().unwrap();
+    assert!(cq.is_empty());
+    cq.put(3, entry(3)).unwrap();
+    assert_eq!((cq.min_index(), cq.next_index()), (3, 4));
+    // Within a segment that already has data, the past is never overwritten.
+    cq.truncate_from(3).unwrap();
+    cq.put(10, entry(10)).unwrap();
+    assert_eq!(cq.get(10).unwrap(), Some(entry(10)));
+}
+
+#[test]
+fn truncation_and_front_deletion_keep_the_rest() {
+    let sim = SimStorage::new();
+    let cq = open(&sim);
+    for i in 0..4000u64 {
+        cq.put(i, entry(i)).unwrap();
+    }
+    cq.truncate_from(2100).unwrap();
+    assert_eq!(cq.next_index(), 2100);
+    assert_eq!(cq.get(2100).unwrap(), None);
+    cq.put(2100, CqEntry { tag: 99, ..entry(2100) }).unwrap();
+    assert_eq!(cq.delete_before(2048).unwrap(), 2, "the two segments below 2048");
+    assert_eq!(cq.min_index(), 2048);
+    assert_eq!(cq.get(1000).unwrap(), None);
+    assert_eq!(cq.get(2050).unwrap(), Some(entry(2050)));
+    cq.shutdown().unwrap();
+    drop(cq);
+    let cq = open(&sim);
+    assert_eq!((cq.min_index(), cq.next_index()), (2048, 2101));
+    assert_eq!(cq.get(2100).unwrap().unwrap().tag, 99, "the truncated entry never comes back");
+}
+
+#[test]
+fn a_crash_hole_ends_the_queue_and_repair_puts_back_what_the_log_holds() {
+    // The log: one record per entry, its body the entry's index.
+    let sim = SimStorage::new();
+    let log_config = CommitLogConfig::builder()
+        .mapped_file_size_commit_log(64 * 1024)
+        .max_message_size(1024)
+        .flush_disk_type(FlushDiskType::SyncFlush)
+        .build()
+        .unwrap();
+    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+    let log = CommitLog::open_with_storage("/log", log_config.clone(), Arc::clone(&storage)).unwrap();
+    let cq = open(&sim);
+    for i in 0..1500u64 {
+        let put = log.append(&i.to_le_bytes()).unwrap();
+        put.durability.wait().unwrap();
+        let size = u32::try_from(log.read(put.wrote_offset).unwrap().size).unwrap();
+        cq.put(i, CqEntry { offset: put.wrote_offset, size, tag: 0 }).unwrap();
+    }
+    cq.flush().unwrap();
+    // More entries, not flushed; then the power goes, keeping every other dirty sector.
+    for i in 1500..1800u64 {
+        let put = log.append(&i.to_le_bytes()).unwrap();
+        put.durability.wait().unwrap();
+        let size = u32::try_from(log.read(put.wrote_offset).unwrap().size).unwrap();
+        cq.put(i, CqEntry { offset: put.wrote_offset, size, tag: 0 }).unwrap();
+    }
+    let mut n = 0;
+    sim.fail_all_syncs(true);
+    drop(cq);
+    drop(log);
+    sim.crash(|_, _| {
+        n += 1;
+        n % 2 == 0
+    });
+    sim.fail_all_syncs(false);
+
+    let log = CommitLog::open_with_storage("/log", log_config, storage).unwrap();
+    let cq = open(&sim);
+    assert!(cq.next_index() >= 1500 && cq.next_index() < 1800, "the hole ends it: {}", cq.next_index());
+    let index_of = |r: &Record| Some(Dispatch { index: u64::from_le_bytes(r.body[..8].try_into().unwrap()), tag: 0 });
+    let report = cq.repair(&log, 0, index_of).unwrap();
+    assert_eq!(cq.next_index(), 1800, "{report:?}");
+    for i in 0..1800u64 {
+        let e = cq.get(i).unwrap().unwrap_or_else(|| panic!("entry {i} missing"));
+        assert_eq!(&log.read(e.offset).unwrap().body[..], &i.to_le_bytes(), "entry {i}");
+    }
+
+    // The log loses its tail (a truncation): the index drops what it no longer holds.
+    let cut = cq.get(1700).unwrap().unwrap().offset;
+    log.truncate_from(cut).unwrap();
+    let report = cq.repair(&log, 0, index_of).unwrap();
+    assert_eq!(report, RepairReport { entries_dropped: 100, entries_dispatched: 0 });
+    assert_eq!(cq.next_index(), 1700);
+}
+
+#[test]
+fn bad_configs_are_refused() {
+    for size in [0, 20 * 1000, 4096 * 3] {
+        let config = ConsumeQueueConfig { mapped_file_size_consume_queue: size, ..config() };
+        let err = ConsumeQueue::open(Arc::new(SimStorage::new()), Path::new("/cq"), config).unwrap_err();
+        assert!(matches!(err, CqError::InvalidConfig { .. }), "{size}: {err}");
+    }
+}
