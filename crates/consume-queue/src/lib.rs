@@ -104,8 +104,8 @@ pub enum CqError {
         /// What is wrong.
         reason: String,
     },
-    /// Entries go in index order, with no gap: the queue holds entries and the
-    /// next one is `next`.
+    /// Entries go in index order and are never overwritten: the queue holds
+    /// entries and the next one is `next`.
     #[error("consume queue entry {index} cannot be put: the next entry is {next}")]
     OutOfOrder {
         /// The index asked for.
@@ -325,8 +325,11 @@ impl ConsumeQueue {
         self.range.lock().is_none_or(|(first, next)| first >= next)
     }
 
-    /// Puts entry `index`. A queue that holds entries takes only the next index
-    /// ([`CqError::OutOfOrder`] otherwise); an empty one starts at any index.
+    /// Puts entry `index`. A queue that holds entries takes the next index or a
+    /// later one ([`CqError::OutOfOrder`] for an earlier one: entries are never
+    /// overwritten); the ones skipped read as none (RocketMQ's `fillPreBlank`),
+    /// and a restart ends the queue at such a gap until [`repair`](Self::repair)
+    /// dispatches what follows again. An empty queue starts at any index.
     pub fn put(&self, index: u64, entry: CqEntry) -> Result<(), CqError> {
         self.put_batch(index, &[entry])
     }
@@ -336,8 +339,12 @@ impl ConsumeQueue {
         let _write = self.write.lock();
         let mut range = self.range.lock();
         match *range {
-            Some((first, next)) if first < next && first_index != next => {
+            Some((first, next)) if first < next && first_index < next => {
                 return Err(CqError::OutOfOrder { index: first_index, next })
+            }
+            Some((first, next)) if first < next && first_index > next => {
+                // RocketMQ's `fillPreBlank`: the missing entries read as none.
+                tracing::warn!(index = first_index, next, "consume queue: entries missing before this one");
             }
             _ => {}
         }

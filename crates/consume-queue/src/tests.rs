@@ -36,9 +36,8 @@ fn entries_are_found_by_index_across_segments_and_after_a_restart() {
         assert_eq!(cq.get(i).unwrap(), Some(entry(i)), "{i}");
     }
     assert_eq!(cq.get(2500).unwrap(), None);
-    // Only the next index, and never an empty entry.
-    assert!(matches!(cq.put(2501, entry(2501)), Err(CqError::OutOfOrder { index: 2501, next: 2500 })));
-    assert!(matches!(cq.put(7, entry(7)), Err(CqError::OutOfOrder { .. })));
+    // Never an earlier index, never an empty entry.
+    assert!(matches!(cq.put(7, entry(7)), Err(CqError::OutOfOrder { index: 7, next: 2500 })));
     assert!(matches!(cq.put(2500, CqEntry { size: 0, ..entry(1) }), Err(CqError::EmptyEntry { .. })));
     cq.shutdown().unwrap();
     drop(cq);
@@ -46,6 +45,11 @@ fn entries_are_found_by_index_across_segments_and_after_a_restart() {
     assert_eq!((cq.min_index(), cq.next_index()), (0, 2500));
     assert_eq!(cq.get(2048).unwrap(), Some(entry(2048)));
     assert_eq!(cq.last().unwrap(), Some((2499, entry(2499))));
+    // A later index leaves a gap that reads as none (into the next segment here).
+    cq.put(3100, entry(3100)).unwrap();
+    assert_eq!((cq.get(2500).unwrap(), cq.get(3099).unwrap()), (None, None));
+    assert_eq!(cq.get(3100).unwrap(), Some(entry(3100)));
+    assert_eq!(cq.next_index(), 3101);
 }
 
 #[test]

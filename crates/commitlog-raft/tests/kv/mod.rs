@@ -1,0 +1,143 @@
+//! A small replicated key-value state machine over openraft: the one openraft's
+//! storage suite runs with, and the `raft-node` example's.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use std::sync::Arc;
+
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{
+    BasicNode, Entry, EntryPayload, LogId, RaftSnapshotBuilder, RaftTypeConfig, SnapshotMeta, StorageError,
+    StorageIOError, StoredMembership,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::RwLock;
+
+/// A write: set `key` to `value`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub key: String,
+    pub value: String,
+}
+
+/// What a write answers: the value now stored.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    pub value: Option<String>,
+}
+
+openraft::declare_raft_types!(
+    /// The type configuration of the key-value example.
+    pub TypeConfig:
+        D = Request,
+        R = Response,
+);
+
+pub type NodeId = u64;
+
+/// The state machine's data.
+#[derive(Serialize, Deserialize, Debug, Default, Clone)]
+pub struct Data {
+    pub last_applied: Option<LogId<NodeId>>,
+    pub last_membership: StoredMembership<NodeId, BasicNode>,
+    pub kv: BTreeMap<String, String>,
+}
+
+#[derive(Debug)]
+struct StoredSnapshot {
+    meta: SnapshotMeta<NodeId, BasicNode>,
+    data: Vec<u8>,
+}
+
+/// The state machine, in memory (a snapshot rebuilds it).
+#[derive(Debug, Default)]
+pub struct StateMachine {
+    pub data: RwLock<Data>,
+    snapshot: RwLock<Option<StoredSnapshot>>,
+    snapshot_idx: std::sync::atomic::AtomicU64,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for Arc<StateMachine> {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
+        let data = self.data.read().await;
+        let bytes = serde_json::to_vec(&*data).map_err(|e| StorageIOError::read_state_machine(&e))?;
+        let idx = self.snapshot_idx.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let snapshot_id = match &data.last_applied {
+            Some(last) => format!("{}-{}-{idx}", last.leader_id, last.index),
+            None => format!("--{idx}"),
+        };
+        let meta =
+            SnapshotMeta { last_log_id: data.last_applied, last_membership: data.last_membership.clone(), snapshot_id };
+        drop(data);
+        *self.snapshot.write().await = Some(StoredSnapshot { meta: meta.clone(), data: bytes.clone() });
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for Arc<StateMachine> {
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<NodeId>>, StoredMembership<NodeId, BasicNode>), StorageError<NodeId>> {
+        let data = self.data.read().await;
+        Ok((data.last_applied, data.last_membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
+    {
+        let mut data = self.data.write().await;
+        let mut out = Vec::new();
+        for entry in entries {
+            data.last_applied = Some(entry.log_id);
+            match entry.payload {
+                EntryPayload::Blank => out.push(Response { value: None }),
+                EntryPayload::Normal(req) => {
+                    data.kv.insert(req.key, req.value.clone());
+                    out.push(Response { value: Some(req.value) });
+                }
+                EntryPayload::Membership(m) => {
+                    data.last_membership = StoredMembership::new(Some(entry.log_id), m);
+                    out.push(Response { value: None });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn begin_receiving_snapshot(
+        &mut self,
+    ) -> Result<Box<<TypeConfig as RaftTypeConfig>::SnapshotData>, StorageError<NodeId>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, BasicNode>,
+        snapshot: Box<<TypeConfig as RaftTypeConfig>::SnapshotData>,
+    ) -> Result<(), StorageError<NodeId>> {
+        let bytes = snapshot.into_inner();
+        let data: Data =
+            serde_json::from_slice(&bytes).map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+        *self.data.write().await =
+            Data { last_applied: meta.last_log_id, last_membership: meta.last_membership.clone(), kv: data.kv };
+        *self.snapshot.write().await = Some(StoredSnapshot { meta: meta.clone(), data: bytes });
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+        Ok(self
+            .snapshot
+            .read()
+            .await
+            .as_ref()
+            .map(|s| Snapshot { meta: s.meta.clone(), snapshot: Box::new(Cursor::new(s.data.clone())) }))
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+}
