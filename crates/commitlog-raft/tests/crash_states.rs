@@ -1,0 +1,106 @@
+//! The states a crash in the middle of a truncation or a purge can leave, and
+//! what the store makes of them at the next open: always a contiguous log that
+//! openraft accepts, never a hole.
+
+mod kv;
+
+use commitlog_raft::{RaftLogStore, RaftStoreConfig, LOG_DIR};
+use kv::TypeConfig;
+use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftLogReader};
+
+fn config() -> RaftStoreConfig {
+    let mut config = RaftStoreConfig::default();
+    config.log.mapped_file_size_commit_log = 64 << 10;
+    config.log.max_message_size = 16 << 10;
+    config.index = consume_queue::ConsumeQueueConfig::with_entries_per_segment(1024);
+    config
+}
+
+fn log_id(term: u64, index: u64) -> LogId<u64> {
+    LogId::new(CommittedLeaderId::new(term, 1), index)
+}
+
+fn entry(term: u64, index: u64) -> Entry<TypeConfig> {
+    let request = kv::Request { key: format!("k{index}"), value: "v".repeat(300) };
+    Entry { log_id: log_id(term, index), payload: EntryPayload::Normal(request) }
+}
+
+/// Appends and waits for the durability callback.
+async fn append(store: &mut RaftLogStore<TypeConfig>, entries: Vec<Entry<TypeConfig>>) {
+    store.blocking_append(entries).await.unwrap();
+}
+
+async fn indexes(store: &mut RaftLogStore<TypeConfig>) -> Vec<(u64, u64)> {
+    let entries = store.try_get_log_entries(0..u64::MAX).await.unwrap();
+    entries.iter().map(|e| (e.log_id.leader_id.term, e.log_id.index)).collect()
+}
+
+#[tokio::test]
+async fn a_log_cut_whose_index_was_not_cut_yet_reopens_as_the_cut_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = RaftLogStore::<TypeConfig>::open(dir.path(), config()).unwrap();
+    append(&mut store, (1..=300).map(|i| entry(1, i)).collect()).await;
+    let cut_at = store.index().get(200).unwrap().unwrap().offset;
+    store.shutdown().unwrap();
+    drop(store);
+    // The crash point: the log cut (its own step is crash-safe), the index not.
+    let log = commitlog::CommitLog::open(dir.path().join(LOG_DIR), config().log).unwrap();
+    log.truncate_from(cut_at).unwrap();
+    log.shutdown().unwrap();
+    drop(log);
+
+    let mut store = RaftLogStore::<TypeConfig>::open(dir.path(), config()).unwrap();
+    let state = store.get_log_state().await.unwrap();
+    assert_eq!(state.last_log_id, Some(log_id(1, 199)));
+    let got = indexes(&mut store).await;
+    assert_eq!(got, (1..200).map(|i| (1, i)).collect::<Vec<_>>());
+    // The new leader's entries take the freed indexes.
+    append(&mut store, (200..=210).map(|i| entry(2, i)).collect()).await;
+    assert_eq!(indexes(&mut store).await.last(), Some(&(2, 210)));
+}
+
+#[tokio::test]
+async fn truncation_and_purge_survive_a_restart_and_purged_entries_stay_purged() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = RaftLogStore::<TypeConfig>::open(dir.path(), config()).unwrap();
+    append(&mut store, (1..=500).map(|i| entry(1, i)).collect()).await;
+    store.truncate(log_id(1, 401)).await.unwrap();
+    append(&mut store, (401..=450).map(|i| entry(3, i)).collect()).await;
+    // Purged up to 120: whole segments go; the rest of those entries stay on disk.
+    store.purge(log_id(1, 120)).await.unwrap();
+    let want: Vec<(u64, u64)> = (121..=400).map(|i| (1, i)).chain((401..=450).map(|i| (3, i))).collect();
+    assert_eq!(indexes(&mut store).await, want);
+    // The files as a killed process leaves them (no shutdown): the same state.
+    let crashed = tempfile::tempdir().unwrap();
+    copy_dir(dir.path(), crashed.path());
+    drop(store);
+    let dir = crashed;
+    let mut store = RaftLogStore::<TypeConfig>::open(dir.path(), config()).unwrap();
+    assert!(!store.commit_log().recovery_report().clean_shutdown);
+    let state = store.get_log_state().await.unwrap();
+    assert_eq!((state.last_purged_log_id, state.last_log_id), (Some(log_id(1, 120)), Some(log_id(3, 450))));
+    assert_eq!(indexes(&mut store).await, want);
+    // A purge beyond the last entry (an installed snapshot): appends go on after it.
+    store.purge(log_id(3, 900)).await.unwrap();
+    append(&mut store, (901..=905).map(|i| entry(4, i)).collect()).await;
+    drop(store);
+    let mut store = RaftLogStore::<TypeConfig>::open(dir.path(), config()).unwrap();
+    assert_eq!(indexes(&mut store).await, (901..=905).map(|i| (4, i)).collect::<Vec<_>>());
+    let state = store.get_log_state().await.unwrap();
+    assert_eq!((state.last_purged_log_id, state.last_log_id), (Some(log_id(3, 900)), Some(log_id(4, 905))));
+}
+
+/// Copies a directory tree (locks included: they are only names here).
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
