@@ -360,12 +360,22 @@ fn fail<C: RaftTypeConfig>(job: Job<C>) {
     }
 }
 
-/// The notifier thread: one durability wait at a time, in append order.
+/// The notifier thread: one durability wait at a time, in append order. It
+/// awaits each handle as a future (woken by the group-commit service) rather than
+/// `wait`ing: a blocking wait of a lone waiter spins for a while, and this
+/// thread is always a lone waiter, beside openraft's and the peers' threads.
 fn notify_flushed<C: RaftTypeConfig>(jobs: std::sync::mpsc::Receiver<Job<C>>, shared: std::sync::Weak<Shared<C>>) {
+    let runtime = match tokio::runtime::Builder::new_current_thread().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            tracing::error!(%err, "raft log store: cannot start the durability notifier");
+            return jobs.into_iter().for_each(fail);
+        }
+    };
     for job in jobs {
         match job {
             Job::Flushed { handle, last, callback } => {
-                let result = handle.wait();
+                let result = runtime.block_on(handle);
                 if result.is_ok() {
                     if let Some(shared) = shared.upgrade() {
                         shared.meta.set_flushed(Some(last));
