@@ -246,6 +246,10 @@ fn wanted(system: &str, workload: Workload) -> bool {
     system.contains(name) && workloads.contains(letter)
 }
 
+/// Where `cargo xtask raft-bench` keeps its section of docs/benchmarks.md.
+const RAFT_START: &str = "<!-- raft-bench:start -->";
+const RAFT_END: &str = "<!-- raft-bench:end -->";
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let rounds: usize = arg("--rounds").and_then(|r| r.parse().ok()).unwrap_or(if quick { 2 } else { 5 });
@@ -316,6 +320,16 @@ fn main() {
     let md = report::markdown(&context, &results);
     println!("{md}");
     if let Some(path) = out_path {
+        // The replicated-log section comes from its own run (`cargo xtask
+        // raft-bench`) and stays as it was.
+        let mut md = md;
+        if let Ok(old) = std::fs::read_to_string(&path) {
+            if let (Some(start), Some(end)) = (old.find(RAFT_START), old.find(RAFT_END)) {
+                md.push('\n');
+                md.push_str(&old[start..end + RAFT_END.len()]);
+                md.push('\n');
+            }
+        }
         std::fs::write(&path, &md).expect("write results");
         let svg_path = Path::new(&path).with_extension("svg");
         std::fs::write(&svg_path, report::svg(&results)).expect("write plot");

@@ -15,6 +15,10 @@
 //!                                        cargo-fuzz; not part of ci, its own CI job)
 //! cargo xtask msrv                       cargo check of the workspace on the declared rust-version
 //! cargo xtask bench-compare [--quick]    this project and the peer crates side by side, 5 interleaved rounds; writes docs/benchmarks.md and .svg
+//! cargo xtask raft-kill [--kills N]      a 3-node cluster of real processes (the raft-node example): SIGKILL the
+//!                                        leader N times (20, the CI-sized run in ci), then count committed entries lost
+//! cargo xtask raft-bench [--seconds S]   committed entries/s of that cluster with the commit-log store and with an
+//!                                        in-memory log store, 3 interleaved rounds; writes its section of docs/benchmarks.md
 //! ```
 //!
 //! Dependencies: none beyond std, so it builds in seconds.
@@ -26,7 +30,7 @@ use std::process::{exit, Command};
 use std::time::Instant;
 
 const USAGE: &str =
-    "usage: cargo xtask <ci | test | proptest --cases N [--seed S] | loom | miri | crash [--soak] | fuzz --seconds N | msrv | bench-compare [--quick]>";
+    "usage: cargo xtask <ci | test | proptest --cases N [--seed S] | loom | miri | crash [--soak] | fuzz --seconds N | msrv | bench-compare [--quick] | raft-kill [--kills N] | raft-bench [--seconds S]>";
 
 fn main() {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -40,6 +44,8 @@ fn main() {
         Some("miri") => miri(),
         Some("msrv") => msrv(),
         Some("bench-compare") => bench_compare(args.iter().any(|a| a == "--quick")),
+        Some("raft-kill") => number_arg(&args[1..], "--kills", 20).and_then(raft_kill),
+        Some("raft-bench") => number_arg(&args[1..], "--seconds", 5).and_then(raft_bench),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
@@ -103,6 +109,7 @@ fn ci() -> Result<(), String> {
     cargo(&["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"], &[])?;
     test()?;
     crash(false)?;
+    raft_kill(20)?;
     cargo(&["doc", "--workspace", "--no-deps"], &[("RUSTDOCFLAGS", "-D warnings")])
 }
 
@@ -305,4 +312,83 @@ fn bench_compare(quick: bool) -> Result<(), String> {
         args.push("--quick");
     }
     cargo(&args, &[])
+}
+
+/// `--name N` among `args`, or `default`.
+fn number_arg(args: &[String], name: &str, default: u64) -> Result<u64, String> {
+    match args.iter().position(|a| a == name) {
+        None if args.is_empty() => Ok(default),
+        None => Err(format!("unknown option {}\n{USAGE}", args[0])),
+        Some(i) => {
+            let value = args.get(i + 1).ok_or(format!("{name} needs a number"))?;
+            value.parse().map_err(|_| format!("{name} takes a number, not {value}"))
+        }
+    }
+}
+
+/// The leader-kill test on real processes; fails unless no committed entry was lost.
+fn raft_kill(kills: u64) -> Result<(), String> {
+    let kills = kills.to_string();
+    let args = ["run", "-q", "-p", "commitlog-raft", "--example", "raft-node", "--", "kill-test", "--kills", &kills];
+    let out = cargo_output(&args, &[])?;
+    let line = out.lines().rev().find(|l| l.contains("leader kills")).ok_or("raft-kill printed no result line")?;
+    if line.contains(", 0 committed entries lost") {
+        Ok(())
+    } else {
+        Err(format!("raft-kill: {line}"))
+    }
+}
+
+/// Committed entries/s of the 3-node cluster, both stores, interleaved; the
+/// medians and their ratio go into docs/benchmarks.md between the markers that
+/// bench-compare keeps.
+fn raft_bench(seconds: u64) -> Result<(), String> {
+    cargo(&["build", "-q", "--release", "-p", "commitlog-raft", "--example", "raft-node"], &[])?;
+    let exe = std::path::Path::new("target/release/examples/raft-node");
+    let secs = seconds.to_string();
+    let mut rates: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    for round in 0..3 {
+        let order: [&str; 2] = if round % 2 == 0 { ["commitlog", "memory"] } else { ["memory", "commitlog"] };
+        for store in order {
+            let args = ["bench", "--store", store, "--seconds", &secs, "--clients", "32"];
+            let out = run_timed(Command::new(exe), "raft-node", &args, &[], true)?;
+            let rate = out
+                .split("\"committed_per_sec\": ")
+                .nth(1)
+                .and_then(|r| r.trim().trim_end_matches('}').trim().parse::<f64>().ok())
+                .ok_or(format!("no rate in {out:?}"))?;
+            rates.entry(store).or_default().push(rate);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let ours = median(rates.get_mut("commitlog").ok_or("no commitlog runs")?);
+    let ceiling = median(rates.get_mut("memory").ok_or("no memory runs")?);
+    let all = |store: &str| rates[store].iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", ");
+    let section = format!(
+        "<!-- raft-bench:start -->\n## Replicated log: a 3-node openraft cluster on loopback\n\n\
+         `cargo xtask raft-bench` ({seconds} s per run, 32 clients writing 100-byte values to the leader, a write \
+         counted once committed and applied; 3 rounds, the order alternating; the `raft-node` example's \
+         processes, JSON over TCP). The in-memory log store is the ceiling: it reports every append durable at \
+         once.\n\n| log store | committed entries/s (median) | runs |\n|---|---|---|\n\
+         | commit log (`commitlog-raft`, sync flush) | {ours:.0} | {} |\n| in memory (no durability) | {ceiling:.0} | {} |\n\n\
+         Ratio: **{:.2}x** the in-memory ceiling. See docs/replication.md for where the difference goes.\n\
+         <!-- raft-bench:end -->\n",
+        all("commitlog"),
+        all("memory"),
+        ours / ceiling
+    );
+    print!("{section}");
+    let path = "docs/benchmarks.md";
+    let old = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    let new = match (old.find("<!-- raft-bench:start -->"), old.find("<!-- raft-bench:end -->")) {
+        (Some(start), Some(end)) => {
+            let end = end + "<!-- raft-bench:end -->\n".len().min(old.len() - end);
+            format!("{}{section}{}", &old[..start], &old[end..])
+        }
+        _ => format!("{old}\n{section}"),
+    };
+    std::fs::write(path, new).map_err(|e| format!("{path}: {e}"))
 }
