@@ -13,7 +13,7 @@
 //!
 //! What each guarantee rests on (docs/replication.md says more):
 //! - **Acknowledged means durable.** The callback of `append` fires from the
-//!   batch's [`DurabilityHandle`](commitlog::DurabilityHandle), which resolves only
+//!   batch's [`DurabilityHandle`], which resolves only
 //!   after a successful sync covering it; callbacks fire in the order of the
 //!   appends.
 //! - **Truncation** (a conflicting suffix) waits for every callback in flight,

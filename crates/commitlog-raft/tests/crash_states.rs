@@ -10,11 +10,7 @@ use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftLogReader};
 
 fn config() -> RaftStoreConfig {
-    let mut config = RaftStoreConfig::default();
-    config.log.mapped_file_size_commit_log = 64 << 10;
-    config.log.max_message_size = 16 << 10;
-    config.index = consume_queue::ConsumeQueueConfig::with_entries_per_segment(1024);
-    config
+    kv::small_config(64 << 10)
 }
 
 fn log_id(term: u64, index: u64) -> LogId<u64> {

@@ -15,11 +15,7 @@ use openraft::StorageError;
 struct Builder;
 
 fn config() -> RaftStoreConfig {
-    let mut config = RaftStoreConfig::default();
-    config.log.mapped_file_size_commit_log = 1 << 20;
-    config.log.max_message_size = 64 << 10;
-    config.index = consume_queue::ConsumeQueueConfig::with_entries_per_segment(1024);
-    config
+    kv::small_config(1 << 20)
 }
 
 impl StoreBuilder<TypeConfig, RaftLogStore<TypeConfig>, Arc<StateMachine>, tempfile::TempDir> for Builder {

@@ -14,6 +14,16 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::RwLock;
 
+/// A store configuration for tests: small segments, so a few hundred entries
+/// span several of them.
+pub fn small_config(segment_bytes: usize) -> commitlog_raft::RaftStoreConfig {
+    let mut config = commitlog_raft::RaftStoreConfig::default();
+    config.log.mapped_file_size_commit_log = segment_bytes;
+    config.log.max_message_size = 16 << 10;
+    config.index = consume_queue::ConsumeQueueConfig::with_entries_per_segment(1024);
+    config
+}
+
 /// A write: set `key` to `value`.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Request {
