@@ -34,7 +34,7 @@ fn config(delete_when: &str) -> CommitLogConfig {
         clean_resource_interval_ms: 5,
         delete_when: delete_when.into(),
         file_reserved_time_ms: 72 * 3600 * 1000,
-        ..common::config(FlushDiskType::SyncFlush)
+        ..common::rocketmq_disk_ratios(common::config(FlushDiskType::SyncFlush))
     }
 }
 

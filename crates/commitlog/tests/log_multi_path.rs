@@ -157,6 +157,7 @@ fn a_full_disk_is_skipped_and_appends_stop_only_when_every_disk_is_full() {
     sim.set_disk_space_of(b, space(40));
     let storage: Arc<dyn Storage> = Arc::new(sim.clone());
     let config = CommitLogConfig {
+        disk_space_warning_level_ratio: 90,
         clean_file_forcibly_enable: false, // the guard and placement alone
         disk_max_used_space_ratio: 100,
         delete_when: String::new(),

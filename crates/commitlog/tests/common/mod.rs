@@ -26,9 +26,13 @@ pub fn sim() -> mapped_file::SimStorage {
     sim
 }
 
-/// Small segments, fast async flushes, no preallocation thread unless asked.
+/// Small segments, fast async flushes, no preallocation thread unless asked,
+/// and no disk-space rule: the tests must not depend on how full the machine's
+/// disk is (RocketMQ's ratios would delete segments past 85 % and refuse appends
+/// past 90 %). The tests of the guard and the cleaning service put RocketMQ's
+/// ratios back with [`rocketmq_disk_ratios`].
 pub fn config(flush_disk_type: FlushDiskType) -> CommitLogConfig {
-    CommitLogConfig::builder()
+    let config = CommitLogConfig::builder()
         .write_without_mmap(write_without_mmap())
         .mapped_file_size_commit_log(SEGMENT)
         .max_message_size(16 * 1024)
@@ -40,7 +44,26 @@ pub fn config(flush_disk_type: FlushDiskType) -> CommitLogConfig {
         })
         .checkpoint_interval_ms(50)
         .build()
-        .unwrap()
+        .unwrap();
+    CommitLogConfig {
+        disk_space_warning_level_ratio: 100,
+        disk_max_used_space_ratio: 100,
+        clean_file_forcibly_enable: false,
+        ..config
+    }
+}
+
+/// `config` with RocketMQ's disk-space ratios and cleaning (the library's
+/// defaults), for tests on simulated disk space.
+pub fn rocketmq_disk_ratios(config: CommitLogConfig) -> CommitLogConfig {
+    let defaults = CommitLogConfig::default();
+    CommitLogConfig {
+        disk_space_warning_level_ratio: defaults.disk_space_warning_level_ratio,
+        disk_max_used_space_ratio: defaults.disk_max_used_space_ratio,
+        disk_space_clean_forcibly_ratio: defaults.disk_space_clean_forcibly_ratio,
+        clean_file_forcibly_enable: defaults.clean_file_forcibly_enable,
+        ..config
+    }
 }
 
 /// A body that says who wrote it, so any mix-up shows.
