@@ -3,7 +3,9 @@
 //! drivers that run a 3-node cluster of real processes:
 //!
 //! ```text
-//! raft-node serve --id 1 --addr 127.0.0.1:7001 --dir /tmp/n1 --peers 1=127.0.0.1:7001,2=...,3=...
+//! raft-node serve --id 1 --addr 127.0.0.1:7001 --dir /tmp/n1 [--memory]
+//! raft-node init --addr 127.0.0.1:7001 --peers 1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003
+//! raft-node put --addr 127.0.0.1:7001 --key K --value V  # follows the leader; prints the entry's index
 //! raft-node kill-test [--kills 20] [--interval-ms 800]   # SIGKILL the leader again and again
 //! raft-node bench [--store commitlog|memory] [--seconds 5] [--clients 32]
 //! ```
@@ -57,6 +59,8 @@ enum Rpc {
     Dump,
     /// Initialize the cluster with these members (once, on one node).
     Init(BTreeMap<NodeId, BasicNode>),
+    /// The address of a member, as the membership says.
+    Address(NodeId),
 }
 
 /// A reply on the wire.
@@ -71,6 +75,7 @@ enum Reply {
     Leader(Option<NodeId>, bool),
     Dump(Result<BTreeMap<String, String>, Option<NodeId>>),
     Init(Result<(), String>),
+    Address(Option<String>),
 }
 
 async fn write_frame(stream: &mut TcpStream, value: &impl Serialize) -> std::io::Result<()> {
@@ -341,6 +346,10 @@ async fn handle(raft: &Raft<TypeConfig>, sm: &StateMachine, rpc: Rpc) -> Reply {
             Err(e) => Err(e.forward_to_leader().and_then(|f| f.leader_id)),
         }),
         Rpc::Init(members) => Reply::Init(raft.initialize(members).await.map_err(|e| e.to_string())),
+        Rpc::Address(id) => {
+            let metrics = raft.metrics().borrow().clone();
+            Reply::Address(metrics.membership_config.membership().get_node(&id).map(|n| n.addr.clone()))
+        }
     }
 }
 
@@ -601,24 +610,57 @@ async fn bench(args: &[String]) -> Result<(), Error> {
     Ok(())
 }
 
+async fn serve_command(args: &[String]) -> Result<bool, Error> {
+    let id = arg(args, "--id", 0u64)?;
+    let addr = arg(args, "--addr", String::new())?;
+    let dir = arg(args, "--dir", PathBuf::new())?;
+    serve(id, addr, dir, args.iter().any(|a| a == "--memory")).await?;
+    Ok(true)
+}
+
+/// Makes the nodes of `--peers` a cluster, through the node at `--addr`.
+async fn init_command(args: &[String]) -> Result<bool, Error> {
+    let addr = arg(args, "--addr", String::new())?;
+    let members = parse_peers(&arg(args, "--peers", String::new())?)?;
+    match call_once(&addr, &Rpc::Init(members), Duration::from_secs(10)).await? {
+        Reply::Init(Ok(())) => Ok(true),
+        other => Err(format!("initialize: {other:?}").into()),
+    }
+}
+
+/// One write, sent to the leader (asking the node at `--addr` where it is).
+async fn put_command(args: &[String]) -> Result<bool, Error> {
+    let mut addr = arg(args, "--addr", String::new())?;
+    let request = Request { key: arg(args, "--key", String::new())?, value: arg(args, "--value", String::new())? };
+    for _ in 0..10 {
+        match call_once(&addr, &Rpc::Write(request.clone()), Duration::from_secs(5)).await? {
+            Reply::Write(Ok(index)) => {
+                println!("{index}");
+                return Ok(true);
+            }
+            Reply::Write(Err(Some(leader))) => {
+                match call_once(&addr, &Rpc::Address(leader), Duration::from_secs(5)).await? {
+                    Reply::Address(Some(leader_addr)) => addr = leader_addr,
+                    _ => return Err(format!("node {leader} leads, at an unknown address").into()),
+                }
+            }
+            Reply::Write(Err(None)) => tokio::time::sleep(Duration::from_millis(200)).await, // no leader yet
+            other => return Err(format!("write: {other:?}").into()),
+        }
+    }
+    Err("no leader accepted the write".into())
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("serve") => {
-            async {
-                let id = arg(&args, "--id", 0u64)?;
-                let addr = arg(&args, "--addr", String::new())?;
-                let dir = arg(&args, "--dir", PathBuf::new())?;
-                let _ = parse_peers(&arg(&args, "--peers", String::new())?)?;
-                serve(id, addr, dir, args.iter().any(|a| a == "--memory")).await?;
-                Ok(true)
-            }
-            .await
-        }
+        Some("serve") => serve_command(&args).await,
+        Some("init") => init_command(&args).await,
+        Some("put") => put_command(&args).await,
         Some("kill-test") => kill_test(&args).await,
         Some("bench") => bench(&args).await.map(|()| true),
-        _ => Err("usage: raft-node serve|kill-test|bench [options] (see the file's header)".into()),
+        _ => Err("usage: raft-node serve|init|put|kill-test|bench [options] (see the file's header)".into()),
     };
     match result {
         Ok(true) => std::process::ExitCode::SUCCESS,
