@@ -177,7 +177,11 @@ fn a_full_disk_is_skipped_and_appends_stop_only_when_every_disk_is_full() {
 
     // One past the warning level (90), the other short of it: appends go on.
     sim.set_disk_space_of(b, space(95));
-    std::thread::sleep(std::time::Duration::from_millis(50)); // several looks
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while log.disk_used_percent() != Some(88.0) {
+        assert!(std::time::Instant::now() < deadline, "the guard never looked again");
+        std::thread::yield_now();
+    }
     acked.extend(append(&log, acked.len() as u32, 50));
     // Both past it: appends refused, naming the roomier disk.
     sim.set_disk_space_of(a, space(91));

@@ -96,9 +96,14 @@ fn a_crash_during_truncation_recovers_a_prefix_of_the_old_log_never_less_than_th
         let old = fill(&log, 1, 60 + seed as u32 * 5);
         let keep = 20 + seed as usize * 3;
         let old_bodies: Vec<Vec<u8>> = old.iter().map(|(_, b)| b.clone()).collect();
-        // Let the checkpoint service write the end of data: a truncation that cut
-        // below the checkpoint without lowering it would then recover as damage.
-        std::thread::sleep(std::time::Duration::from_millis(4 * config.checkpoint_interval_ms));
+        // Wait for the checkpoint service to write the end of data: a truncation
+        // that cut below the checkpoint without lowering it then recovers as damage.
+        let end = log.max_offset();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while commitlog::Checkpoint::load(&sim, "/store".as_ref()).unwrap().is_none_or(|c| c.flushed_offset < end) {
+            assert!(std::time::Instant::now() < deadline, "the checkpoint never reached the end of data");
+            std::thread::yield_now();
+        }
         // Every storage event of the truncation is a point where the power may go.
         let (tx, rx) = std::sync::mpsc::sync_channel::<SimSnapshot>(100_000);
         sim.set_snapshot_sink(Some(tx));
