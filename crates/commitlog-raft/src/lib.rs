@@ -190,11 +190,34 @@ where
     C: RaftTypeConfig,
     C::Entry: Serialize + DeserializeOwned + Clone,
 {
-    /// Opens (or creates) the store in `dir`: the commit log recovers, the index
-    /// is repaired from it (entries at or below the purged id are not indexed
-    /// again), and the meta file is read.
+    /// Opens (or creates) the store in `dir`: the commit log recovers, the meta
+    /// file is read, and the index is repaired from the log
+    /// ([`ConsumeQueue::repair`]).
     pub fn open(dir: impl AsRef<Path>, config: RaftStoreConfig) -> Result<Self, RaftStoreError> {
         let dir = dir.as_ref();
+        Self::validate(&config)?;
+        let log = CommitLog::open(dir.join(LOG_DIR), config.log.clone())?;
+        let raft_storage: Arc<dyn Storage> = Arc::new(MmapStorage::lock(&dir.join(RAFT_DIR))?);
+        Self::open_parts(dir, config, log, raft_storage)
+    }
+
+    /// As [`open`](Self::open), with the commit log on `log_storage` and the
+    /// index and meta file on `raft_storage` (each must own its directory, the
+    /// [`Storage`] contract): `mapped_file::SimStorage` for both in fault-injection
+    /// tests, where a simulated power cut then covers every file of the store.
+    pub fn open_with_storage(
+        dir: impl AsRef<Path>,
+        config: RaftStoreConfig,
+        log_storage: Arc<dyn Storage>,
+        raft_storage: Arc<dyn Storage>,
+    ) -> Result<Self, RaftStoreError> {
+        let dir = dir.as_ref();
+        Self::validate(&config)?;
+        let log = CommitLog::open_with_storage(dir.join(LOG_DIR), config.log.clone(), log_storage)?;
+        Self::open_parts(dir, config, log, raft_storage)
+    }
+
+    fn validate(config: &RaftStoreConfig) -> Result<(), RaftStoreError> {
         if config.log.flush_disk_type != FlushDiskType::SyncFlush || !config.log.wait_store_msg_ok {
             return Err(RaftStoreError::InvalidConfig {
                 reason: "the commit log must flush synchronously (sync_flush, wait_store_msg_ok)".into(),
@@ -205,18 +228,23 @@ where
                 reason: "read_limit_to_flushed must be off: openraft reads entries before they are durable".into(),
             });
         }
-        let log = CommitLog::open(dir.join(LOG_DIR), config.log)?;
+        Ok(())
+    }
+
+    fn open_parts(
+        dir: &Path,
+        config: RaftStoreConfig,
+        log: CommitLog,
+        storage: Arc<dyn Storage>,
+    ) -> Result<Self, RaftStoreError> {
         let raft_dir = dir.join(RAFT_DIR);
-        let storage: Arc<dyn Storage> = Arc::new(MmapStorage::lock(&raft_dir)?);
         let meta = meta::MetaStore::<C::NodeId>::open(Arc::clone(&storage), &raft_dir)?;
         let index = ConsumeQueue::open(storage, &raft_dir.join(INDEX_DIR), config.index)?;
-        let purged = meta.purged().map(|p| p.index);
+        // Every record of the log is an entry; entries at or below the purged id
+        // are indexed too while their segments last (reads start above it).
         let mut bad = None;
         let report = index.repair(&log, 0, |record| match serde_json::from_slice::<C::Entry>(&record.body) {
-            Ok(entry) => {
-                let i = entry.get_log_id().index;
-                (purged.is_none_or(|p| i > p)).then_some(Dispatch { index: i, tag: 0 })
-            }
+            Ok(entry) => Some(Dispatch { index: entry.get_log_id().index, tag: 0 }),
             Err(source) => {
                 bad.get_or_insert(RaftStoreError::Decode { offset: record.offset, source });
                 None

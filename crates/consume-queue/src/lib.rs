@@ -231,6 +231,9 @@ pub struct ConsumeQueue {
     /// are zeros: the queue started there), and the index after the last entry.
     /// `None` while the queue has no segment.
     range: Mutex<Option<(u64, u64)>>,
+    /// Entries from this index on were found at open and not yet checked against
+    /// the log: the part written since the last flush may hold torn entries.
+    unverified_from: Mutex<u64>,
 }
 
 impl std::fmt::Debug for ConsumeQueue {
@@ -269,26 +272,43 @@ impl ConsumeQueue {
         }
         let target = Arc::new(QueueTarget::new(Arc::clone(&queue)));
         let flusher = AsyncFlush::start(target, Arc::new(SystemClock::new()), &config.flush_config(), false, None)?;
-        Ok(ConsumeQueue { queue, flusher, write: Mutex::new(()), range: Mutex::new(range) })
+        let unverified_from = Mutex::new(match range {
+            Some((first, _)) => first.max(index_at(Self::window_start(&queue))),
+            None => 0,
+        });
+        Ok(ConsumeQueue { queue, flusher, write: Mutex::new(()), range: Mutex::new(range), unverified_from })
+    }
+
+    /// The byte position where the scanned window starts: the start of the
+    /// [`SCANNED_SEGMENTS`]-th segment from the end.
+    fn window_start(queue: &SegmentQueue) -> u64 {
+        let segments = queue.segments();
+        let from = segments.len().saturating_sub(SCANNED_SEGMENTS);
+        segments.get(from).map_or(0, |s| s.file_from_offset())
     }
 
     /// Finds the first and the next index: forward over the last segments, the
-    /// first segment's leading zeros being the queue's start.
+    /// first segment's leading zeros being the queue's start. An entry of zeros,
+    /// or one whose offset is not above the previous entry's (torn: a crash kept
+    /// only some of its sectors), ends the queue.
     fn scan(queue: &SegmentQueue) -> Result<Option<(u64, u64)>, CqError> {
         let segments = queue.segments();
         let Some(first_segment) = segments.first() else { return Ok(None) };
         let from = segments.len().saturating_sub(SCANNED_SEGMENTS);
         let mut first = None;
         let mut next = index_at(segments[from].file_from_offset());
+        let mut previous: Option<u64> = None;
         'segments: for (i, segment) in segments.iter().enumerate().skip(from) {
             let bytes = segment.read(0, segment.read_position())?;
             for (k, chunk) in bytes.chunks_exact(CQ_STORE_UNIT_SIZE).enumerate() {
                 let index = index_at(segment.file_from_offset()).saturating_add(k as u64);
                 match CqEntry::decode(chunk) {
-                    Some(_) => {
+                    Some(entry) if previous.is_none_or(|p| entry.offset > p) => {
                         first.get_or_insert(index);
+                        previous = Some(entry.offset);
                         next = index.saturating_add(1);
                     }
+                    Some(_) => break 'segments,
                     // Leading zeros of the first segment: the queue starts later.
                     None if i == 0 && first.is_none() => next = index.saturating_add(1),
                     None => break 'segments,
@@ -297,7 +317,11 @@ impl ConsumeQueue {
         }
         let first = match (from, first) {
             (0, Some(first)) => first,
-            (0, None) => return Ok(Some((next, next))), // segments, but no entry
+            // Segments, but no entry: empty, from the first segment's start.
+            (0, None) => {
+                let start = index_at(first_segment.file_from_offset());
+                return Ok(Some((start, start)));
+            }
             // Earlier segments hold entries from their start (only the first may
             // begin with zeros): find the first entry of the first segment.
             _ => {
@@ -470,12 +494,24 @@ impl ConsumeQueue {
         Ok(self.queue.flush(0)?.to)
     }
 
-    /// Makes the index agree with `log` (RocketMQ's dispatch after a restart):
-    /// drops entries from the tail while their record is not the log's (beyond its
-    /// end, or no record of that size at that offset), then reads the log from the
-    /// end of the last entry (from `start` when the queue is empty) and puts each
-    /// record that `dispatch` assigns an index. Afterwards the index never claims
-    /// a record the log does not hold.
+    /// Makes the index agree with `log` (RocketMQ's dispatch after a restart).
+    /// `dispatch` says which records of the log are this queue's, and their index.
+    ///
+    /// 0. Entries are dropped from the tail while the log does not hold their
+    ///    record (beyond its end, or no record of that size there).
+    /// 1. Every entry not checked since [`open`](Self::open) found it (those of
+    ///    the last segments, where a crash can leave torn entries; entries put
+    ///    since are checked already) must name a record of the log, of its size,
+    ///    that `dispatch` gives its index; the first that does not, and every
+    ///    entry after it, is dropped.
+    /// 2. If the log's first record of this queue (at or after `start`) has an
+    ///    index below the queue's first entry, the index lost its front (zeros
+    ///    that looked like the queue's start): it is rebuilt from there.
+    /// 3. The records after the last entry are dispatched. If one claims an index
+    ///    the queue already passed, the index and the log disagree: it is rebuilt.
+    ///
+    /// Afterwards the index never claims a record the log does not hold. Cost at
+    /// open: one log read per entry of the last three segments.
     pub fn repair(
         &self,
         log: &CommitLog,
@@ -483,6 +519,8 @@ impl ConsumeQueue {
         mut dispatch: impl FnMut(&Record) -> Option<Dispatch>,
     ) -> Result<RepairReport, CqError> {
         let mut report = RepairReport::default();
+        // The tail first, whenever it was put: a log can lose or cut its tail
+        // after the entries were checked.
         while let Some((index, entry)) = self.last()? {
             let holds = entry.end() <= log.max_offset()
                 && log.read(entry.offset).is_ok_and(|r| r.size == u64::from(entry.size));
@@ -492,17 +530,78 @@ impl ConsumeQueue {
             self.truncate_from(index)?;
             report.entries_dropped = report.entries_dropped.saturating_add(1);
         }
-        let from = match self.last()? {
-            Some((_, entry)) => entry.end(),
-            None => start.max(log.min_offset()),
-        };
-        for record in log.iter_from(from) {
-            let record = record?;
-            let Some(found) = dispatch(&record) else { continue };
-            let size = u32::try_from(record.size).unwrap_or(u32::MAX); // a record fits a u32 segment
-            self.put(found.index, CqEntry { offset: record.offset, size, tag: found.tag })?;
-            report.entries_dispatched = report.entries_dispatched.saturating_add(1);
+        // 1. The unchecked entries.
+        let from = (*self.unverified_from.lock()).max(self.min_index());
+        let next = self.next_index(); // after the tail's cut
+        let mut previous_end = 0u64;
+        for index in from..next {
+            let holds = match self.get(index)? {
+                Some(entry) => {
+                    entry.offset >= previous_end
+                        && entry.end() <= log.max_offset()
+                        && log.read(entry.offset).is_ok_and(|record| {
+                            record.size == u64::from(entry.size) && dispatch(&record).is_some_and(|d| d.index == index)
+                        })
+                        && {
+                            previous_end = entry.end();
+                            true
+                        }
+                }
+                None => false,
+            };
+            if !holds {
+                report.entries_dropped = report.entries_dropped.saturating_add(next.saturating_sub(index));
+                self.truncate_from(index)?;
+                break;
+            }
         }
+        // 2. The front, and 3. what follows the last entry.
+        let first_record = log
+            .iter_from(start.max(log.min_offset()))
+            .map_while(Result::ok)
+            .find_map(|record| dispatch(&record).map(|d| (d.index, record.offset)));
+        let rebuild_from = match (first_record, self.is_empty()) {
+            (None, _) => None,
+            (Some((_, offset)), true) => Some(offset),
+            (Some((index, offset)), false) if index < self.min_index() => {
+                tracing::warn!(index, first = self.min_index(), "consume queue lost its first entries; rebuilding");
+                report.entries_dropped =
+                    report.entries_dropped.saturating_add(self.next_index().saturating_sub(self.min_index()));
+                Some(offset)
+            }
+            (Some(_), false) => None,
+        };
+        let mut from = match (rebuild_from, self.last()?) {
+            (Some(offset), _) => {
+                self.clear()?;
+                offset
+            }
+            (None, Some((_, last))) => last.end(),
+            (None, None) => start.max(log.min_offset()),
+        };
+        let mut rebuilt = rebuild_from.is_some();
+        'dispatch: loop {
+            for record in log.iter_from(from) {
+                let record = record?;
+                let Some(found) = dispatch(&record) else { continue };
+                let size = u32::try_from(record.size).unwrap_or(u32::MAX); // a record fits a u32 segment
+                match self.put(found.index, CqEntry { offset: record.offset, size, tag: found.tag }) {
+                    Ok(()) => report.entries_dispatched = report.entries_dispatched.saturating_add(1),
+                    Err(CqError::OutOfOrder { .. }) if !rebuilt => {
+                        tracing::warn!(index = found.index, "consume queue and log disagree; rebuilding");
+                        report.entries_dropped = report.entries_dropped.saturating_add(self.next_index());
+                        self.clear()?;
+                        from = first_record.map_or(from, |(_, offset)| offset);
+                        rebuilt = true;
+                        report.entries_dispatched = 0;
+                        continue 'dispatch;
+                    }
+                    Err(err) => return Err(err),
+                }
+            }
+            break;
+        }
+        *self.unverified_from.lock() = self.next_index();
         if report.entries_dropped > 0 || report.entries_dispatched > 0 {
             tracing::info!(?report, dir = %self.queue.dir().display(), "consume queue repaired from the log");
         }

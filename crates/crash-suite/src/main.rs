@@ -1,7 +1,7 @@
 //! The crash-consistency and fault suite: `cargo xtask crash [--soak]`.
 //!
-//! Layers (docs/durability.md): 1 corruption matrix, 2 simulated power loss, 2b
-//! crashes over several generations (recover, append, crash
+//! Layers (docs/durability.md): 1 corruption matrix, 2 simulated power loss, 2c
+//! simulated power loss under the replicated log's store, 2b crashes over several generations (recover, append, crash
 //! again), 3 real SIGKILLs, 4 sync failure, 5 disk full. Layers 6 (fuzzing)
 //! and 7 (loom models) are run by `cargo xtask crash` around this binary. Each
 //! layer prints one line with its figure; the exit code is non-zero if any fails.
@@ -21,6 +21,7 @@ mod kill;
 #[cfg(planted_bugs)]
 mod planted;
 mod power_loss;
+mod raft_power_loss;
 mod sync_failure;
 
 fn arg(args: &[String], name: &str) -> Option<String> {
@@ -123,6 +124,28 @@ fn main() -> ExitCode {
                 p.lost,
                 p.garbage,
                 p.open_errors,
+                t0.elapsed()
+            ),
+        );
+    }
+
+    if layer_wanted("raft-power-loss") {
+        // 2c. Simulated power loss under the replicated log's store.
+        let t0 = Instant::now();
+        let mut r = raft_power_loss::Tally::default();
+        let runs = 16 * scale as u64;
+        for s in 0..runs {
+            r.add(raft_power_loss::run_seed(seed + 7000 + s, 8, false));
+        }
+        report(
+            r.violations() == 0 && r.states >= 10_000 * scale as u64,
+            format!(
+                "raft-power-loss (commitlog-raft: entries, index, vote, purges on one simulated disk): {} crash states over {runs} runs, {} entries acked, {} acked lost, {} garbage, {} failed opens ({:.1?})",
+                r.states,
+                r.acked,
+                r.lost,
+                r.garbage,
+                r.open_errors,
                 t0.elapsed()
             ),
         );

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use mapped_file::planted::{activate, Bug};
 
-use crate::{generations, power_loss};
+use crate::{generations, power_loss, raft_power_loss};
 
 /// A planted bug, the layer that must catch it, and the check that runs it.
 type Case = (Bug, &'static str, fn(u64, Bug) -> bool);
@@ -15,8 +15,9 @@ type Case = (Bug, &'static str, fn(u64, Bug) -> bool);
 /// Runs every planted bug against its layer; fails if any goes unnoticed.
 pub fn run(seed: u64) -> ExitCode {
     let t0 = Instant::now();
-    let cases: [Case; 5] = [
+    let cases: [Case; 6] = [
         (Bug::AckBeforeSync, "power-loss", power_loss_catches),
+        (Bug::AckBeforeSync, "raft-power-loss", raft_power_loss_catches),
         (Bug::RetryAfterFailedSync, "power-loss", power_loss_catches),
         (Bug::RecoveryWithoutCrc, "power-loss", power_loss_catches),
         (Bug::CheckpointAheadOfData, "power-loss", power_loss_catches),
@@ -33,7 +34,7 @@ pub fn run(seed: u64) -> ExitCode {
         }
     }
     println!(
-        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; generations: truncation leaves the tail) ({:.1?})",
+        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync; generations: truncation leaves the tail) ({:.1?})",
         cases.len() - missed.len(),
         cases.len(),
         t0.elapsed()
@@ -54,6 +55,10 @@ fn power_loss_catches(seed: u64, bug: Bug) -> bool {
     let runs = if bug == Bug::CheckpointAheadOfData { 200 } else { 12 };
     (0..runs)
         .any(|s| power_loss::run_seed(seed + 1000 + s, 16, bug == Bug::RetryAfterFailedSync, true).violations() > 0)
+}
+
+fn raft_power_loss_catches(seed: u64, _: Bug) -> bool {
+    (0..8).any(|s| raft_power_loss::run_seed(seed + 11_000 + s, 4, true).violations() > 0)
 }
 
 fn generations_catches(seed: u64, _: Bug) -> bool {

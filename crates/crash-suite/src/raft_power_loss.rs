@@ -1,0 +1,227 @@
+//! Layer 2c: simulated power loss under the replicated log's store
+//! (`commitlog-raft`). The store's commit log, index and meta file all live on
+//! one `SimStorage`; a writer appends entries through openraft's interface
+//! (`blocking_append`: an append counts once its durability callback fired),
+//! saves a vote and purges a prefix now and then. After every write and sync the
+//! storage sends a snapshot; crash images of it are opened as a restarted node
+//! would open its store and checked: the vote saved, every entry acknowledged by
+//! then (above the purged id) present, contiguous, and the entry that was
+//! written at its index (no garbage, no hole).
+
+use std::io::Cursor;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+use commitlog::FlushConfig;
+use commitlog_raft::{RaftLogStore, RaftStoreConfig};
+use mapped_file::sim::SimSnapshot;
+use mapped_file::Storage;
+use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftLogReader, Vote};
+
+use crate::common::*;
+
+openraft::declare_raft_types!(
+    /// Entries carry a string naming their own term and index.
+    pub TypeConfig:
+        D = String,
+        R = (),
+);
+
+const STORE: &str = "/sim-raft";
+
+/// Tally of one run.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Tally {
+    pub states: u64,
+    pub acked: u64,
+    pub lost: u64,
+    pub garbage: u64,
+    pub open_errors: u64,
+}
+
+impl Tally {
+    pub fn violations(&self) -> u64 {
+        self.lost + self.garbage + self.open_errors
+    }
+
+    pub fn add(&mut self, o: Tally) {
+        self.states += o.states;
+        self.acked += o.acked;
+        self.lost += o.lost;
+        self.garbage += o.garbage;
+        self.open_errors += o.open_errors;
+    }
+}
+
+fn config() -> RaftStoreConfig {
+    let mut config = RaftStoreConfig::default();
+    config.log.mapped_file_size_commit_log = 16 * 1024;
+    config.log.max_message_size = 2048;
+    config.log.preallocate_next_segment = false;
+    config.log.checkpoint_interval_ms = 1;
+    config.log.flush = FlushConfig { flush_interval_commit_log_ms: 3_600_000, ..FlushConfig::default() };
+    config.index = consume_queue::ConsumeQueueConfig {
+        preallocate_next_segment: false,
+        ..consume_queue::ConsumeQueueConfig::with_entries_per_segment(1024)
+    };
+    config
+}
+
+fn log_id(term: u64, index: u64) -> LogId<u64> {
+    LogId::new(CommittedLeaderId::new(term, 1), index)
+}
+
+/// The payload written for (term, index): checkable after recovery.
+fn payload(term: u64, index: u64, len: usize) -> String {
+    let mut s = format!("{term}:{index}:");
+    while s.len() < len {
+        s.push(char::from(b'a' + (index as u8 + s.len() as u8) % 26));
+    }
+    s
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime")
+}
+
+/// What was acknowledged, with the storage event count when it was.
+#[derive(Default)]
+struct Acked {
+    /// (last acknowledged index, event).
+    entries: Vec<(u64, u64)>,
+    /// Event at which the vote was saved.
+    vote: Option<u64>,
+}
+
+/// One run under one seed. `stop_at_first` ends at the first violation.
+pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tally {
+    let mut rng = Rng(seed);
+    let path = write_without_mmap(seed);
+    let sim = sim_storage(path);
+    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+    let store =
+        RaftLogStore::<TypeConfig>::open_with_storage(STORE, config(), Arc::clone(&storage), Arc::clone(&storage))
+            .expect("open");
+    let (tx, rx) = mpsc::sync_channel::<SimSnapshot>(256);
+    let acked: Arc<Mutex<Acked>> = Arc::default();
+    sim.set_snapshot_sink(Some(tx));
+
+    let checker = {
+        let acked = Arc::clone(&acked);
+        let mut rng = Rng(seed ^ 0xBEEF);
+        std::thread::spawn(move || {
+            let rt = runtime();
+            let mut tally = Tally::default();
+            for snapshot in rx {
+                if stop_at_first && tally.violations() > 0 {
+                    continue; // drain so the writer never blocks
+                }
+                let (last_acked, vote_acked) = {
+                    let acked = acked.lock().expect("acked");
+                    let last = acked.entries.iter().filter(|(_, e)| *e <= snapshot.event).map(|(i, _)| *i).max();
+                    (last, acked.vote.is_some_and(|e| e <= snapshot.event))
+                };
+                tally.add(crash_states(&rt, &snapshot, last_acked, vote_acked, images_per_point, &mut rng, path));
+            }
+            tally
+        })
+    };
+
+    let rt = runtime();
+    rt.block_on(async {
+        let mut store = store;
+        store.save_vote(&Vote::new(3, 1)).await.expect("vote");
+        // The event count first: never ask the storage while holding `acked`
+        // (a storage event may be waiting on the checker, which waits on `acked`).
+        let event = sim.event_count();
+        acked.lock().expect("acked").vote = Some(event);
+        let mut next = 1u64;
+        for round in 0..40u64 {
+            let n = rng.range(1, 9);
+            let entries: Vec<Entry<TypeConfig>> = (next..next + n)
+                .map(|i| Entry {
+                    log_id: log_id(3, i),
+                    payload: EntryPayload::Normal(payload(3, i, rng.range(10, 900) as usize)),
+                })
+                .collect();
+            if store.blocking_append(entries).await.is_err() {
+                break;
+            }
+            next += n;
+            let event = sim.event_count();
+            acked.lock().expect("acked").entries.push((next - 1, event));
+            if round % 13 == 12 {
+                let upto = next / 3;
+                store.purge(log_id(3, upto)).await.expect("purge");
+            }
+        }
+        store.shutdown().expect("shutdown");
+    });
+    sim.set_snapshot_sink(None);
+    let mut tally = checker.join().expect("checker");
+    tally.acked = acked.lock().expect("acked").entries.last().map_or(0, |(i, _)| *i);
+    tally
+}
+
+fn crash_states(
+    rt: &tokio::runtime::Runtime,
+    snapshot: &SimSnapshot,
+    last_acked: Option<u64>,
+    vote_acked: bool,
+    images: usize,
+    rng: &mut Rng,
+    path: bool,
+) -> Tally {
+    let dirty = snapshot.dirty_sectors();
+    let masks: Vec<u64> = if dirty <= 4 {
+        (0..1u64 << dirty).collect()
+    } else {
+        let mut m = vec![0, u64::MAX];
+        m.extend((0..images).map(|_| rng.next()));
+        m
+    };
+    let mut tally = Tally::default();
+    for mask in masks {
+        tally.states += 1;
+        let image: Arc<dyn Storage> = Arc::new(crash_image(snapshot, mask, path));
+        let Ok(mut store) =
+            RaftLogStore::<TypeConfig>::open_with_storage(STORE, config(), Arc::clone(&image), Arc::clone(&image))
+        else {
+            tally.open_errors += 1;
+            continue;
+        };
+        rt.block_on(async {
+            let Ok(state) = store.get_log_state().await else {
+                tally.open_errors += 1;
+                return;
+            };
+            if vote_acked && store.read_vote().await.ok().flatten() != Some(Vote::new(3, 1)) {
+                tally.lost += 1;
+            }
+            let entries = match store.try_get_log_entries(0..u64::MAX).await {
+                Ok(entries) => entries,
+                Err(_) => {
+                    tally.garbage += 1;
+                    return;
+                }
+            };
+            let first = state.last_purged_log_id.map_or(1, |p| p.index + 1);
+            for (k, entry) in entries.iter().enumerate() {
+                let want_index = first + k as u64;
+                let intact = entry.log_id == log_id(3, want_index)
+                    && matches!(&entry.payload, EntryPayload::Normal(p) if p.starts_with(&format!("3:{want_index}:")));
+                if !intact {
+                    tally.garbage += 1;
+                    return;
+                }
+            }
+            let last = entries.last().map_or(first - 1, |e| e.log_id.index);
+            if let Some(acked) = last_acked {
+                tally.lost += acked.saturating_sub(last);
+            }
+        });
+        drop(store);
+    }
+    tally
+}
