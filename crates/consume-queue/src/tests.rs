@@ -97,33 +97,38 @@ fn truncation_and_front_deletion_keep_the_rest() {
     assert_eq!(cq.get(2100).unwrap().unwrap().tag, 99, "the truncated entry never comes back");
 }
 
-#[test]
-fn a_crash_hole_ends_the_queue_and_repair_puts_back_what_the_log_holds() {
-    // The log: one record per entry, its body the entry's index.
-    let sim = SimStorage::new();
-    let log_config = CommitLogConfig::builder()
+/// A sync-flush log of small segments.
+fn log_config() -> CommitLogConfig {
+    CommitLogConfig::builder()
         .mapped_file_size_commit_log(64 * 1024)
         .max_message_size(1024)
         .flush_disk_type(FlushDiskType::SyncFlush)
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+/// Appends one durable record per index, its body the index, and indexes it.
+fn append_indexed(log: &CommitLog, cq: &ConsumeQueue, indexes: std::ops::Range<u64>) {
+    for i in indexes {
+        let put = log.append(&i.to_le_bytes()).unwrap();
+        put.durability.wait().unwrap();
+        let size = u32::try_from(log.read(put.wrote_offset).unwrap().size).unwrap();
+        cq.put(i, CqEntry { offset: put.wrote_offset, size, tag: 0 }).unwrap();
+    }
+}
+
+#[test]
+fn a_crash_hole_ends_the_queue_and_repair_puts_back_what_the_log_holds() {
+    // The log: one record per entry, its body the entry's index.
+    let sim = SimStorage::new();
+    let log_config = log_config();
     let storage: Arc<dyn Storage> = Arc::new(sim.clone());
     let log = CommitLog::open_with_storage("/log", log_config.clone(), Arc::clone(&storage)).unwrap();
     let cq = open(&sim);
-    for i in 0..1500u64 {
-        let put = log.append(&i.to_le_bytes()).unwrap();
-        put.durability.wait().unwrap();
-        let size = u32::try_from(log.read(put.wrote_offset).unwrap().size).unwrap();
-        cq.put(i, CqEntry { offset: put.wrote_offset, size, tag: 0 }).unwrap();
-    }
+    append_indexed(&log, &cq, 0..1500);
     cq.flush().unwrap();
     // More entries, not flushed; then the power goes, keeping every other dirty sector.
-    for i in 1500..1800u64 {
-        let put = log.append(&i.to_le_bytes()).unwrap();
-        put.durability.wait().unwrap();
-        let size = u32::try_from(log.read(put.wrote_offset).unwrap().size).unwrap();
-        cq.put(i, CqEntry { offset: put.wrote_offset, size, tag: 0 }).unwrap();
-    }
+    append_indexed(&log, &cq, 1500..1800);
     let mut n = 0;
     sim.fail_all_syncs(true);
     drop(cq);
@@ -165,20 +170,10 @@ fn bad_configs_are_refused() {
 /// A log of `n` records whose bodies are their index, and a queue indexing them,
 /// both shut down cleanly on one simulated disk.
 fn indexed_log(sim: &SimStorage, n: u64) -> CommitLogConfig {
-    let log_config = CommitLogConfig::builder()
-        .mapped_file_size_commit_log(64 * 1024)
-        .max_message_size(1024)
-        .flush_disk_type(FlushDiskType::SyncFlush)
-        .build()
-        .unwrap();
+    let log_config = log_config();
     let log = CommitLog::open_with_storage("/log", log_config.clone(), Arc::new(sim.clone())).unwrap();
     let cq = open(sim);
-    for i in 0..n {
-        let put = log.append(&i.to_le_bytes()).unwrap();
-        put.durability.wait().unwrap();
-        let size = u32::try_from(log.read(put.wrote_offset).unwrap().size).unwrap();
-        cq.put(i, CqEntry { offset: put.wrote_offset, size, tag: 0 }).unwrap();
-    }
+    append_indexed(&log, &cq, 0..n);
     cq.shutdown().unwrap();
     log.shutdown().unwrap();
     log_config

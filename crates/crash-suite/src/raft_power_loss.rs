@@ -30,29 +30,8 @@ openraft::declare_raft_types!(
 
 const STORE: &str = "/sim-raft";
 
-/// Tally of one run.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Tally {
-    pub states: u64,
-    pub acked: u64,
-    pub lost: u64,
-    pub garbage: u64,
-    pub open_errors: u64,
-}
-
-impl Tally {
-    pub fn violations(&self) -> u64 {
-        self.lost + self.garbage + self.open_errors
-    }
-
-    pub fn add(&mut self, o: Tally) {
-        self.states += o.states;
-        self.acked += o.acked;
-        self.lost += o.lost;
-        self.garbage += o.garbage;
-        self.open_errors += o.open_errors;
-    }
-}
+/// The power-loss layer's tally: states, acknowledged, lost, garbage, failed opens.
+pub use crate::power_loss::Tally;
 
 fn config() -> RaftStoreConfig {
     let mut config = RaftStoreConfig::default();
