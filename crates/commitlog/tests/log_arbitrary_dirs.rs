@@ -118,14 +118,16 @@ fn exercise(dir: &Path, segment_size: usize) {
         }
     }
     let _ = inspect::store_files(dir);
-    let config = CommitLogConfig::builder()
-        .write_without_mmap(common::write_without_mmap())
-        .mapped_file_size_commit_log(segment_size)
-        .max_message_size(1024)
-        .flush_disk_type(FlushDiskType::SyncFlush)
-        .flush(FlushConfig { sync_flush_timeout_ms: 2000, ..FlushConfig::default() })
-        .build()
-        .unwrap();
+    let config = common::without_disk_rules(
+        CommitLogConfig::builder()
+            .write_without_mmap(common::write_without_mmap())
+            .mapped_file_size_commit_log(segment_size)
+            .max_message_size(1024)
+            .flush_disk_type(FlushDiskType::SyncFlush)
+            .flush(FlushConfig { sync_flush_timeout_ms: 2000, ..FlushConfig::default() })
+            .build()
+            .unwrap(),
+    );
     let Ok(log) = CommitLog::open(dir, config) else { return };
     for record in log.iter_from(log.min_offset()).take(10_000) {
         if record.is_err() {

@@ -64,14 +64,16 @@ fn a_custom_policy_in_the_config_decides_when_the_log_flushes() {
         policy: PolicyChoice::Custom(factory.clone()),
         ..FlushConfig::default()
     };
-    let config = CommitLogConfig::builder()
-        .write_without_mmap(common::write_without_mmap())
-        .mapped_file_size_commit_log(1 << 20)
-        .max_message_size(4096)
-        .flush_disk_type(FlushDiskType::AsyncFlush)
-        .flush(flush)
-        .build()
-        .unwrap();
+    let config = common::without_disk_rules(
+        CommitLogConfig::builder()
+            .write_without_mmap(common::write_without_mmap())
+            .mapped_file_size_commit_log(1 << 20)
+            .max_message_size(4096)
+            .flush_disk_type(FlushDiskType::AsyncFlush)
+            .flush(flush)
+            .build()
+            .unwrap(),
+    );
     let dir = tempfile::tempdir().unwrap();
     let log = CommitLog::open(dir.path(), config).unwrap();
     assert_eq!(factory.made.load(Ordering::Acquire), 1, "the log asked the factory for its flush policy");

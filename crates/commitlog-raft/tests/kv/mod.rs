@@ -15,9 +15,13 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::RwLock;
 
 /// A store configuration for tests: small segments, so a few hundred entries
-/// span several of them.
+/// span several of them, and no disk-space rule (the tests must not depend on
+/// how full the machine's disk is).
 pub fn small_config(segment_bytes: usize) -> commitlog_raft::RaftStoreConfig {
     let mut config = commitlog_raft::RaftStoreConfig::default();
+    config.log.disk_space_warning_level_ratio = 100;
+    config.log.disk_max_used_space_ratio = 100;
+    config.log.clean_file_forcibly_enable = false;
     config.log.mapped_file_size_commit_log = segment_bytes;
     config.log.max_message_size = 16 << 10;
     config.index = consume_queue::ConsumeQueueConfig::with_entries_per_segment(1024);

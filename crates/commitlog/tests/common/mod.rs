@@ -45,6 +45,12 @@ pub fn config(flush_disk_type: FlushDiskType) -> CommitLogConfig {
         .checkpoint_interval_ms(50)
         .build()
         .unwrap();
+    without_disk_rules(config)
+}
+
+/// `config` with no disk-space rule: appends refused only on a full disk, and
+/// nothing deleted because space runs short.
+pub fn without_disk_rules(config: CommitLogConfig) -> CommitLogConfig {
     CommitLogConfig {
         disk_space_warning_level_ratio: 100,
         disk_max_used_space_ratio: 100,
