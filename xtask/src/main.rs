@@ -327,9 +327,24 @@ fn number_arg(args: &[String], name: &str, default: u64) -> Result<u64, String> 
 }
 
 /// The leader-kill test on real processes; fails unless no committed entry was lost.
+/// Built with the test profile: `cargo test` has built the example that way
+/// already (and its optimisation makes the cluster's debug build fast enough).
 fn raft_kill(kills: u64) -> Result<(), String> {
     let kills = kills.to_string();
-    let args = ["run", "-q", "-p", "commitlog-raft", "--example", "raft-node", "--", "kill-test", "--kills", &kills];
+    let args = [
+        "run",
+        "-q",
+        "--profile",
+        "test",
+        "-p",
+        "commitlog-raft",
+        "--example",
+        "raft-node",
+        "--",
+        "kill-test",
+        "--kills",
+        &kills,
+    ];
     let out = cargo_output(&args, &[])?;
     let line = out.lines().rev().find(|l| l.contains("leader kills")).ok_or("raft-kill printed no result line")?;
     if line.contains(", 0 committed entries lost") {
