@@ -327,25 +327,15 @@ fn number_arg(args: &[String], name: &str, default: u64) -> Result<u64, String> 
 }
 
 /// The leader-kill test on real processes; fails unless no committed entry was lost.
-/// Built with the test profile: `cargo test` has built the example that way
-/// already (and its optimisation makes the cluster's debug build fast enough).
+/// The example is built as `cargo test --workspace` builds it (the test profile,
+/// the workspace's features), so in `ci` nothing is compiled again, and the test
+/// profile's optimisation keeps the cluster quick.
 fn raft_kill(kills: u64) -> Result<(), String> {
+    cargo(&["build", "-q", "--workspace", "--profile", "test", "--examples"], &[])?;
+    let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let exe = std::path::Path::new(&target).join("debug/examples/raft-node");
     let kills = kills.to_string();
-    let args = [
-        "run",
-        "-q",
-        "--profile",
-        "test",
-        "-p",
-        "commitlog-raft",
-        "--example",
-        "raft-node",
-        "--",
-        "kill-test",
-        "--kills",
-        &kills,
-    ];
-    let out = cargo_output(&args, &[])?;
+    let out = run_timed(Command::new(&exe), "raft-node", &["kill-test", "--kills", &kills], &[], true)?;
     let line = out.lines().rev().find(|l| l.contains("leader kills")).ok_or("raft-kill printed no result line")?;
     if line.contains(", 0 committed entries lost") {
         Ok(())
