@@ -290,17 +290,10 @@ where
     /// Flushes and closes the log and the index (what `Drop` of the last clone
     /// does too, with errors logged).
     pub fn shutdown(&self) -> Result<(), RaftStoreError> {
-        self.stop_notifier();
+        self.shared.stop_notifier();
         self.shared.index.shutdown()?;
         self.shared.log.shutdown()?;
         Ok(())
-    }
-
-    fn stop_notifier(&self) {
-        self.shared.jobs.lock().take();
-        if let Some(thread) = self.shared.notifier.lock().take() {
-            let _ = thread.join();
-        }
     }
 
     /// The entry at raft index `i`, if the store holds it.
@@ -418,8 +411,9 @@ fn notify_flushed<C: RaftTypeConfig>(jobs: std::sync::mpsc::Receiver<Job<C>>, sh
     }
 }
 
-impl<C: RaftTypeConfig> Drop for Shared<C> {
-    fn drop(&mut self) {
+impl<C: RaftTypeConfig> Shared<C> {
+    /// Closes the job queue and waits for the notifier to fire what it holds.
+    fn stop_notifier(&self) {
         self.jobs.lock().take();
         if let Some(thread) = self.notifier.lock().take() {
             // The notifier itself may hold the last reference for a moment.
@@ -427,6 +421,12 @@ impl<C: RaftTypeConfig> Drop for Shared<C> {
                 let _ = thread.join();
             }
         }
+    }
+}
+
+impl<C: RaftTypeConfig> Drop for Shared<C> {
+    fn drop(&mut self) {
+        self.stop_notifier();
         if let Err(err) = self.index.shutdown() {
             tracing::warn!(%err, "raft index: shutdown failed");
         }

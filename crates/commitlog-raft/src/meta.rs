@@ -168,7 +168,7 @@ fn write_committed<NID: NodeId>(shared: &Shared<NID>) {
                     return;
                 }
                 let next = durable_committed(&state);
-                if next != state.written.committed && next > state.written.committed {
+                if next > state.written.committed {
                     break next;
                 }
                 shared.changed.wait(&mut state);
