@@ -12,8 +12,9 @@
 //! - **Cleaning:** segments older than `file_reserved_time_ms` are deleted from the
 //!   front at the `delete_when` hours, or at any time once the used share passes
 //!   `disk_max_used_space_ratio`; past `disk_space_clean_forcibly_ratio` (with
-//!   `clean_file_forcibly_enable`) the oldest are deleted even if not expired. At
-//!   most `delete_file_batch_max` per run; never the last segment, never one
+//!   `clean_file_forcibly_enable`) the oldest are deleted even if not expired,
+//!   only as many as bring the disk back to that ratio (RocketMQ deletes a whole
+//!   batch, most of the log on a small disk). At most `delete_file_batch_max` per run; never the last segment, never one
 //!   holding bytes not yet durable, never past one that is kept (no hole). A
 //!   reader's zero-copy view of a deleted segment stays valid: the file is
 //!   unlinked at once and its mapping goes with the last view (RocketMQ's
@@ -82,30 +83,31 @@ impl DiskGuard {
     /// `disk_space_clean_forcibly_ratio` is marked full in the queue (no new
     /// segment goes there), and the log's used share is the least of them (as
     /// RocketMQ's: while one disk has room, new segments go there). Sets the
-    /// flag, full at or above the limit, and returns that share with the
-    /// directory it belongs to. A storage that cannot tell never makes the log
-    /// full.
-    pub(crate) fn check(&self, storage: &dyn Storage, queue: &SegmentQueue) -> Option<(f64, PathBuf)> {
-        let mut least: Option<(f64, PathBuf)> = None;
+    /// flag, full at or above the limit, and returns that look. A storage that
+    /// cannot tell never makes the log full.
+    pub(crate) fn check(&self, storage: &dyn Storage, queue: &SegmentQueue) -> Option<DiskLook> {
+        let mut least: Option<DiskLook> = None;
         for dir in queue.dirs().iter().filter(|d| !d.read_only) {
-            let used = match storage.disk_space(&dir.path) {
-                Ok(Some(space)) => space.used_percent(),
+            let space = match storage.disk_space(&dir.path) {
+                Ok(Some(space)) => space,
                 Ok(None) => return None,
                 Err(err) => {
                     tracing::warn!(dir = %dir.path.display(), %err, "cannot read the disk's free space");
                     return None;
                 }
             };
+            let used = space.used_percent();
             let dir_full = used > self.dir_full_percent;
             queue.set_dir_full(&dir.path, dir_full);
             if dir_full && queue.dirs().len() > 1 {
                 tracing::debug!(dir = %dir.path.display(), used, "segment directory full: new segments go elsewhere");
             }
-            if least.as_ref().is_none_or(|(l, _)| used < *l) {
-                least = Some((used, dir.path.clone()));
+            if least.as_ref().is_none_or(|l| used < l.used_percent) {
+                least = Some(DiskLook { used_percent: used, dir: dir.path.clone(), space });
             }
         }
-        let (used, dir) = least?;
+        let look = least?;
+        let (used, dir) = (look.used_percent, &look.dir);
         self.used_percent.store(used.to_bits(), Ordering::Relaxed);
         *self.used_dir.lock() = Some(dir.clone());
         let limit_percent = self.limit_percent;
@@ -117,7 +119,33 @@ impl DiskGuard {
                 tracing::info!(dir = %dir.display(), used, limit_percent, "disk space back: appends are accepted");
             }
         }
-        Some((used, dir))
+        Some(look)
+    }
+}
+
+/// One look at the disk of a segment directory.
+#[derive(Debug, Clone)]
+pub(crate) struct DiskLook {
+    /// The used share, in percent ([`DiskSpace::used_percent`](mapped_file::DiskSpace::used_percent)).
+    pub(crate) used_percent: f64,
+    /// The directory looked at.
+    pub(crate) dir: PathBuf,
+    /// What the storage said.
+    pub(crate) space: mapped_file::DiskSpace,
+}
+
+impl DiskLook {
+    /// Bytes to free to bring the used share down to `limit_percent`, as the
+    /// share is counted (used bytes over used plus available ones).
+    pub(crate) fn bytes_over(&self, limit_percent: f64) -> u64 {
+        let used = self.space.total.saturating_sub(self.space.free);
+        let room = used.saturating_add(self.space.available);
+        // Whole bytes, rounded up: the share at the limit is allowed.
+        let allowed = (room as f64 * limit_percent / 100.0).floor();
+        let over = (used as f64 - allowed).max(0.0).ceil();
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // in 0..=used
+        let over = over as u64;
+        over.min(used)
     }
 }
 
@@ -182,9 +210,10 @@ impl Cleaner {
         }
     }
 
-    /// One run at `now_ms` with the disk `used` percent full (if known).
-    pub(crate) fn run(&self, queue: &SegmentQueue, used: Option<f64>, now_ms: u64) {
+    /// One run at `now_ms` after a look at the disk (if the storage can tell).
+    pub(crate) fn run(&self, queue: &SegmentQueue, look: Option<&DiskLook>, now_ms: u64) {
         self.runs.fetch_add(1, Ordering::Relaxed);
+        let used = look.map(|l| l.used_percent);
         let hour = usize::try_from(now_ms / 3_600_000 % 24).unwrap_or(0); // below 24
         let short = used.is_some_and(|u| u > self.max_used);
         // Space short: nothing kept as a spare, and the spares go.
@@ -203,10 +232,14 @@ impl Cleaner {
                 Err(err) => tracing::warn!(%err, "deleting expired segments failed"),
             }
         }
-        if let (Some(limit), Some(used)) = (self.forcibly, used) {
-            if used > limit {
-                // Oldest first, expired or not: every durable segment but the last.
-                match queue.delete_expired_file_by_time(0, u64::MAX, self.batch) {
+        if let (Some(limit), Some(look)) = (self.forcibly, look) {
+            // Oldest first, expired or not, only as many as bring the disk back to
+            // the limit: space that deleted segments still hold through a
+            // reader's view comes back when the view goes, and is not freed twice.
+            let over = look.bytes_over(limit).saturating_sub(queue.bytes_awaiting_release(&look.dir));
+            if look.used_percent > limit && over > 0 {
+                let used = look.used_percent;
+                match queue.delete_oldest_to_free(&look.dir, over, self.batch) {
                     Ok(0) => {}
                     Ok(n) => {
                         self.forced.fetch_add(n as u64, Ordering::Relaxed);
@@ -230,8 +263,8 @@ pub(crate) fn start_service(
 ) -> std::io::Result<ServiceThread> {
     // No run once shutdown has begun: it would delete segments under the final flush.
     ServiceThread::spawn_every("CleanCommitLogService", interval, move || {
-        let used = guard.check(&*storage, &queue).map(|(used, _)| used);
-        cleaner.run(&queue, used, mapped_file::epoch_ms(std::time::SystemTime::now()));
-        crate::metrics::state(used, queue.pool_buffers_available(), queue.segment_count());
+        let look = guard.check(&*storage, &queue);
+        cleaner.run(&queue, look.as_ref(), mapped_file::epoch_ms(std::time::SystemTime::now()));
+        crate::metrics::state(look.map(|l| l.used_percent), queue.pool_buffers_available(), queue.segment_count());
     })
 }

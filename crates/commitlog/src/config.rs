@@ -99,8 +99,8 @@ pub struct CommitLogConfig {
     /// deleted at any hour, and none is kept as a spare (`diskMaxUsedSpaceRatio`, 75).
     pub disk_max_used_space_ratio: u32,
     /// Used share, in percent, above which the oldest segments are deleted even
-    /// if they have not expired, when `clean_file_forcibly_enable`
-    /// (`diskSpaceCleanForciblyRatio`, 85).
+    /// if they have not expired, when `clean_file_forcibly_enable`: only as many
+    /// as bring the used share back to it (`diskSpaceCleanForciblyRatio`, 85).
     pub disk_space_clean_forcibly_ratio: u32,
     /// Delete unexpired segments when space runs short (`cleanFileForciblyEnable`, true).
     pub clean_file_forcibly_enable: bool,

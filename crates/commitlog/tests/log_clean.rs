@@ -117,8 +117,15 @@ fn short_space_deletes_expired_segments_at_any_hour_and_drops_spares() {
 #[test]
 fn very_short_space_deletes_the_oldest_unexpired_segments_in_budgets_never_the_last() {
     let (sim, records) = aged_store(0); // nothing expired
-    sim.set_disk_space(space(87)); // above the forcible ratio (85), below the guard (90)
-    let config = CommitLogConfig { delete_file_batch_max: 1, ..config(&other_hour()) };
+                                        // 89 % used, below the guard (90); the forcible ratio (20) cannot be reached
+                                        // even with the last segment alone.
+    sim.set_disk_size(Some(4 * SEGMENT as u64 + SEGMENT as u64 / 2));
+    let config = CommitLogConfig {
+        delete_file_batch_max: 1,
+        disk_max_used_space_ratio: 15,
+        disk_space_clean_forcibly_ratio: 20,
+        ..config(&other_hour())
+    };
     let log = CommitLog::open_with_storage(DIR, config, Arc::new(sim.clone())).unwrap();
     // A reader holds a record of the first segment: its view survives the deletion.
     let (first_offset, first_body) = &records[0];
@@ -163,4 +170,54 @@ fn shutdown_does_not_run_the_cleaning_service_once_more() {
     let reopened = CommitLog::open_with_storage(DIR, config, storage).unwrap();
     assert_eq!(common::bodies(&reopened).len(), records.len(), "nothing deleted");
     reopened.shutdown().unwrap();
+}
+
+/// A store of four segments on a simulated disk of four and a half: 89 % used,
+/// above the forcible ratio (85); one segment deleted brings it to 67 %.
+fn store_on_a_small_disk() -> (SimStorage, Vec<(u64, Vec<u8>)>) {
+    let (sim, records) = aged_store(0); // nothing expired
+    assert_eq!(sim.snapshot().files.iter().filter(|f| f.durable.len() == SEGMENT).count(), 4);
+    sim.set_disk_size(Some(4 * SEGMENT as u64 + SEGMENT as u64 / 2));
+    (sim, records)
+}
+
+#[test]
+fn forcible_cleaning_deletes_only_what_brings_the_disk_back_below_the_ratio() {
+    // It deleted every segment but the last in one run (RocketMQ's batch): on a
+    // small disk, most of the log, and the newest records with it when the
+    // last segment had just begun.
+    let (sim, records) = store_on_a_small_disk();
+    let log = CommitLog::open_with_storage(DIR, config(&other_hour()), Arc::new(sim.clone())).unwrap();
+    wait_runs(&log, 1000, |l| l.clean_stats().forcibly_deleted > 0);
+    wait_runs(&log, 20, |_| false);
+    let stats = log.clean_stats();
+    assert_eq!(stats.forcibly_deleted, 1, "one segment is enough: {stats:?}");
+    assert_eq!(log.min_offset(), SEGMENT as u64);
+    assert!(log.disk_used_percent().unwrap() < 85.0);
+    for (offset, b) in records.iter().filter(|(o, _)| *o >= SEGMENT as u64) {
+        assert_eq!(&log.read(*offset).unwrap().body[..], &b[..]);
+    }
+    log.shutdown().unwrap();
+}
+
+#[test]
+fn space_a_reader_still_holds_is_not_freed_twice() {
+    // A deleted segment's blocks stay in use while a view of its bytes is alive:
+    // the next look still sees the disk full, and must not delete another
+    // segment for space that is already on its way back.
+    let (sim, records) = store_on_a_small_disk();
+    let log = CommitLog::open_with_storage(DIR, config(&other_hour()), Arc::new(sim.clone())).unwrap();
+    let (first_offset, first_body) = &records[0];
+    let held = log.read(*first_offset).unwrap();
+    wait_runs(&log, 1000, |l| l.clean_stats().forcibly_deleted > 0);
+    wait_runs(&log, 20, |_| false);
+    assert!(log.disk_used_percent().unwrap() > 85.0, "the view holds the deleted segment's space");
+    assert_eq!(log.clean_stats().forcibly_deleted, 1, "{:?}", log.clean_stats());
+    assert_eq!(&held.body[..], &first_body[..]);
+    drop(held);
+    wait_runs(&log, 1000, |l| l.disk_used_percent().is_some_and(|u| u < 85.0));
+    wait_runs(&log, 20, |_| false);
+    assert_eq!(log.clean_stats().forcibly_deleted, 1, "{:?}", log.clean_stats());
+    assert_eq!(log.min_offset(), SEGMENT as u64);
+    log.shutdown().unwrap();
 }

@@ -193,6 +193,21 @@ pub fn is_due(done: usize, target: usize, file_size: usize, least_pages: usize) 
     (target / OS_PAGE_SIZE).saturating_sub(done / OS_PAGE_SIZE) >= least_pages
 }
 
+/// Whether a segment's mapping is still held ([`MappedFile::mapping_watch`]).
+///
+/// A deleted file's blocks are freed only when its mapping goes, which is when
+/// the segment and the last view of its bytes are dropped: until then the disk
+/// space it held is still in use.
+#[derive(Debug, Clone)]
+pub struct MappingWatch(std::sync::Weak<raw::Region>);
+
+impl MappingWatch {
+    /// True while the segment or a view of its bytes holds the mapping.
+    pub fn is_mapped(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+}
+
 /// One segment. `Send + Sync`: share it behind an `Arc`.
 #[derive(Debug)]
 pub struct MappedFile {
@@ -296,6 +311,14 @@ impl MappedFile {
     /// Size in bytes.
     pub fn file_size(&self) -> usize {
         self.region.len()
+    }
+
+    /// A watch on the segment's mapping: it tells whether the mapping (and with
+    /// it the file's disk space, once the file is deleted) is still held, by this
+    /// value or by any reader's view of its bytes. Holding the watch keeps
+    /// nothing alive.
+    pub fn mapping_watch(&self) -> MappingWatch {
+        MappingWatch(Arc::downgrade(&self.region))
     }
 
     /// Absolute offset one past the file's last byte (`fileFromOffset + fileSize`).

@@ -121,6 +121,11 @@ struct SimState {
     disk_space: Option<crate::DiskSpace>,
     /// Space reported for paths under a directory, overriding `disk_space`.
     disk_space_of: Vec<(PathBuf, Option<crate::DiskSpace>)>,
+    /// A simulated disk of this many bytes whose used space is the files'
+    /// (`set_disk_size`), when no space is set for the path.
+    disk_size: Option<u64>,
+    /// Bytes of removed segment files whose segment is still open (mapped).
+    unlinked_open: u64,
     sink: Option<std::sync::mpsc::SyncSender<SimSnapshot>>,
 }
 
@@ -230,6 +235,16 @@ impl SimStorage {
         let mut state = self.state.lock();
         state.disk_space_of.retain(|(d, _)| d != dir);
         state.disk_space_of.push((dir.to_path_buf(), space));
+    }
+
+    /// Makes [`Storage::disk_space`] report a disk of `size` bytes (`None`: none)
+    /// for paths that [`set_disk_space`](Self::set_disk_space) and
+    /// [`set_disk_space_of`](Self::set_disk_space_of) leave unknown: its used
+    /// bytes are every file's length, and, as on a real file system, those of a
+    /// removed segment whose mapping is still held (its blocks are freed when
+    /// the segment is dropped, with the last view of its bytes).
+    pub fn set_disk_size(&self, size: Option<u64>) {
+        self.state.lock().disk_size = size;
     }
 
     /// True when segments are written through [`SegmentIo::write_at`].
@@ -396,7 +411,12 @@ impl Storage for SimStorage {
         let file_writes = state.write_without_mmap;
         Ok(OpenedSegment {
             memory,
-            io: Box::new(SimSegment { path: path.to_path_buf(), state: Arc::clone(&self.state), file_writes }),
+            io: Box::new(SimSegment {
+                path: path.to_path_buf(),
+                state: Arc::clone(&self.state),
+                file_writes,
+                unlinked: std::sync::atomic::AtomicU64::new(0),
+            }),
         })
     }
 
@@ -410,7 +430,12 @@ impl Storage for SimStorage {
         let file_writes = state.write_without_mmap;
         Ok(OpenedSegment {
             memory,
-            io: Box::new(SimSegment { path: path.to_path_buf(), state: Arc::clone(&self.state), file_writes }),
+            io: Box::new(SimSegment {
+                path: path.to_path_buf(),
+                state: Arc::clone(&self.state),
+                file_writes,
+                unlinked: std::sync::atomic::AtomicU64::new(0),
+            }),
         })
     }
 
@@ -436,7 +461,14 @@ impl Storage for SimStorage {
         let state = self.state.lock();
         let of_dir =
             state.disk_space_of.iter().filter(|(d, _)| dir.starts_with(d)).max_by_key(|(d, _)| d.as_os_str().len());
-        Ok(of_dir.map_or(state.disk_space, |(_, space)| *space))
+        let space = of_dir.map_or(state.disk_space, |(_, space)| *space);
+        Ok(space.or_else(|| {
+            state.disk_size.map(|total| {
+                let files: u64 = state.files.values().map(|f| f.cache.len() as u64).sum();
+                let free = total.saturating_sub(files + state.unlinked_open);
+                crate::DiskSpace { total, free, available: free }
+            })
+        }))
     }
 
     fn replace_small(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -456,6 +488,19 @@ struct SimSegment {
     state: Arc<Mutex<SimState>>,
     /// Written through `write_at` (write without mmap), not the memory.
     file_writes: bool,
+    /// The file's length once removed while this segment is open: counted as
+    /// used disk space until the segment is dropped.
+    unlinked: std::sync::atomic::AtomicU64,
+}
+
+impl Drop for SimSegment {
+    fn drop(&mut self) {
+        let unlinked = *self.unlinked.get_mut();
+        if unlinked > 0 {
+            let mut state = self.state.lock();
+            state.unlinked_open = state.unlinked_open.saturating_sub(unlinked);
+        }
+    }
 }
 
 impl fmt::Debug for SimSegment {
@@ -541,7 +586,11 @@ impl SegmentIo for SimSegment {
         if state.fail_removes {
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
-        state.files.remove(&self.path);
+        if let Some(file) = state.files.remove(&self.path) {
+            let len = file.cache.len() as u64;
+            state.unlinked_open += len;
+            self.unlinked.fetch_add(len, std::sync::atomic::Ordering::Relaxed);
+        }
         state.event();
         Ok(())
     }

@@ -190,6 +190,9 @@ pub struct SegmentQueue {
     store_timestamp: AtomicU64,
     pool: Option<TransientStorePool>,
     spares: Arc<Spares>,
+    /// Segments deleted from the front whose mapping a view may still hold:
+    /// their directory, size and mapping (see [`bytes_awaiting_release`](Self::bytes_awaiting_release)).
+    deleted_mapped: Mutex<Vec<(PathBuf, u64, mapped_file::MappingWatch)>>,
     allocator: Mutex<Option<Allocator>>,
     roll_lock: Mutex<()>,
     flush_lock: Mutex<()>,
@@ -352,6 +355,7 @@ impl SegmentQueue {
             store_timestamp: AtomicU64::new(0),
             pool,
             spares,
+            deleted_mapped: Mutex::new(Vec::new()),
             allocator: Mutex::new(allocator),
             roll_lock: Mutex::new(()),
             flush_lock: Mutex::new(()),
@@ -823,7 +827,41 @@ impl SegmentQueue {
         self.delete_from_front(max_batch, |f| f.file_end() <= offset.min(flushed))
     }
 
-    fn delete_from_front(&self, max_batch: usize, expired: impl Fn(&MappedFile) -> bool) -> Result<usize, QueueError> {
+    /// Deletes the oldest segments, expired or not, until `bytes` of segment files
+    /// in `dir` are deleted (a cleaning service freeing only the space it needs),
+    /// at most `max_batch` of them. The rules of
+    /// [`delete_expired_file_by_time`](Self::delete_expired_file_by_time) hold:
+    /// from the front only, never the last segment, never one holding bytes not
+    /// yet durable. Segments in other directories are deleted on the way when
+    /// they are older, but free nothing in `dir`. Returns how many were deleted.
+    pub fn delete_oldest_to_free(&self, dir: &Path, bytes: u64, max_batch: usize) -> Result<usize, QueueError> {
+        let flushed = self.flushed_where();
+        let mut freed = 0u64;
+        self.delete_from_front(max_batch, |f| {
+            if freed >= bytes || f.file_end() > flushed {
+                return false;
+            }
+            if f.path().parent() == Some(dir) {
+                freed = freed.saturating_add(u64::try_from(f.file_size()).unwrap_or(u64::MAX));
+            }
+            true
+        })
+    }
+
+    /// Bytes of segments in `dir` that were deleted from the front but whose
+    /// mapping a reader's view still holds: the file system frees them when the
+    /// last view goes, so a look at the disk still counts them as used.
+    pub fn bytes_awaiting_release(&self, dir: &Path) -> u64 {
+        let mut deleted = self.deleted_mapped.lock();
+        deleted.retain(|(_, _, watch)| watch.is_mapped());
+        deleted.iter().filter(|(d, _, _)| d == dir).fold(0u64, |sum, (_, size, _)| sum.saturating_add(*size))
+    }
+
+    fn delete_from_front(
+        &self,
+        max_batch: usize,
+        mut expired: impl FnMut(&MappedFile) -> bool,
+    ) -> Result<usize, QueueError> {
         let mut files = self.files.write();
         let mut count = 0;
         while count < max_batch && files.len() > 1 && expired(&files[0]) {
@@ -840,6 +878,15 @@ impl SegmentQueue {
                 if let Err(err) = file.destroy() {
                     files.insert(0, file);
                     return Err(err.into());
+                }
+                let dir = file.path().parent().map(Path::to_path_buf).unwrap_or_default();
+                let size = u64::try_from(file.file_size()).unwrap_or(u64::MAX);
+                let watch = file.mapping_watch();
+                drop(file);
+                if watch.is_mapped() {
+                    let mut deleted = self.deleted_mapped.lock();
+                    deleted.retain(|(_, _, w)| w.is_mapped());
+                    deleted.push((dir, size, watch));
                 }
             }
             count = count.saturating_add(1); // at most `max_batch`

@@ -239,6 +239,31 @@ fn expired_files_go_from_the_front_only_never_the_last_nor_past_a_live_one() {
 }
 
 #[test]
+fn deleting_to_free_space_stops_once_enough_is_gone_and_counts_views_still_held() {
+    let (_sim, storage) = sim();
+    let queue = SegmentQueue::load(storage, dir(), config(), None).unwrap();
+    for _ in 0..5 {
+        append(&queue, &[1; 10_000]);
+    }
+    let held = queue.read(0, 100).unwrap(); // a view of the first segment
+    assert_eq!(queue.delete_oldest_to_free(dir(), 1, 10).unwrap(), 0, "nothing durable yet");
+    queue.flush(0).unwrap();
+    assert_eq!(queue.delete_oldest_to_free(dir(), 1, 10).unwrap(), 1, "one byte: one segment");
+    assert_eq!(queue.bytes_awaiting_release(dir()), SIZE as u64, "the view holds the first segment's space");
+    assert_eq!(queue.bytes_awaiting_release(Path::new("/elsewhere")), 0);
+    assert_eq!(queue.delete_oldest_to_free(dir(), SIZE as u64 + 1, 10).unwrap(), 2);
+    assert_eq!(
+        queue.delete_oldest_to_free(Path::new("/elsewhere"), 1, 10).unwrap(),
+        1,
+        "frees nothing there: to the last"
+    );
+    assert_eq!(queue.segment_count(), 1, "the last file stays");
+    assert_eq!(queue.delete_oldest_to_free(dir(), u64::MAX, 10).unwrap(), 0);
+    drop(held);
+    assert_eq!(queue.bytes_awaiting_release(dir()), 0);
+}
+
+#[test]
 fn unflushed_files_are_not_deleted() {
     let (_sim, storage) = sim();
     let queue = SegmentQueue::load(storage, dir(), config(), None).unwrap();
