@@ -128,7 +128,8 @@ fn test() -> Result<(), String> {
         args.extend(["--test", target.as_str()]);
     }
     cargo(&args, &[("COMMITLOG_TEST_WRITE_WITHOUT_MMAP", "0")])?;
-    cargo(&["test", "-p", "commitlog", "--features", "serde", "--test", "config_toml"], &[])
+    // The same way for the one optional feature: the workspace build plus serde.
+    cargo(&["test", "--workspace", "--features", "commitlog/serde", "--test", "config_toml"], &[])
 }
 
 /// The commit log's integration tests that need no optional feature: every

@@ -349,6 +349,11 @@ impl CommitLog {
         }
         self.flush_all()?;
         let inner = &self.inner;
+        #[cfg(planted_bugs)]
+        if mapped_file::planted::is_active(mapped_file::planted::Bug::TruncateKeepsCheckpoint) {
+            // The planted bug: cut with the checkpoint still at the old end.
+            return inner.queue.truncate_dirty_files(offset).map_err(|e| self.writeable_or(e.into()));
+        }
         inner.checkpoint.lower_then(&*inner.storage, &inner.dir, offset, || {
             inner.queue.truncate_dirty_files(offset).map_err(|e| self.writeable_or(e.into()))
         })

@@ -140,7 +140,7 @@ fn main() -> ExitCode {
         report(
             r.violations() == 0 && r.states >= 10_000 * scale as u64,
             format!(
-                "raft-power-loss (commitlog-raft: entries, index, vote, purges on one simulated disk): {} crash states over {runs} runs, {} entries acked, {} acked lost, {} garbage, {} failed opens ({:.1?})",
+                "raft-power-loss (commitlog-raft: entries, index, vote, purges, truncations on one simulated disk): {} crash states over {runs} runs, {} entries acked, {} acked lost, {} garbage, {} failed opens ({:.1?})",
                 r.states,
                 r.acked,
                 r.lost,

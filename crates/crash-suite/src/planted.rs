@@ -15,13 +15,14 @@ type Case = (Bug, &'static str, fn(u64, Bug) -> bool);
 /// Runs every planted bug against its layer; fails if any goes unnoticed.
 pub fn run(seed: u64) -> ExitCode {
     let t0 = Instant::now();
-    let cases: [Case; 6] = [
+    let cases: [Case; 7] = [
         (Bug::AckBeforeSync, "power-loss", power_loss_catches),
         (Bug::AckBeforeSync, "raft-power-loss", raft_power_loss_catches),
         (Bug::RetryAfterFailedSync, "power-loss", power_loss_catches),
         (Bug::RecoveryWithoutCrc, "power-loss", power_loss_catches),
         (Bug::CheckpointAheadOfData, "power-loss", power_loss_catches),
         (Bug::TruncateLeavesTail, "generations", generations_catches),
+        (Bug::TruncateKeepsCheckpoint, "raft-power-loss", raft_power_loss_catches),
     ];
     let mut missed = Vec::new();
     for (bug, layer, catches) in cases {
@@ -34,7 +35,7 @@ pub fn run(seed: u64) -> ExitCode {
         }
     }
     println!(
-        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync; generations: truncation leaves the tail) ({:.1?})",
+        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync, truncation keeping the checkpoint; generations: truncation leaves the tail) ({:.1?})",
         cases.len() - missed.len(),
         cases.len(),
         t0.elapsed()

@@ -2,11 +2,14 @@
 //! (`commitlog-raft`). The store's commit log, index and meta file all live on
 //! one `SimStorage`; a writer appends entries through openraft's interface
 //! (`blocking_append`: an append counts once its durability callback fired),
-//! saves a vote and purges a prefix now and then. After every write and sync the
-//! storage sends a snapshot; crash images of it are opened as a restarted node
-//! would open its store and checked: the vote saved, every entry acknowledged by
-//! then (above the purged id) present, contiguous, and the entry that was
-//! written at its index (no garbage, no hole).
+//! saves a vote, purges a prefix now and then, and now and then truncates a
+//! suffix and goes on in a new term (a follower that meets a new leader). After
+//! every write and sync the storage sends a snapshot; crash images of it are
+//! opened as a restarted node would open its store and checked: the vote saved;
+//! the entries contiguous, each the one written for its own term and index, their
+//! terms never decreasing (no truncated entry after a newer one: a cut that came
+//! back); and every entry acknowledged by then and not truncated since (above the
+//! purged id) present with the term it was acknowledged in.
 
 use std::io::Cursor;
 use std::sync::mpsc;
@@ -64,13 +67,45 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime")
 }
 
+/// A write the store acknowledged.
+#[derive(Clone, Copy)]
+enum Op {
+    /// Entries `first..=last` of `term`, durable.
+    Appended { first: u64, last: u64, term: u64 },
+    /// Entries from `at` on removed (not necessarily durable); recorded with the
+    /// truncation's first event.
+    Truncated { at: u64 },
+}
+
 /// What was acknowledged, with the storage event count when it was.
 #[derive(Default)]
 struct Acked {
-    /// (last acknowledged index, event).
-    entries: Vec<(u64, u64)>,
+    /// In order, each with the event count when it returned.
+    ops: Vec<(Op, u64)>,
     /// Event at which the vote was saved.
     vote: Option<u64>,
+}
+
+impl Acked {
+    /// The term each index must hold in a crash image of `event`: what was
+    /// appended by then, less what was truncated by then.
+    fn expected_at(&self, event: u64) -> std::collections::BTreeMap<u64, u64> {
+        let mut expected = std::collections::BTreeMap::new();
+        for (op, _) in self.ops.iter().filter(|(_, e)| *e <= event) {
+            match *op {
+                Op::Appended { first, last, term } => expected.extend((first..=last).map(|i| (i, term))),
+                Op::Truncated { at } => drop(expected.split_off(&at)),
+            }
+        }
+        expected
+    }
+
+    fn entries_acked(&self) -> u64 {
+        self.ops
+            .iter()
+            .map(|(op, _)| if let Op::Appended { first, last, .. } = op { last - first + 1 } else { 0 })
+            .sum()
+    }
 }
 
 /// One run under one seed. `stop_at_first` ends at the first violation.
@@ -96,12 +131,11 @@ pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tall
                 if stop_at_first && tally.violations() > 0 {
                     continue; // drain so the writer never blocks
                 }
-                let (last_acked, vote_acked) = {
+                let (expected, vote_acked) = {
                     let acked = acked.lock().expect("acked");
-                    let last = acked.entries.iter().filter(|(_, e)| *e <= snapshot.event).map(|(i, _)| *i).max();
-                    (last, acked.vote.is_some_and(|e| e <= snapshot.event))
+                    (acked.expected_at(snapshot.event), acked.vote.is_some_and(|e| e <= snapshot.event))
                 };
-                tally.add(crash_states(&rt, &snapshot, last_acked, vote_acked, images_per_point, &mut rng, path));
+                tally.add(crash_states(&rt, &snapshot, &expected, vote_acked, images_per_point, &mut rng, path));
             }
             tally
         })
@@ -115,38 +149,57 @@ pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tall
         // (a storage event may be waiting on the checker, which waits on `acked`).
         let event = sim.event_count();
         acked.lock().expect("acked").vote = Some(event);
-        let mut next = 1u64;
+        let (mut next, mut term, mut purged) = (1u64, 3u64, 0u64);
         for round in 0..40u64 {
             let n = rng.range(1, 9);
             let entries: Vec<Entry<TypeConfig>> = (next..next + n)
                 .map(|i| Entry {
-                    log_id: log_id(3, i),
-                    payload: EntryPayload::Normal(payload(3, i, rng.range(10, 900) as usize)),
+                    log_id: log_id(term, i),
+                    payload: EntryPayload::Normal(payload(term, i, rng.range(10, 900) as usize)),
                 })
                 .collect();
             if store.blocking_append(entries).await.is_err() {
                 break;
             }
+            let op = Op::Appended { first: next, last: next + n - 1, term };
             next += n;
             let event = sim.event_count();
-            acked.lock().expect("acked").entries.push((next - 1, event));
+            acked.lock().expect("acked").ops.push((op, event));
             if round % 13 == 12 {
-                let upto = next / 3;
-                store.purge(log_id(3, upto)).await.expect("purge");
+                purged = purged.max(next / 3);
+                let purge_term = term_of(&mut store, purged).await;
+                store.purge(log_id(purge_term, purged)).await.expect("purge");
+            } else if round % 6 == 4 && next - 1 > purged + 1 {
+                // A new leader: the last few entries go, the next ones are its term's.
+                let at = rng.range((purged + 1).max(next.saturating_sub(12)), next);
+                // From its first storage event on, a crash may find the cut made:
+                // the entries from `at` on are no longer owed.
+                let cut_term = term_of(&mut store, at).await;
+                let event = sim.event_count() + 1;
+                acked.lock().expect("acked").ops.push((Op::Truncated { at }, event));
+                store.truncate(log_id(cut_term, at)).await.expect("truncate");
+                next = at;
+                term += 1;
             }
         }
         store.shutdown().expect("shutdown");
     });
     sim.set_snapshot_sink(None);
     let mut tally = checker.join().expect("checker");
-    tally.acked = acked.lock().expect("acked").entries.last().map_or(0, |(i, _)| *i);
+    tally.acked = acked.lock().expect("acked").entries_acked();
     tally
+}
+
+/// The term of the entry at `index`, as the store holds it.
+async fn term_of(store: &mut RaftLogStore<TypeConfig>, index: u64) -> u64 {
+    let entries = store.try_get_log_entries(index..=index).await.expect("read an entry");
+    entries.first().map(|e| e.log_id.leader_id.term).expect("the entry is there")
 }
 
 fn crash_states(
     rt: &tokio::runtime::Runtime,
     snapshot: &SimSnapshot,
-    last_acked: Option<u64>,
+    expected: &std::collections::BTreeMap<u64, u64>,
     vote_acked: bool,
     images: usize,
     rng: &mut Rng,
@@ -186,18 +239,24 @@ fn crash_states(
                 }
             };
             let first = state.last_purged_log_id.map_or(1, |p| p.index + 1);
+            let mut last_term = 0;
             for (k, entry) in entries.iter().enumerate() {
                 let want_index = first + k as u64;
-                let intact = entry.log_id == log_id(3, want_index)
-                    && matches!(&entry.payload, EntryPayload::Normal(p) if p.starts_with(&format!("3:{want_index}:")));
+                let term = entry.log_id.leader_id.term;
+                let intact = entry.log_id == log_id(term, want_index)
+                    && term >= last_term
+                    && matches!(&entry.payload, EntryPayload::Normal(p) if p.starts_with(&format!("{term}:{want_index}:")));
                 if !intact {
                     tally.garbage += 1;
                     return;
                 }
+                last_term = term;
             }
-            let last = entries.last().map_or(first - 1, |e| e.log_id.index);
-            if let Some(acked) = last_acked {
-                tally.lost += acked.saturating_sub(last);
+            for (index, term) in expected.range(first..) {
+                let held = entries.get((index - first) as usize).map(|e| e.log_id.leader_id.term);
+                if held != Some(*term) {
+                    tally.lost += 1;
+                }
             }
         });
         drop(store);

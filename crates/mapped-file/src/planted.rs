@@ -21,6 +21,9 @@ pub enum Bug {
     /// The commit log's checkpoint records the end of written data instead of the
     /// end of durable data: recovery trusts bytes a power cut took.
     CheckpointAheadOfData = 16,
+    /// `CommitLog::truncate_from` cuts the tail without lowering the checkpoint
+    /// first: recovery trusts the old end, past the cut.
+    TruncateKeepsCheckpoint = 32,
 }
 
 static ACTIVE: AtomicU8 = AtomicU8::new(0);
