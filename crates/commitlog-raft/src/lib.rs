@@ -118,15 +118,21 @@ pub enum RaftStoreError {
 #[derive(Debug, Clone)]
 pub struct RaftStoreConfig {
     /// The commit log's. It must flush synchronously (`SyncFlush`, waiting for
-    /// durability) and must not limit reads to durable records (openraft reads
-    /// what it appended before the callback, to replicate it).
+    /// durability), must not limit reads to durable records (openraft reads
+    /// what it appended before the callback, to replicate it), and must not
+    /// delete segments by itself: only openraft's `purge` may delete entries
+    /// (a segment deleted for its age or for disk space would take entries no
+    /// snapshot holds yet). So segments never expire (`file_reserved_time_ms`
+    /// `u64::MAX`) and `clean_file_forcibly_enable` is off; the disk-space guard
+    /// stays (appends fail with a storage error at `disk_space_warning_level_ratio`).
     pub log: CommitLogConfig,
     /// The index's.
     pub index: ConsumeQueueConfig,
 }
 
 impl Default for RaftStoreConfig {
-    /// 64 MiB log segments, 1 MiB bodies at most; the index's defaults.
+    /// 64 MiB log segments, 1 MiB bodies at most, no deletion but openraft's
+    /// purge; the index's defaults.
     fn default() -> Self {
         let log = CommitLogConfig {
             mapped_file_size_commit_log: 64 << 20,
@@ -134,6 +140,9 @@ impl Default for RaftStoreConfig {
             flush_disk_type: FlushDiskType::SyncFlush,
             wait_store_msg_ok: true,
             read_limit_to_flushed: false,
+            file_reserved_time_ms: u64::MAX,
+            delete_when: String::new(),
+            clean_file_forcibly_enable: false,
             ..CommitLogConfig::default()
         };
         RaftStoreConfig { log, index: ConsumeQueueConfig::default() }
@@ -226,6 +235,16 @@ where
         if config.log.read_limit_to_flushed {
             return Err(RaftStoreError::InvalidConfig {
                 reason: "read_limit_to_flushed must be off: openraft reads entries before they are durable".into(),
+            });
+        }
+        if config.log.file_reserved_time_ms != u64::MAX || config.log.clean_file_forcibly_enable {
+            return Err(RaftStoreError::InvalidConfig {
+                reason: format!(
+                    "the commit log must not delete segments by itself, only openraft's purge may: \
+                     file_reserved_time_ms must be u64::MAX (never expire; it is {}) and \
+                     clean_file_forcibly_enable false (it is {})",
+                    config.log.file_reserved_time_ms, config.log.clean_file_forcibly_enable
+                ),
             });
         }
         Ok(())

@@ -74,7 +74,8 @@ pub struct CommitLogConfig {
     /// (RocketMQ: every 1000 ms, and at shutdown).
     pub checkpoint_interval_ms: u64,
     /// How long segments are kept (`fileReservedTime`, 72 h), for
-    /// [`CommitLog::delete_expired_segments`](crate::CommitLog::delete_expired_segments).
+    /// [`CommitLog::delete_expired_segments`](crate::CommitLog::delete_expired_segments)
+    /// and the cleaning service. `u64::MAX`: segments never expire.
     pub file_reserved_time_ms: u64,
     /// How many expired segments to keep as spare files for new segments instead
     /// of deleting them (0, as RocketMQ: delete). A segment made from a spare has
