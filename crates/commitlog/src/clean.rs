@@ -218,13 +218,14 @@ impl Cleaner {
         let short = used.is_some_and(|u| u > self.max_used);
         // Space short: nothing kept as a spare, and the spares go.
         queue.set_keep_spares(!short);
-        if short {
-            queue.drop_spares();
-        }
+        // Something deleted in this run frees space the look did not see: the
+        // forcible step waits for the next run's look.
+        let mut freed_some = short && queue.drop_spares() > 0;
         if self.delete_hours[hour] || short {
             match queue.delete_expired_file_by_time(self.reserved_ms, now_ms, self.batch) {
                 Ok(0) => {}
                 Ok(n) => {
+                    freed_some = true;
                     self.expired.fetch_add(n as u64, Ordering::Relaxed);
                     crate::metrics::deleted(n, "expired");
                     tracing::info!(segments = n, used, "expired segments deleted");
@@ -232,7 +233,7 @@ impl Cleaner {
                 Err(err) => tracing::warn!(%err, "deleting expired segments failed"),
             }
         }
-        if let (Some(limit), Some(look)) = (self.forcibly, look) {
+        if let (Some(limit), Some(look), false) = (self.forcibly, look, freed_some) {
             // Oldest first, expired or not, only as many as bring the disk back to
             // the limit: space that deleted segments still hold through a
             // reader's view comes back when the view goes, and is not freed twice.

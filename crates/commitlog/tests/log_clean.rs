@@ -221,3 +221,21 @@ fn space_a_reader_still_holds_is_not_freed_twice() {
     assert_eq!(log.min_offset(), SEGMENT as u64);
     log.shutdown().unwrap();
 }
+
+#[test]
+fn expired_segments_deleted_first_spare_unexpired_ones_the_same_run_would_have_taken() {
+    // The look at the disk comes before the run's deletions: the forcible step
+    // computed its need from it after the expired ones had already freed enough.
+    let (sim, records) = aged_store(100); // the first two expired
+    sim.set_disk_size(Some(4 * SEGMENT as u64 + SEGMENT as u64 / 2)); // 89 %: past 75 and 85
+    let log = CommitLog::open_with_storage(DIR, config(&other_hour()), Arc::new(sim.clone())).unwrap();
+    wait_runs(&log, 1000, |l| l.clean_stats().expired_deleted == 2);
+    wait_runs(&log, 20, |_| false);
+    let stats = log.clean_stats();
+    assert_eq!((stats.expired_deleted, stats.forcibly_deleted), (2, 0), "{stats:?}");
+    assert_eq!(log.min_offset(), 2 * SEGMENT as u64);
+    for (offset, b) in records.iter().filter(|(o, _)| *o >= 2 * SEGMENT as u64) {
+        assert_eq!(&log.read(*offset).unwrap().body[..], &b[..]);
+    }
+    log.shutdown().unwrap();
+}
