@@ -203,6 +203,9 @@ impl ConsumeQueueConfig {
 /// What [`ConsumeQueue::repair`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RepairReport {
+    /// Entries at the front naming records the log deleted (below its first
+    /// offset): they expired with them, as after [`ConsumeQueue::delete_expired`].
+    pub entries_expired: u64,
     /// Entries dropped from the tail because the log does not hold their records.
     pub entries_dropped: u64,
     /// Records of the log put into the index.
@@ -489,6 +492,53 @@ impl ConsumeQueue {
         Ok(deleted)
     }
 
+    /// The first index whose entry names a record at or after `log_offset`
+    /// ([`next_index`](Self::next_index) if none does), by binary search: entries
+    /// name records in log order, as every queue over one log does. Gaps (indexes
+    /// with no entry) count as the entry after them.
+    pub fn first_index_at_or_after(&self, log_offset: u64) -> Result<u64, CqError> {
+        let (mut low, mut high) = (self.min_index(), self.next_index());
+        while low < high {
+            let mid = low.saturating_add(high.saturating_sub(low) / 2);
+            let mut k = mid;
+            let mut found = None;
+            while k < high && found.is_none() {
+                found = self.get(k)?;
+                if found.is_none() {
+                    k = k.saturating_add(1);
+                }
+            }
+            match found {
+                Some(entry) if entry.offset < log_offset => low = k.saturating_add(1),
+                _ => high = mid,
+            }
+        }
+        Ok(low)
+    }
+
+    /// Expires the entries naming records below `log_min_offset`, the log's first
+    /// offset once its cleaning deleted its oldest segments (RocketMQ's
+    /// `CleanConsumeQueueService`): the segments holding only such entries are
+    /// deleted (never the last), and the queue starts at the first entry the log
+    /// still holds, so expired entries read as none. Returns the segments
+    /// deleted. [`repair`](Self::repair) does the same at open.
+    pub fn delete_expired(&self, log_min_offset: u64) -> Result<usize, CqError> {
+        Ok(self.expire(log_min_offset)?.0)
+    }
+
+    /// [`delete_expired`](Self::delete_expired); also returns how many entries expired.
+    fn expire(&self, log_min_offset: u64) -> Result<(usize, u64), CqError> {
+        let was_first = self.min_index();
+        let first_live = self.first_index_at_or_after(log_min_offset)?;
+        let deleted = self.delete_before(first_live)?;
+        let _write = self.write.lock();
+        let mut range = self.range.lock();
+        let Some((first, next)) = *range else { return Ok((deleted, 0)) };
+        let new_first = first.max(first_live.min(next));
+        *range = Some((new_first, next));
+        Ok((deleted, new_first.saturating_sub(was_first)))
+    }
+
     /// Flushes every entry now; returns the flushed byte position.
     pub fn flush(&self) -> Result<u64, CqError> {
         Ok(self.queue.flush(0)?.to)
@@ -497,6 +547,8 @@ impl ConsumeQueue {
     /// Makes the index agree with `log` (RocketMQ's dispatch after a restart).
     /// `dispatch` says which records of the log are this queue's, and their index.
     ///
+    /// First, entries naming records the log deleted from its front expire, as
+    /// with [`delete_expired`](Self::delete_expired).
     /// 0. Entries are dropped from the tail while the log does not hold their
     ///    record (beyond its end, or no record of that size there).
     /// 1. Every entry not checked since [`open`](Self::open) found it (those of
@@ -518,7 +570,8 @@ impl ConsumeQueue {
         start: u64,
         mut dispatch: impl FnMut(&Record) -> Option<Dispatch>,
     ) -> Result<RepairReport, CqError> {
-        let mut report = RepairReport::default();
+        // Entries of records the log's cleaning deleted are not damage.
+        let mut report = RepairReport { entries_expired: self.expire(log.min_offset())?.1, ..RepairReport::default() };
         // The tail first, whenever it was put: a log can lose or cut its tail
         // after the entries were checked.
         while let Some((index, entry)) = self.last()? {
@@ -576,7 +629,7 @@ impl ConsumeQueue {
                 self.clear()?;
                 offset
             }
-            (None, Some((_, last))) => last.end(),
+            (None, Some((_, last))) => last.end().max(log.min_offset()),
             (None, None) => start.max(log.min_offset()),
         };
         let mut rebuilt = rebuild_from.is_some();

@@ -154,7 +154,7 @@ fn a_crash_hole_ends_the_queue_and_repair_puts_back_what_the_log_holds() {
     let cut = cq.get(1700).unwrap().unwrap().offset;
     log.truncate_from(cut).unwrap();
     let report = cq.repair(&log, 0, index_of).unwrap();
-    assert_eq!(report, RepairReport { entries_dropped: 100, entries_dispatched: 0 });
+    assert_eq!(report, RepairReport { entries_expired: 0, entries_dropped: 100, entries_dispatched: 0 });
     assert_eq!(cq.next_index(), 1700);
 }
 
@@ -211,4 +211,48 @@ fn torn_entries_a_lost_front_and_a_zeroed_queue_are_all_rebuilt_from_the_log() {
             assert_eq!(&log.read(entry.offset).unwrap().body[..], &i.to_le_bytes(), "{what}: entry {i}");
         }
     }
+}
+
+#[test]
+fn entries_of_records_the_log_deleted_expire_at_runtime_and_at_repair() {
+    // RocketMQ's CleanConsumeQueueService: once the log's cleaning deletes its
+    // oldest segments, the entries naming their records go too.
+    let index_of = |r: &Record| Some(Dispatch { index: u64::from_le_bytes(r.body[..8].try_into().unwrap()), tag: 0 });
+    let sim = SimStorage::new();
+    let log_config = indexed_log(&sim, 6000); // 5.9 index segments, ~4 log segments
+    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+    let log = CommitLog::open_with_storage("/log", log_config.clone(), Arc::clone(&storage)).unwrap();
+    assert_eq!(log.delete_segments_before(2 * 64 * 1024, 10).unwrap(), 2);
+    let min = log.min_offset();
+    let cq = open(&sim);
+    assert_eq!(cq.min_index(), 0);
+    let first_live = cq.first_index_at_or_after(min).unwrap();
+    assert!(first_live > PER_SEGMENT as u64 && first_live < 5000, "{first_live}");
+    assert_eq!(cq.get(first_live).unwrap().unwrap().offset, min);
+    assert!(cq.get(first_live - 1).unwrap().unwrap().offset < min);
+    assert_eq!(cq.first_index_at_or_after(0).unwrap(), 0);
+    assert_eq!(cq.first_index_at_or_after(u64::MAX).unwrap(), 6000);
+
+    // At repair: the front expires, nothing is dropped as damage nor rebuilt.
+    let report = cq.repair(&log, 0, index_of).unwrap();
+    assert_eq!(report, RepairReport { entries_expired: first_live, entries_dropped: 0, entries_dispatched: 0 });
+    assert_eq!((cq.min_index(), cq.next_index()), (first_live, 6000));
+    assert_eq!(cq.get(first_live - 1).unwrap(), None, "an entry naming a deleted record reads as none");
+    assert_eq!(cq.queue.segment_count(), 6 - (first_live as usize / PER_SEGMENT));
+    drop(cq);
+    let cq = open(&sim);
+    assert_eq!(cq.repair(&log, 0, index_of).unwrap().entries_dispatched, 0);
+    assert_eq!(cq.min_index(), first_live, "the same after a restart");
+
+    // At runtime: the log deletes more, the queue follows.
+    assert_eq!(log.delete_segments_before(3 * 64 * 1024, 10).unwrap(), 1);
+    let expired = cq.delete_expired(log.min_offset()).unwrap();
+    assert_eq!(cq.min_index(), cq.first_index_at_or_after(log.min_offset()).unwrap());
+    assert!(cq.min_index() > first_live, "{expired} segments deleted");
+    for i in [cq.min_index(), 5999] {
+        let e = cq.get(i).unwrap().unwrap();
+        assert_eq!(&log.read(e.offset).unwrap().body[..], &i.to_le_bytes());
+    }
+    cq.shutdown().unwrap();
+    log.shutdown().unwrap();
 }
