@@ -3,7 +3,8 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::io::Cursor;
+use std::io::{Cursor, Write};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -64,12 +65,69 @@ struct StoredSnapshot {
     data: Vec<u8>,
 }
 
-/// The state machine, in memory (a snapshot rebuilds it).
+/// The state machine, in memory (a snapshot rebuilds it). With a directory
+/// ([`StateMachine::open`]) its snapshots are also saved there, durably, before
+/// openraft is told of them (openraft purges the log up to a snapshot it was
+/// told of), and a restart starts from the last one.
 #[derive(Debug, Default)]
 pub struct StateMachine {
     pub data: RwLock<Data>,
     snapshot: RwLock<Option<StoredSnapshot>>,
     snapshot_idx: std::sync::atomic::AtomicU64,
+    dir: Option<PathBuf>,
+}
+
+/// The file a saved snapshot lives in, in the state machine's directory.
+pub const SNAPSHOT_FILE: &str = "snapshot.json";
+
+/// The file counting the snapshots installed from a leader, in the state
+/// machine's directory (for tests that must know the install path ran).
+pub const INSTALLS_FILE: &str = "installs";
+
+/// How many snapshots the state machine saved in `dir` was installed from a leader.
+pub fn installs(dir: &Path) -> u64 {
+    std::fs::read_to_string(dir.join(INSTALLS_FILE)).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+}
+
+/// A snapshot as saved: its meta and the state machine's data.
+#[derive(Serialize, Deserialize)]
+struct SavedSnapshot {
+    meta: SnapshotMeta<NodeId, BasicNode>,
+    data: Data,
+}
+
+impl StateMachine {
+    /// A state machine whose snapshots are saved in `dir` (created if missing),
+    /// starting from the last one saved there, if any.
+    pub fn open(dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let mut sm = StateMachine { dir: Some(dir.to_path_buf()), ..StateMachine::default() };
+        match std::fs::read(dir.join(SNAPSHOT_FILE)) {
+            Ok(bytes) => {
+                let saved: SavedSnapshot = serde_json::from_slice(&bytes).map_err(std::io::Error::other)?;
+                let data = serde_json::to_vec(&saved.data).map_err(std::io::Error::other)?;
+                sm.data = RwLock::new(saved.data);
+                sm.snapshot = RwLock::new(Some(StoredSnapshot { meta: saved.meta, data }));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        Ok(sm)
+    }
+
+    /// Saves a snapshot durably (temporary file, fsync, rename, directory
+    /// fsync), if the state machine has a directory.
+    fn save(&self, meta: &SnapshotMeta<NodeId, BasicNode>, data: &Data) -> std::io::Result<()> {
+        let Some(dir) = &self.dir else { return Ok(()) };
+        let bytes = serde_json::to_vec(&SavedSnapshot { meta: meta.clone(), data: data.clone() })
+            .map_err(std::io::Error::other)?;
+        let tmp = dir.join(format!("{SNAPSHOT_FILE}.tmp"));
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(&bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, dir.join(SNAPSHOT_FILE))?;
+        std::fs::File::open(dir)?.sync_all()
+    }
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for Arc<StateMachine> {
@@ -83,6 +141,7 @@ impl RaftSnapshotBuilder<TypeConfig> for Arc<StateMachine> {
         };
         let meta =
             SnapshotMeta { last_log_id: data.last_applied, last_membership: data.last_membership.clone(), snapshot_id };
+        self.save(&meta, &data).map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         drop(data);
         *self.snapshot.write().await = Some(StoredSnapshot { meta: meta.clone(), data: bytes.clone() });
         Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) })
@@ -136,8 +195,13 @@ impl RaftStateMachine<TypeConfig> for Arc<StateMachine> {
         let bytes = snapshot.into_inner();
         let data: Data =
             serde_json::from_slice(&bytes).map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
-        *self.data.write().await =
-            Data { last_applied: meta.last_log_id, last_membership: meta.last_membership.clone(), kv: data.kv };
+        let data = Data { last_applied: meta.last_log_id, last_membership: meta.last_membership.clone(), kv: data.kv };
+        self.save(meta, &data).map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+        if let Some(dir) = &self.dir {
+            // A count for tests, not state: written plainly.
+            let _ = std::fs::write(dir.join(INSTALLS_FILE), (installs(dir) + 1).to_string());
+        }
+        *self.data.write().await = data;
         *self.snapshot.write().await = Some(StoredSnapshot { meta: meta.clone(), data: bytes });
         Ok(())
     }
