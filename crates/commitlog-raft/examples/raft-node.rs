@@ -3,7 +3,7 @@
 //! drivers that run a 3-node cluster of real processes:
 //!
 //! ```text
-//! raft-node serve --id 1 --addr 127.0.0.1:7001 --dir /tmp/n1 [--memory]
+//! raft-node serve --id 1 --addr 127.0.0.1:7001 --dir /tmp/n1 [--memory] [--no-snapshots]
 //! raft-node init --addr 127.0.0.1:7001 --peers 1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003
 //! raft-node put --addr 127.0.0.1:7001 --key K --value V  # follows the leader; prints the entry's index
 //! raft-node kill-test [--kills 20] [--interval-ms 800]   # SIGKILL the leader again and again
@@ -294,7 +294,8 @@ const SNAPSHOT_EVERY: u64 = 1000;
 /// Entries kept in the log below a snapshot.
 const KEEP_BELOW_SNAPSHOT: u64 = 500;
 
-fn raft_config() -> Result<Arc<Config>, Error> {
+/// The nodes' openraft configuration; `snapshots` off: never snapshot nor purge.
+fn raft_config(snapshots: bool) -> Result<Arc<Config>, Error> {
     let config = Config {
         heartbeat_interval: 100,
         election_timeout_min: 400,
@@ -303,7 +304,7 @@ fn raft_config() -> Result<Arc<Config>, Error> {
         // purges the log up to 500 entries below it. A node back from a kill
         // further behind than that gets the snapshot (installed, then the log
         // purged past its last entry).
-        snapshot_policy: SnapshotPolicy::LogsSinceLast(SNAPSHOT_EVERY),
+        snapshot_policy: if snapshots { SnapshotPolicy::LogsSinceLast(SNAPSHOT_EVERY) } else { SnapshotPolicy::Never },
         max_in_snapshot_log_to_keep: KEEP_BELOW_SNAPSHOT,
         snapshot_max_chunk_size: 256 << 10,
         max_payload_entries: 512,
@@ -321,8 +322,8 @@ fn parse_peers(text: &str) -> Result<BTreeMap<NodeId, BasicNode>, Error> {
     Ok(peers)
 }
 
-async fn serve(id: NodeId, addr: String, dir: PathBuf, memory: bool) -> Result<(), Error> {
-    let config = raft_config()?;
+async fn serve(id: NodeId, addr: String, dir: PathBuf, memory: bool, snapshots: bool) -> Result<(), Error> {
+    let config = raft_config(snapshots)?;
     // In memory with the in-memory log store (nothing survives a restart);
     // else the snapshots are saved in `<dir>/sm`, beside the store's own files.
     let sm = Arc::new(if memory { StateMachine::default() } else { StateMachine::open(&dir.join("sm"))? });
@@ -387,6 +388,7 @@ struct Cluster {
     addrs: BTreeMap<NodeId, String>,
     children: BTreeMap<NodeId, Child>,
     memory: bool,
+    snapshots: bool,
 }
 
 fn free_port() -> Result<u16, Error> {
@@ -394,7 +396,7 @@ fn free_port() -> Result<u16, Error> {
 }
 
 impl Cluster {
-    fn start(root: &Path, memory: bool) -> Result<Cluster, Error> {
+    fn start(root: &Path, memory: bool, snapshots: bool) -> Result<Cluster, Error> {
         let mut addrs = BTreeMap::new();
         for id in 1..=3 {
             addrs.insert(id, format!("127.0.0.1:{}", free_port()?));
@@ -405,6 +407,7 @@ impl Cluster {
             addrs,
             children: BTreeMap::new(),
             memory,
+            snapshots,
         };
         for id in 1..=3 {
             cluster.spawn(id)?;
@@ -428,6 +431,9 @@ impl Cluster {
         command.arg("--dir").arg(&dir);
         if self.memory {
             command.arg("--memory");
+        }
+        if !self.snapshots {
+            command.arg("--no-snapshots");
         }
         command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
         self.children.insert(id, command.spawn()?);
@@ -536,7 +542,7 @@ async fn kill_test(args: &[String]) -> Result<bool, Error> {
     let interval = Duration::from_millis(arg(args, "--interval-ms", 800)?);
     let writers: usize = arg(args, "--writers", 4)?;
     let root = tempfile::tempdir()?;
-    let mut cluster = Cluster::start(root.path(), false)?;
+    let mut cluster = Cluster::start(root.path(), false, true)?;
     cluster.wait_listening(Instant::now() + Duration::from_secs(30)).await?;
     cluster.init().await?;
     cluster.leader(Instant::now() + Duration::from_secs(30)).await?;
@@ -622,7 +628,8 @@ async fn bench(args: &[String]) -> Result<(), Error> {
     let seconds: u64 = arg(args, "--seconds", 5)?;
     let clients: usize = arg(args, "--clients", 32)?;
     let root = tempfile::tempdir_in(arg(args, "--dir", std::env::temp_dir())?)?;
-    let mut cluster = Cluster::start(root.path(), memory)?;
+    // No snapshots: the state machine's snapshot cost is not the log store's.
+    let mut cluster = Cluster::start(root.path(), memory, false)?;
     cluster.wait_listening(Instant::now() + Duration::from_secs(30)).await?;
     cluster.init().await?;
     let leader = cluster.leader(Instant::now() + Duration::from_secs(30)).await?;
@@ -662,7 +669,8 @@ async fn serve_command(args: &[String]) -> Result<bool, Error> {
     let id = arg(args, "--id", 0u64)?;
     let addr = arg(args, "--addr", String::new())?;
     let dir = arg(args, "--dir", PathBuf::new())?;
-    serve(id, addr, dir, args.iter().any(|a| a == "--memory")).await?;
+    let flag = |name: &str| args.iter().any(|a| a == name);
+    serve(id, addr, dir, flag("--memory"), !flag("--no-snapshots")).await?;
     Ok(true)
 }
 
