@@ -494,8 +494,10 @@ impl ConsumeQueue {
 
     /// The first index whose entry names a record at or after `log_offset`
     /// ([`next_index`](Self::next_index) if none does), by binary search: entries
-    /// name records in log order, as every queue over one log does. Gaps (indexes
-    /// with no entry) count as the entry after them.
+    /// name records in log order, as every queue over one log does, and
+    /// [`open`](Self::open) ends the queue at the first entry whose offset does
+    /// not grow (a torn one), so the search never meets one out of order. Gaps
+    /// (indexes with no entry) count as the entry after them.
     pub fn first_index_at_or_after(&self, log_offset: u64) -> Result<u64, CqError> {
         let (mut low, mut high) = (self.min_index(), self.next_index());
         while low < high {

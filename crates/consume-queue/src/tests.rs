@@ -256,3 +256,39 @@ fn entries_of_records_the_log_deleted_expire_at_runtime_and_at_repair() {
     cq.shutdown().unwrap();
     log.shutdown().unwrap();
 }
+
+#[test]
+fn a_torn_entry_past_the_expired_front_expires_nothing_it_should_not() {
+    // A binary search over entries a crash tore could land on one whose offset
+    // is garbage below the log's first offset, and expire valid entries after
+    // the true boundary. It never sees one: open ends the queue at the first
+    // entry whose offset does not grow, so the entries searched are in order.
+    let index_of = |r: &Record| Some(Dispatch { index: u64::from_le_bytes(r.body[..8].try_into().unwrap()), tag: 0 });
+    let sim = SimStorage::new();
+    let log_config = indexed_log(&sim, 6000);
+    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+    let log = CommitLog::open_with_storage("/log", log_config.clone(), Arc::clone(&storage)).unwrap();
+    assert_eq!(log.delete_segments_before(2 * 64 * 1024, 10).unwrap(), 2);
+    let boundary = {
+        let cq = open(&sim);
+        let boundary = cq.first_index_at_or_after(log.min_offset()).unwrap();
+        assert!(boundary > 3 * PER_SEGMENT as u64 && boundary < 4500, "in the last three segments: {boundary}");
+        boundary
+    };
+    // Entry 4500 (where a search over [0, 6000) looks second) torn: offset 5.
+    let at = 4500 * 20 - 4 * PER_SEGMENT * 20;
+    let segment4 = Path::new("/cq").join(mapped_file::file_name(4 * PER_SEGMENT as u64 * 20));
+    assert!(sim.patch_file(&segment4, at, &5u64.to_le_bytes()));
+    let cq = open(&sim);
+    assert_eq!(cq.next_index(), 4500, "the torn entry ends the queue");
+    assert_eq!(cq.first_index_at_or_after(log.min_offset()).unwrap(), boundary);
+    let report = cq.repair(&log, 0, index_of).unwrap();
+    assert_eq!(report.entries_expired, boundary);
+    assert_eq!((cq.min_index(), cq.next_index()), (boundary, 6000), "{report:?}");
+    for i in boundary..6000 {
+        let e = cq.get(i).unwrap().unwrap_or_else(|| panic!("entry {i} missing"));
+        assert_eq!(&log.read(e.offset).unwrap().body[..], &i.to_le_bytes(), "entry {i}");
+    }
+    cq.shutdown().unwrap();
+    log.shutdown().unwrap();
+}
