@@ -37,9 +37,10 @@ pub struct FlushConfig {
     /// Longest a group-commit round waits, before its sync, for the producers the
     /// previous round acknowledged to come back with their next request
     /// (microseconds, 100; 0 never waits). A round waits only while fewer
-    /// requests are queued than the last round acknowledged, so a lone producer
-    /// never waits. Like MySQL's `binlog_group_commit_sync_delay` with its
-    /// no-delay count taken from the last round.
+    /// requests wait (queued or left in flight) than the last round acknowledged
+    /// and left in flight, so a lone producer never waits. Like MySQL's
+    /// `binlog_group_commit_sync_delay` with its no-delay count taken from the
+    /// last round.
     pub group_commit_gather_us: u64,
     /// While rounds serve a lone producer (eight rounds in a row of one request
     /// each), how long its durable wait spins for the answer before it sleeps

@@ -123,8 +123,9 @@ pub struct GroupCommit {
     /// the service thread, or shutdown's drain. Never by a waiting producer, whose
     /// wait must end by its own deadline however long a sync takes.
     round: Mutex<()>,
-    /// Requests the last round acknowledged: how many a round waits for.
-    last_acknowledged: AtomicU64,
+    /// Producers at the end of the last round: the requests it acknowledged and
+    /// the ones it left in flight (what [`gather`](Self::gather) waits for).
+    last_producers: AtomicU64,
     /// Rounds in a row that acknowledged exactly one request.
     lone_rounds: AtomicU64,
     counters: Counters,
@@ -153,7 +154,7 @@ impl GroupCommit {
             gathered: Condvar::new(),
             inflight: Mutex::new(VecDeque::new()),
             round: Mutex::new(()),
-            last_acknowledged: AtomicU64::new(0),
+            last_producers: AtomicU64::new(0),
             lone_rounds: AtomicU64::new(0),
             counters: Counters::default(),
             on_flushed,
@@ -203,25 +204,33 @@ impl GroupCommit {
     }
 
     /// Before a round's sync: waits, up to `within` (the real clock: this is a
-    /// scheduling delay, not a deadline), until as many requests are queued as
-    /// the last round acknowledged. Producers a round acknowledged usually come
-    /// back within microseconds, and on few cores they need the CPU to do it; a
-    /// sync started before them would serve one or two, and the rest would wait a
-    /// whole round. Returns at once when enough are queued (a lone producer never
-    /// waits), when nothing is queued, or when `within` is zero.
+    /// scheduling delay, not a deadline), until as many requests wait as there
+    /// were producers at the end of the last round: the ones it acknowledged,
+    /// which usually come back within microseconds (on few cores they need the
+    /// CPU to do it), plus the ones it left in flight (bytes written after its
+    /// sync began). A sync started before they are back would serve one or two,
+    /// and the rest would wait a whole round; counting only the ones acknowledged
+    /// split a few producers into two groups that alternated for good, each sync
+    /// serving half. Returns at once when enough wait (a lone producer never
+    /// waits), when nothing waits at all, or when `within` is zero.
     pub fn gather(&self, within: Duration) {
-        let want = usize::try_from(self.last_acknowledged.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
+        let want = usize::try_from(self.last_producers.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
         let Some(deadline) = std::time::Instant::now().checked_add(within) else {
             return;
         };
         if within.is_zero() || want <= 1 {
             return;
         }
+        // Only this thread adds to the in-flight list (the watcher only removes).
+        let in_flight = lock(&self.inflight).len();
+        let Some(want_queued) = want.checked_sub(in_flight).filter(|w| *w > 0) else {
+            return;
+        };
         // Sleeps, never spins: on few cores the producers need the CPU this
         // thread would burn. The producer that completes the count wakes it.
         let mut write = lock(&self.write);
-        write.gather_want = want;
-        while !write.closed && !write.requests.is_empty() && write.requests.len() < want {
+        write.gather_want = want_queued;
+        while !write.closed && (in_flight > 0 || !write.requests.is_empty()) && write.requests.len() < want_queued {
             let now = std::time::Instant::now();
             if now >= deadline {
                 break;
@@ -277,7 +286,10 @@ impl GroupCommit {
                 // bytes were in place before it started): one sync serves them all.
                 self.swap();
                 let acknowledged = self.complete_covered(flushed);
-                self.last_acknowledged.store(acknowledged as u64, Ordering::Relaxed);
+                // Left in flight: not covered. Acknowledged producers queue their
+                // next requests on the write list, so they are not counted twice.
+                let left = lock(&self.inflight).len();
+                self.last_producers.store(acknowledged.saturating_add(left) as u64, Ordering::Relaxed);
                 if acknowledged == 1 {
                     self.lone_rounds.fetch_add(1, Ordering::Relaxed);
                 } else {

@@ -96,6 +96,37 @@ fn a_round_gathers_the_producers_the_last_round_served_but_a_lone_one_never_wait
 }
 
 #[test]
+fn a_round_with_producers_still_in_flight_gathers_the_ones_the_last_round_served() {
+    // Four producers fall into two groups of two: each round's sync covers the
+    // group whose bytes were in place, the other group appends during it. The
+    // round after found nothing newly queued and synced for the two in flight
+    // alone, while the two just served were on their way back: two groups for
+    // good, half the records per sync.
+    let target = MemoryTarget::new();
+    let gc = Arc::new(group_commit(target.clone(), clock(), false));
+    let served: Vec<_> = (0..2).map(|_| gc.put_request(target.append(10))).collect();
+    // Bytes not written yet when the round flushes: not covered, left in flight.
+    let end = target.append(0);
+    let in_flight: Vec<_> = [end + 10, end + 20].map(|o| gc.put_request(o)).into();
+    assert_eq!(gc.run_round(), 2);
+    assert!(served.iter().all(DurabilityHandle::is_done) && !in_flight.iter().any(DurabilityHandle::is_done));
+    target.append(20);
+    let back = {
+        let (gc, target) = (Arc::clone(&gc), target.clone());
+        std::thread::spawn(move || {
+            // Late on purpose: a gather that did not wait would serve two.
+            std::thread::sleep(Duration::from_millis(50));
+            (0..2).map(|_| gc.put_request(target.append(10))).collect::<Vec<_>>()
+        })
+    };
+    gc.gather(Duration::from_secs(30));
+    let acknowledged = gc.run_round();
+    let back = back.join().unwrap();
+    assert_eq!(acknowledged, 4, "one round for both groups");
+    assert!(back.iter().chain(&in_flight).all(DurabilityHandle::is_done));
+}
+
+#[test]
 fn a_request_past_its_deadline_times_out_never_silently() {
     let target = MemoryTarget::with_write_buffer(); // bytes never become flushable: nobody commits
     let clock = clock();
