@@ -368,7 +368,7 @@ fn number_arg(args: &[String], name: &str, default: u64) -> Result<u64, String> 
 fn raft_kill(kills: u64) -> Result<(), String> {
     cargo(&["build", "-q", "--workspace", "--profile", "test", "--examples"], &[])?;
     let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-    let exe = std::path::Path::new(&target).join("debug/examples/raft-node");
+    let exe = Path::new(&target).join("debug/examples/raft-node");
     let kills = kills.to_string();
     let out = run_timed(Command::new(&exe), "raft-node", &["kill-test", "--kills", &kills], &[], true)?;
     let line = out.lines().rev().find(|l| l.contains("leader kills")).ok_or("raft-kill printed no result line")?;
@@ -384,7 +384,7 @@ fn raft_kill(kills: u64) -> Result<(), String> {
 /// bench-compare keeps.
 fn raft_bench(seconds: u64) -> Result<(), String> {
     cargo(&["build", "-q", "--release", "-p", "commitlog-raft", "--example", "raft-node"], &[])?;
-    let exe = std::path::Path::new("target/release/examples/raft-node");
+    let exe = Path::new("target/release/examples/raft-node");
     let secs = seconds.to_string();
     let mut rates: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
     for round in 0..3 {

@@ -134,21 +134,6 @@ pub(crate) struct DiskLook {
     pub(crate) space: mapped_file::DiskSpace,
 }
 
-impl DiskLook {
-    /// Bytes to free to bring the used share down to `limit_percent`, as the
-    /// share is counted (used bytes over used plus available ones).
-    pub(crate) fn bytes_over(&self, limit_percent: f64) -> u64 {
-        let used = self.space.total.saturating_sub(self.space.free);
-        let room = used.saturating_add(self.space.available);
-        // Whole bytes, rounded up: the share at the limit is allowed.
-        let allowed = (room as f64 * limit_percent / 100.0).floor();
-        let over = (used as f64 - allowed).max(0.0).ceil();
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // in 0..=used
-        let over = over as u64;
-        over.min(used)
-    }
-}
-
 /// What the cleaning service deleted so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CleanStats {
@@ -237,7 +222,7 @@ impl Cleaner {
             // Oldest first, expired or not, only as many as bring the disk back to
             // the limit: space that deleted segments still hold through a
             // reader's view comes back when the view goes, and is not freed twice.
-            let over = look.bytes_over(limit).saturating_sub(queue.bytes_awaiting_release(&look.dir));
+            let over = look.space.bytes_above(limit).saturating_sub(queue.bytes_awaiting_release(&look.dir));
             if look.used_percent > limit && over > 0 {
                 let used = look.used_percent;
                 match queue.delete_oldest_to_free(&look.dir, over, self.batch) {

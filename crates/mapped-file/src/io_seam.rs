@@ -51,12 +51,29 @@ impl DiskSpace {
     /// nor as room (on some systems the reserve is most of the disk). 100 when
     /// nothing is used nor available.
     pub fn used_percent(&self) -> f64 {
-        let used = self.total.saturating_sub(self.free) as f64;
-        let room = used + self.available as f64;
-        if room <= 0.0 {
+        let (used, room) = self.used_and_room();
+        if room == 0 {
             return 100.0;
         }
-        100.0 * used / room
+        100.0 * used as f64 / room as f64
+    }
+
+    /// Bytes to free to bring the used share, counted as
+    /// [`used_percent`](Self::used_percent) counts it, down to `percent`
+    /// (rounded up to whole bytes; 0 when it is there already).
+    pub fn bytes_above(&self, percent: f64) -> u64 {
+        let (used, room) = self.used_and_room();
+        let allowed = (room as f64 * percent / 100.0).floor();
+        let over = (used as f64 - allowed).max(0.0).ceil();
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // in 0..=used
+        let over = over as u64;
+        over.min(used)
+    }
+
+    /// Used bytes, and used plus available ones.
+    fn used_and_room(&self) -> (u64, u64) {
+        let used = self.total.saturating_sub(self.free);
+        (used, used.saturating_add(self.available))
     }
 }
 

@@ -490,4 +490,8 @@ fn the_used_share_is_the_one_df_shows_space_reserved_for_root_aside() {
     assert_eq!(space.used_percent(), 60.0, "60 used of 100 usable: the 150 reserved count as neither");
     assert_eq!(DiskSpace { total: 100, free: 100, available: 100 }.used_percent(), 0.0);
     assert_eq!(DiskSpace { total: 0, free: 0, available: 0 }.used_percent(), 100.0);
+    // The bytes above a share, counted the same way: 60 used of 100 usable.
+    assert_eq!(space.bytes_above(50.0), 10);
+    assert_eq!(space.bytes_above(60.0), 0);
+    assert_eq!(space.bytes_above(0.0), 60, "never more than is used");
 }
