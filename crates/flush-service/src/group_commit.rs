@@ -285,7 +285,13 @@ impl GroupCommit {
                 // Requests queued while the sync ran may be covered by it too (their
                 // bytes were in place before it started): one sync serves them all.
                 self.swap();
-                let acknowledged = self.complete_covered(flushed);
+                // What is durable *now*: the target's offsets may have moved back
+                // since the flush returned (its tail was truncated, and new bytes
+                // may be written where the old ones were, not yet synced). Read
+                // after the swap, so every request in flight was queued before it:
+                // a request whose bytes follow a truncation sees it here.
+                let durable = flushed.min(self.target.flushed_where());
+                let acknowledged = self.complete_covered(durable);
                 // Left in flight: not covered. Acknowledged producers queue their
                 // next requests on the write list, so they are not counted twice.
                 let left = lock(&self.inflight).len();
@@ -297,7 +303,7 @@ impl GroupCommit {
                 }
                 if let Some(callback) = &self.on_flushed {
                     callback(FlushedReport {
-                        flushed_where: flushed,
+                        flushed_where: durable,
                         store_timestamp: self.target.store_timestamp(),
                         requests_acknowledged: acknowledged,
                     });
@@ -314,18 +320,21 @@ impl GroupCommit {
         }
     }
 
-    fn complete_covered(&self, flushed: u64) -> usize {
+    /// Completes the in-flight requests at or below `durable`, which must be at
+    /// or below the target's `flushed_where` read after the requests were
+    /// queued (the durability invariant: acknowledged only when a successful
+    /// flush covers it and no truncation uncovered it since).
+    fn complete_covered(&self, durable: u64) -> usize {
         let now = self.clock.now();
         let mut acknowledged = 0;
         let mut inflight = lock(&self.inflight);
         inflight.retain(|request| {
-            if request.next_offset <= flushed {
-                // Durability invariant: acknowledged only when the flush covered it.
-                assert!(
-                    request.next_offset <= self.target.flushed_where(),
-                    "acknowledging an offset above flushed_where"
-                );
-                if request.completion.complete(Ok(())) {
+            if request.next_offset <= durable {
+                // Counted before the waiter wakes: it reads a count that includes it.
+                let counter = &self.counters.acknowledged;
+                if request.completion.complete_then(Ok(()), || {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }) {
                     acknowledged += 1;
                 }
                 false
@@ -336,28 +345,32 @@ impl GroupCommit {
                 !request.completion.is_complete()
             }
         });
-        self.counters.acknowledged.fetch_add(acknowledged as u64, Ordering::Relaxed);
         acknowledged
     }
 
     fn time_out(&self, request: &Request) {
         let timeout_ms = self.config.sync_flush_timeout.as_millis() as u64;
-        if request.completion.complete(Err(FlushError::Timeout { offset: request.next_offset, timeout_ms })) {
+        let error = FlushError::Timeout { offset: request.next_offset, timeout_ms };
+        request.completion.complete_then(Err(error), || {
             self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
-        }
+        });
     }
 
     fn fail_all(&self, source: &TargetError) {
         self.swap();
         let failed: Vec<Request> = lock(&self.inflight).drain(..).collect();
         for request in failed {
-            if request
-                .completion
-                .complete(Err(FlushError::Failed { offset: request.next_offset, source: Arc::clone(source) }))
-            {
+            let error = FlushError::Failed { offset: request.next_offset, source: Arc::clone(source) };
+            request.completion.complete_then(Err(error), || {
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
-            }
+            });
         }
+    }
+
+    fn stop_request(&self, request: &Request) {
+        request.completion.complete_then(Err(FlushError::Stopped { offset: request.next_offset }), || {
+            self.counters.stopped.fetch_add(1, Ordering::Relaxed);
+        });
     }
 
     /// Completes requests past their deadline with [`FlushError::Timeout`]
@@ -401,9 +414,7 @@ impl GroupCommit {
         }
         self.swap();
         for request in lock(&self.inflight).drain(..) {
-            if request.completion.complete(Err(FlushError::Stopped { offset: request.next_offset })) {
-                self.counters.stopped.fetch_add(1, Ordering::Relaxed);
-            }
+            self.stop_request(&request);
         }
     }
 
@@ -415,9 +426,7 @@ impl GroupCommit {
         self.swap();
         let left: Vec<Request> = lock(&self.inflight).drain(..).collect();
         for request in left {
-            if request.completion.complete(Err(FlushError::Stopped { offset: request.next_offset })) {
-                self.counters.stopped.fetch_add(1, Ordering::Relaxed);
-            }
+            self.stop_request(&request);
         }
     }
 

@@ -55,12 +55,22 @@ impl Completion {
     }
 
     /// Completes the request; returns false if it was already complete.
+    #[cfg(test)]
     pub(crate) fn complete(&self, result: FlushResult) -> bool {
+        self.complete_then(result, || {})
+    }
+
+    /// Completes the request, running `won` (a counter's increment) before any
+    /// waiter can see the result: a caller woken by this completion reads
+    /// counters that include it. Returns false, without running `won`, if the
+    /// request was already complete.
+    pub(crate) fn complete_then(&self, result: FlushResult, won: impl FnOnce()) -> bool {
         let waker = {
             let mut state = lock(&self.state);
             if state.result.is_some() {
                 return false;
             }
+            won();
             state.result = Some(result);
             self.done.store(true, Ordering::Release);
             state.waker.take()

@@ -100,12 +100,21 @@ impl SyncFlush {
             spawn("GroupCommitService", Arc::clone(&state), move |s| {
                 let interval = core.config().wait_interval;
                 let gather = core.config().gather;
-                while !s.is_stopped() {
-                    s.wait_for_running(interval, || {});
-                    core.gather(gather);
-                    core.run_round();
+                // A panic in a round (a defect in a target, say) must not leave
+                // producers waiting for answers that never come: every waiter is
+                // answered `Stopped` and later requests are refused at once.
+                let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    while !s.is_stopped() {
+                        s.wait_for_running(interval, || {});
+                        core.gather(gather);
+                        core.run_round();
+                    }
+                    core.drain();
+                }));
+                if served.is_err() {
+                    tracing::error!("GroupCommitService panicked; every waiting request is answered Stopped");
+                    core.abandon();
                 }
-                core.drain();
             })?
         };
         let watcher = {

@@ -16,7 +16,18 @@ use crate::sync::Arc;
 ///   everyone. The services never report a request durable after an error.
 /// - `commit` moves bytes from write buffers into the flushable range and returns
 ///   the new `committed_where`. Without write buffers it is a no-op.
-/// - Offsets never move backwards while a service runs.
+/// - Offsets move backwards only when the target's tail is truncated (a
+///   replicated log's conflicting suffix): `flushed_where` and `committed_where`
+///   are lowered to the cut *before* any byte is written where the cut bytes
+///   were. The services never trust a `flush` result alone: group commit
+///   acknowledges a request only if its offset is at or below both what the
+///   flush returned and `flushed_where` read after the request was queued, so
+///   bytes written after a truncation are acknowledged by a flush that began
+///   after them, never by one that returned before the cut. A request for bytes
+///   that the truncation cut before any round acknowledged them is answered by
+///   its deadline ([`FlushError::Timeout`](crate::FlushError::Timeout)), never
+///   as durable; a truncating owner avoids that by letting a round acknowledge
+///   everything below its end first (as `commitlog`'s `truncate_from` does).
 pub trait FlushTarget: Send + Sync + 'static {
     /// Makes data durable when at least `least_pages` 4 KiB pages are pending (0:
     /// any byte; a full segment always qualifies). Returns `flushed_where`.

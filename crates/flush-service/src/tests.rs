@@ -430,3 +430,130 @@ fn only_a_run_of_single_request_rounds_makes_waiters_spin_and_a_spinning_wait_st
     assert!(settle(first).is_ok() && settle(second).is_ok());
     assert!(!gc.serving_a_lone_producer());
 }
+
+/// A target that runs a hook once, right after a real flush returned and before
+/// its caller sees the result: the window in which another thread truncates.
+struct PauseAfterFlush {
+    inner: Arc<MemoryTarget>,
+    hook: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl FlushTarget for PauseAfterFlush {
+    fn flush(&self, least_pages: usize) -> Result<u64, TargetError> {
+        let flushed = self.inner.flush(least_pages)?;
+        if let Some(hook) = self.hook.lock().unwrap().take() {
+            hook();
+        }
+        Ok(flushed)
+    }
+    fn commit(&self, least_pages: usize) -> Result<u64, TargetError> {
+        self.inner.commit(least_pages)
+    }
+    fn flushed_where(&self) -> u64 {
+        self.inner.flushed_where()
+    }
+    fn committed_where(&self) -> u64 {
+        self.inner.committed_where()
+    }
+    fn unflushed_bytes(&self) -> u64 {
+        self.inner.unflushed_bytes()
+    }
+    fn uncommitted_bytes(&self) -> u64 {
+        self.inner.uncommitted_bytes()
+    }
+    fn store_timestamp(&self) -> u64 {
+        self.inner.store_timestamp()
+    }
+    fn failure(&self) -> Option<TargetError> {
+        self.inner.failure()
+    }
+}
+
+#[test]
+fn a_truncation_between_a_rounds_flush_and_its_answers_acknowledges_nothing_unsynced() {
+    // The round's flush returns E; before it answers, the tail is cut to T < E and
+    // a record T..T+100 is appended with a request for T+100 <= E. That request
+    // must wait for a flush that covers its bytes (the old round panicked here,
+    // killing the service thread, or would have acknowledged unsynced bytes).
+    let inner = MemoryTarget::new();
+    let target = Arc::new(PauseAfterFlush { inner: inner.clone(), hook: std::sync::Mutex::new(None) });
+    let gc = Arc::new(group_commit(target.clone(), clock(), false));
+    let early = gc.put_request(inner.append(1000)); // E = 1000
+    let late = Arc::new(std::sync::Mutex::new(None));
+    {
+        let (gc, inner, late) = (Arc::clone(&gc), inner.clone(), Arc::clone(&late));
+        *target.hook.lock().unwrap() = Some(Box::new(move || {
+            inner.truncate(400);
+            let next = inner.append(100);
+            assert_eq!(next, 500);
+            *late.lock().unwrap() = Some(gc.put_request(next));
+        }));
+    }
+    gc.swap();
+    let acknowledged = gc.flush_swapped();
+    let late = late.lock().unwrap().take().expect("the hook ran");
+    assert!(!late.is_done(), "bytes written after the truncation were acknowledged by a flush before it");
+    assert_eq!(acknowledged, 0, "the request for the cut bytes is not answered as durable either");
+    assert_eq!(inner.flushed_where(), 400);
+    // The next round syncs them and answers.
+    gc.run_round();
+    assert!(settle(late).is_ok());
+    assert_eq!(inner.flushed_where(), 500);
+    // The request for the cut bytes ends by its deadline, not as durable.
+    assert!(!early.is_done());
+}
+
+#[test]
+fn the_acknowledged_count_includes_a_request_once_its_waiter_wakes() {
+    let target = MemoryTarget::new();
+    let gc = Arc::new(group_commit(target.clone(), clock(), false));
+    for round in 1..=200u64 {
+        let handle = gc.put_request(target.append(10));
+        let gc2 = Arc::clone(&gc);
+        let flusher = std::thread::spawn(move || gc2.run_round());
+        assert!(settle(handle).is_ok());
+        assert!(gc.stats().acknowledged >= round, "woken before the count included this request (round {round})");
+        flusher.join().unwrap();
+    }
+}
+
+#[test]
+fn a_panicking_round_answers_every_waiter_and_rejects_later_requests() {
+    struct Panics;
+    impl FlushTarget for Panics {
+        fn flush(&self, _: usize) -> Result<u64, TargetError> {
+            panic!("a planted defect in the target");
+        }
+        fn commit(&self, _: usize) -> Result<u64, TargetError> {
+            Ok(0)
+        }
+        fn flushed_where(&self) -> u64 {
+            0
+        }
+        fn committed_where(&self) -> u64 {
+            0
+        }
+        fn unflushed_bytes(&self) -> u64 {
+            0
+        }
+        fn uncommitted_bytes(&self) -> u64 {
+            0
+        }
+        fn store_timestamp(&self) -> u64 {
+            0
+        }
+        fn failure(&self) -> Option<TargetError> {
+            None
+        }
+    }
+    let config = FlushConfig { sync_flush_timeout_ms: 60_000, ..FlushConfig::default() };
+    let sync = SyncFlush::start(Arc::new(Panics), Arc::new(SystemClock::new()), &config, false, None).unwrap();
+    let first = sync.submit(10);
+    // Answered at once (not after the 60 s deadline): the service stopped.
+    let answer = first.wait_timeout(Duration::from_secs(10)).expect("answered when the round died");
+    assert!(matches!(answer, Err(FlushError::Stopped { .. })), "{answer:?}");
+    let later = sync.submit(20);
+    let answer = later.wait_timeout(Duration::from_secs(10)).expect("rejected at once");
+    assert!(matches!(answer, Err(FlushError::Stopped { .. })), "{answer:?}");
+    sync.shutdown();
+}
