@@ -112,6 +112,9 @@ pub enum RaftStoreError {
         /// What is wrong.
         reason: String,
     },
+    /// The store was shut down: nothing more is written.
+    #[error("the raft log store is shut down")]
+    ShutDown,
 }
 
 /// Configuration of a [`RaftLogStore`].
@@ -259,14 +262,20 @@ where
         let raft_dir = dir.join(RAFT_DIR);
         let meta = meta::MetaStore::<C::NodeId>::open(Arc::clone(&storage), &raft_dir)?;
         let index = ConsumeQueue::open(storage, &raft_dir.join(INDEX_DIR), config.index)?;
-        // Every record of the log is an entry; entries at or below the purged id
-        // are indexed too while their segments last (reads start above it).
+        // Every record of the log is an entry. Entries at or below the purged id
+        // are not wanted: the index keeps those it has while their segments last
+        // (reads start above it), but never re-dispatches them, so a log still
+        // holding entries far below a snapshot installed beyond its end does not
+        // make the index rebuild the gap at every open.
+        let wanted_from = meta.purged().map_or(0, |p| p.index.saturating_add(1));
         let mut bad = None;
-        let report = index.repair(&log, 0, |record| match serde_json::from_slice::<C::Entry>(&record.body) {
-            Ok(entry) => Some(Dispatch { index: entry.get_log_id().index, tag: 0 }),
-            Err(source) => {
-                bad.get_or_insert(RaftStoreError::Decode { offset: record.offset, source });
-                None
+        let report = index.repair_from_index(&log, 0, wanted_from, |record| {
+            match serde_json::from_slice::<C::Entry>(&record.body) {
+                Ok(entry) => Some(Dispatch { index: entry.get_log_id().index, tag: 0 }),
+                Err(source) => {
+                    bad.get_or_insert(RaftStoreError::Decode { offset: record.offset, source });
+                    None
+                }
             }
         })?;
         if let Some(err) = bad {
@@ -347,11 +356,44 @@ where
         }
     }
 
+    /// Appends `entries` and hands their durability wait to the notifier. The
+    /// callback is answered exactly once, whatever happens: with the flush's
+    /// result, or with an error if the entries could not be written or the store
+    /// is shut down (openraft would wait for it for ever).
     fn append_now(&self, entries: Vec<C::Entry>, callback: LogFlushed<C>) -> Result<(), RaftStoreError> {
         let Some(last) = entries.last().map(|e| e.get_log_id().clone()) else {
             callback.log_io_completed(Ok(()));
             return Ok(());
         };
+        if self.shared.jobs.lock().is_none() {
+            // Shut down: nothing is written, and the callback learns why.
+            fail(Job::Flushed { handle: DurabilityHandle::resolved(Ok(())), last, callback });
+            return Err(RaftStoreError::ShutDown);
+        }
+        match self.write_entries(&entries) {
+            Ok(handle) => {
+                let job = Job::Flushed { handle, last, callback };
+                let jobs = self.shared.jobs.lock();
+                match jobs.as_ref() {
+                    Some(jobs) => {
+                        if let Err(std::sync::mpsc::SendError(job)) = jobs.send(job) {
+                            fail(job);
+                        }
+                    }
+                    None => fail(job),
+                }
+                Ok(())
+            }
+            Err(err) => {
+                callback.log_io_completed(Err(io::Error::other(err.to_string())));
+                Err(err)
+            }
+        }
+    }
+
+    /// Writes `entries` to the log and the index; returns the durability handle
+    /// of the last batch (the log acknowledges in order, so it covers them all).
+    fn write_entries(&self, entries: &[C::Entry]) -> Result<DurabilityHandle, RaftStoreError> {
         let bodies =
             entries.iter().map(serde_json::to_vec).collect::<Result<Vec<_>, _>>().map_err(RaftStoreError::Encode)?;
         // Batches no larger than a quarter segment each (a batch stays in one segment).
@@ -379,18 +421,7 @@ where
             start = end;
             handle = Some(put.durability);
         }
-        let handle = handle.expect("at least one entry");
-        let job = Job::Flushed { handle, last, callback };
-        let jobs = self.shared.jobs.lock();
-        match jobs.as_ref() {
-            Some(jobs) => {
-                if let Err(std::sync::mpsc::SendError(job)) = jobs.send(job) {
-                    fail(job);
-                }
-            }
-            None => drop(jobs),
-        }
-        Ok(())
+        Ok(handle.expect("at least one entry"))
     }
 }
 
@@ -572,5 +603,45 @@ where
             self.shared.log.delete_segments_before(offset, usize::MAX).map_err(storage_err::<C>)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::storage::RaftLogStorageExt;
+    use openraft::{CommittedLeaderId, Entry, EntryPayload};
+    use std::io::Cursor;
+
+    openraft::declare_raft_types!(
+        /// Entries of strings.
+        Strings: D = String, R = String,
+    );
+
+    fn config() -> RaftStoreConfig {
+        let mut config = RaftStoreConfig::default();
+        config.log.disk_space_warning_level_ratio = 100;
+        config.log.disk_max_used_space_ratio = 100;
+        config.log.mapped_file_size_commit_log = 64 << 10;
+        config.log.max_message_size = 16 << 10;
+        config.index = consume_queue::ConsumeQueueConfig::with_entries_per_segment(1024);
+        config
+    }
+
+    fn entry(index: u64) -> Entry<Strings> {
+        Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Normal("v".into()) }
+    }
+
+    #[tokio::test]
+    async fn an_append_once_the_notifier_stopped_answers_its_callback_with_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = RaftLogStore::<Strings>::open(dir.path(), config()).unwrap();
+        store.blocking_append(vec![entry(1)]).await.unwrap();
+        // The window inside `shutdown`: the notifier is gone, the log still open.
+        store.shared.stop_notifier();
+        let err = store.blocking_append(vec![entry(2)]).await.unwrap_err();
+        assert!(err.to_string().contains("shut down"), "the callback was dropped unanswered: {err}");
+        assert_eq!(store.index().next_index(), 2, "nothing written after the shutdown began");
+        store.shutdown().unwrap();
     }
 }

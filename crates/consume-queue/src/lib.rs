@@ -570,8 +570,26 @@ impl ConsumeQueue {
         &self,
         log: &CommitLog,
         start: u64,
+        dispatch: impl FnMut(&Record) -> Option<Dispatch>,
+    ) -> Result<RepairReport, CqError> {
+        self.repair_from_index(log, start, 0, dispatch)
+    }
+
+    /// [`repair`](Self::repair) for an index that wants no entry below
+    /// `min_index` (a replicated log's entries up to its purged id, whose records
+    /// the log may still hold): records whose index is below it are neither
+    /// checked, nor dispatched, nor taken for the queue's lost front. So records
+    /// left far below the queue's first entry (a snapshot installed far ahead of
+    /// the log) never make it rebuild the gap between them: an open costs the
+    /// same whatever the gap.
+    pub fn repair_from_index(
+        &self,
+        log: &CommitLog,
+        start: u64,
+        min_index: u64,
         mut dispatch: impl FnMut(&Record) -> Option<Dispatch>,
     ) -> Result<RepairReport, CqError> {
+        let mut dispatch = move |record: &Record| dispatch(record).filter(|d| d.index >= min_index);
         // Entries of records the log's cleaning deleted are not damage.
         let mut report = RepairReport { entries_expired: self.expire(log.min_offset())?.1, ..RepairReport::default() };
         // The tail first, whenever it was put: a log can lose or cut its tail
@@ -585,8 +603,8 @@ impl ConsumeQueue {
             self.truncate_from(index)?;
             report.entries_dropped = report.entries_dropped.saturating_add(1);
         }
-        // 1. The unchecked entries.
-        let from = (*self.unverified_from.lock()).max(self.min_index());
+        // 1. The unchecked entries (not those below `min_index`: unwanted).
+        let from = (*self.unverified_from.lock()).max(self.min_index()).max(min_index);
         let next = self.next_index(); // after the tail's cut
         let mut previous_end = 0u64;
         for index in from..next {
