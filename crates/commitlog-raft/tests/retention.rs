@@ -53,7 +53,7 @@ async fn old_segments_on_a_disk_short_of_space_stay_until_openraft_purges_them()
     for k in 0..3u64 {
         sim.set_modified_ms(&segments.join(mapped_file::file_name(k * SEGMENT as u64)), now_ms() - 100 * 3_600_000);
     }
-    sim.set_disk_space(Some(DiskSpace { total: 1000, free: 130, available: 130 }));
+    sim.set_disk_space(Some(DiskSpace { total: 1000 << 30, free: 130 << 30, available: 130 << 30 }));
 
     let mut store =
         RaftLogStore::<TypeConfig>::open_with_storage(DIR, config(), Arc::clone(&storage), Arc::clone(&storage))

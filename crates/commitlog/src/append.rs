@@ -135,7 +135,14 @@ impl CommitLog {
         let ts = now_ms();
         // At most two tries: the current segment, then a fresh one.
         for _ in 0..2 {
-            let file = self.inner.queue.roll_to_writable_segment(0)?;
+            let file = self.inner.queue.roll_to_writable_segment(0).map_err(|err| match err {
+                // The look before the segment took its space: refused before the
+                // file system would, and appends are refused until space is back.
+                segment_queue::QueueError::DiskFull { dir, used_percent, .. } => {
+                    self.inner.disk.refuse_segment(&dir, used_percent)
+                }
+                other => other.into(),
+            })?;
             // The tail handed out is at most the record plus the room for a blank
             // it must leave, so a segment written without mmap stages no more.
             let appended = file

@@ -1,18 +1,31 @@
-//! The checkpoint: how far the log is known durable, written crash-safely, and the
-//! service that rewrites it.
+//! The checkpoint: how far the log is known durable, where it starts, written
+//! crash-safely, and the service that rewrites it.
 //!
 //! ```text
-//! 0          8                16                     24        28
-//! +----------+----------------+----------------------+---------+
-//! | CLCKPT01 | flushed offset | physic msg timestamp | crc32c  |
-//! +----------+----------------+----------------------+---------+
+//! 0          8                16                     24             32        36
+//! +----------+----------------+----------------------+--------------+---------+
+//! | CLCKPT02 | flushed offset | physic msg timestamp | front offset | crc32c  |
+//! +----------+----------------+----------------------+--------------+---------+
 //! ```
+//!
+//! (Format 1, `CLCKPT01`, had no front offset and ended with its CRC at byte 24;
+//! it is still read, and rewritten as format 2 at the next write.)
 //!
 //! Written through [`Storage::replace_small`] (for `MmapStorage`: a temporary
 //! file, fsync, rename, directory fsync): a crash leaves either the old or the new
-//! checkpoint, never a mix. The flushed offset only ever comes from a flush that
-//! succeeded, so it is never ahead of durable data; recovery treats damage below it
-//! as corruption, never as a torn tail.
+//! checkpoint, never a mix.
+//!
+//! - The **flushed offset** only ever comes from a flush that succeeded, clamped
+//!   to the queue's flushed offset read under the checkpoint's lock (one writer
+//!   rule, [`CheckpointState::record`]), so it is never ahead of durable data,
+//!   whatever a truncation does meanwhile; recovery treats damage below it as
+//!   corruption, never as a torn tail.
+//! - The **front offset** is the start of the log's first segment. It is written
+//!   durably *before* segments are deleted from the front
+//!   ([`CheckpointState::raise_front`]), so a log whose first segment starts
+//!   above it lost segments it never deleted (a segment directory whose disk is
+//!   not mounted, files removed by hand): the open refuses it, naming the
+//!   directory, instead of finding a shorter log.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,12 +34,15 @@ use std::time::Duration;
 
 use flush_service::{FlushedReport, ServiceThread};
 use mapped_file::Storage;
+use segment_queue::SegmentQueue;
 
 use crate::store::io_err;
 use crate::Error;
 
-const MAGIC: &[u8; 8] = b"CLCKPT01";
-const LEN: usize = 28;
+const MAGIC_V1: &[u8; 8] = b"CLCKPT01";
+const LEN_V1: usize = 28;
+const MAGIC: &[u8; 8] = b"CLCKPT02";
+const LEN: usize = 36;
 
 /// Name of the checkpoint file in the store directory.
 pub const CHECKPOINT_FILE: &str = "checkpoint";
@@ -38,6 +54,9 @@ pub struct Checkpoint {
     pub flushed_offset: u64,
     /// Store timestamp (ms) of the newest durable record (RocketMQ's `physicMsgTimestamp`).
     pub physic_msg_timestamp: u64,
+    /// Where the log's first segment starts: segments below it were deleted by
+    /// the log itself. `None` in a checkpoint of format 1, which did not record it.
+    pub front_offset: Option<u64>,
 }
 
 impl Checkpoint {
@@ -46,33 +65,40 @@ impl Checkpoint {
         dir.join(CHECKPOINT_FILE)
     }
 
-    /// The file's bytes.
+    /// The file's bytes (format 2; a missing front is written as 0).
     pub fn encode(&self) -> [u8; LEN] {
         let mut out = [0u8; LEN];
         out[..8].copy_from_slice(MAGIC);
         out[8..16].copy_from_slice(&self.flushed_offset.to_le_bytes());
         out[16..24].copy_from_slice(&self.physic_msg_timestamp.to_le_bytes());
-        let crc = crc32c::crc32c(&out[..24]);
-        out[24..].copy_from_slice(&crc.to_le_bytes());
+        out[24..32].copy_from_slice(&self.front_offset.unwrap_or(0).to_le_bytes());
+        let crc = crc32c::crc32c(&out[..32]);
+        out[32..].copy_from_slice(&crc.to_le_bytes());
         out
     }
 
-    /// Parses a checkpoint file's bytes; `path` names it in the error.
+    /// Parses a checkpoint file's bytes (format 1 or 2); `path` names it in the error.
     pub fn decode(bytes: &[u8], path: &Path) -> Result<Checkpoint, Error> {
         let damaged = |reason| Err(Error::Checkpoint { path: path.to_path_buf(), reason });
-        let Ok(bytes) = <&[u8; LEN]>::try_from(bytes) else {
-            return damaged("wrong length");
+        let word = |range: std::ops::Range<usize>| u64::from_le_bytes(bytes[range].try_into().expect("8 bytes"));
+        let (magic, len) = match bytes.get(..8) {
+            Some(m) if m == MAGIC => (MAGIC, LEN),
+            Some(m) if m == MAGIC_V1 => (MAGIC_V1, LEN_V1),
+            Some(_) => return damaged("not a checkpoint file (bad magic)"),
+            None => return damaged("wrong length"),
         };
-        if &bytes[..8] != MAGIC {
-            return damaged("not a checkpoint file (bad magic)");
+        if bytes.len() != len {
+            return damaged("wrong length");
         }
-        let crc = u32::from_le_bytes(bytes[24..28].try_into().expect("4 bytes"));
-        if crc != crc32c::crc32c(&bytes[..24]) {
+        let crc_at = len.saturating_sub(4); // both lengths are 28 or more
+        let crc = u32::from_le_bytes(bytes[crc_at..].try_into().expect("4 bytes"));
+        if crc != crc32c::crc32c(&bytes[..crc_at]) {
             return damaged("CRC mismatch");
         }
         Ok(Checkpoint {
-            flushed_offset: u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes")),
-            physic_msg_timestamp: u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")),
+            flushed_offset: word(8..16),
+            physic_msg_timestamp: word(16..24),
+            front_offset: (magic == MAGIC).then(|| word(24..32)),
         })
     }
 
@@ -94,25 +120,70 @@ impl Checkpoint {
 }
 
 /// What the next checkpoint will say: fed by every successful flush, written by
-/// the checkpoint service and at shutdown.
-#[derive(Debug, Default)]
+/// the checkpoint service, before segments leave the front, and at shutdown.
+///
+/// One writer rule: every flushed offset recorded goes through
+/// [`record`](Self::record), which clamps it to the queue's flushed offset
+/// under the lock that a truncation holds while it lowers both, so no
+/// interleaving of flushes, rounds and truncations can put an offset above the
+/// log's data in the file.
 pub(crate) struct CheckpointState {
+    /// The log's segments: their flushed offset bounds every record.
+    queue: Arc<SegmentQueue>,
     flushed: AtomicU64,
     timestamp: AtomicU64,
-    stored: AtomicU64,
+    front: AtomicU64,
+    /// The flushed offset and front of the last write.
+    stored: parking_lot::Mutex<(u64, u64)>,
     /// Held while a record or a write is made, and across a truncation of the
     /// log's tail, so neither can put an offset above the new end in the file.
     lock: parking_lot::Mutex<()>,
 }
 
+impl std::fmt::Debug for CheckpointState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckpointState")
+            .field("flushed", &self.flushed.load(Ordering::Relaxed))
+            .field("front", &self.front.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
 impl CheckpointState {
+    /// The state of a log whose segments are `queue`, recovered to `flushed`
+    /// (the newest record stored at `timestamp`), starting at the queue's first
+    /// segment.
+    pub(crate) fn new(queue: Arc<SegmentQueue>, flushed: u64, timestamp: u64) -> Self {
+        let front = queue.min_offset();
+        CheckpointState {
+            flushed: AtomicU64::new(flushed.min(queue.flushed_where())),
+            timestamp: AtomicU64::new(timestamp),
+            front: AtomicU64::new(front),
+            stored: parking_lot::Mutex::new((u64::MAX, u64::MAX)),
+            lock: parking_lot::Mutex::new(()),
+            queue,
+        }
+    }
+
     /// Records a flush that reached `report.flushed_where`, but no higher than
-    /// `durable_now` (the queue's flushed offset, read under the lock): a flush
-    /// that finished before a truncation of the tail reports its old end.
-    pub(crate) fn record_at_most(&self, report: FlushedReport, durable_now: impl FnOnce() -> u64) {
+    /// the queue's flushed offset read now, under the lock: a flush that
+    /// returned before a truncation of the tail reports its old end, and that
+    /// end must not come back after the truncation lowered the checkpoint.
+    pub(crate) fn record(&self, report: FlushedReport) {
         let _one = self.lock.lock();
-        let flushed_where = report.flushed_where.min(durable_now());
-        self.record(FlushedReport { flushed_where, ..report });
+        let flushed_where = report.flushed_where.min(self.queue.flushed_where());
+        self.timestamp.fetch_max(report.store_timestamp, Ordering::AcqRel);
+        self.flushed.fetch_max(flushed_where, Ordering::AcqRel);
+    }
+
+    /// Records the end of written data, durable or not: only the planted bug
+    /// that checkpoints data before it is durable, which the crash suite must
+    /// catch.
+    #[cfg(planted_bugs)]
+    pub(crate) fn record_end_of_data(&self, report: FlushedReport) {
+        let _one = self.lock.lock();
+        self.timestamp.fetch_max(report.store_timestamp, Ordering::AcqRel);
+        self.flushed.fetch_max(self.queue.max_offset(), Ordering::AcqRel);
     }
 
     /// Lowers the checkpoint to `offset` durably, then runs `cut` (the truncation
@@ -128,32 +199,49 @@ impl CheckpointState {
     ) -> Result<T, Error> {
         let _one = self.lock.lock();
         let flushed = self.flushed.load(Ordering::Acquire).min(offset);
-        let checkpoint =
-            Checkpoint { flushed_offset: flushed, physic_msg_timestamp: self.timestamp.load(Ordering::Acquire) };
-        checkpoint.store(storage, dir)?;
+        self.write(storage, dir, flushed, self.front.load(Ordering::Acquire))?;
         self.flushed.store(flushed, Ordering::Release);
-        self.stored.store(flushed, Ordering::Release);
         cut()
     }
 
-    /// A flush succeeded up to `report.flushed_where`.
-    pub(crate) fn record(&self, report: FlushedReport) {
-        self.timestamp.fetch_max(report.store_timestamp, Ordering::AcqRel);
-        self.flushed.fetch_max(report.flushed_where, Ordering::AcqRel);
+    /// Records durably that the log starts at `front` from now on, before the
+    /// segments below it are deleted: an open that finds the log starting above
+    /// the recorded front knows segments are missing. Never lowered while the
+    /// log is open: a deletion that stopped early leaves the recorded front above
+    /// the first segment, which the next open accepts (below the front, segments
+    /// may be gone), while a front written below a deletion in progress would
+    /// read as segments missing after a crash.
+    pub(crate) fn raise_front(&self, storage: &dyn Storage, dir: &Path, front: u64) -> Result<(), Error> {
+        let _one = self.lock.lock();
+        if front <= self.front.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.write(storage, dir, self.flushed.load(Ordering::Acquire), front)?;
+        self.front.store(front, Ordering::Release);
+        Ok(())
     }
 
-    /// Writes the checkpoint if the flushed offset moved since the last write (or
-    /// always, with `force`).
+    /// Writes the checkpoint if the flushed offset or the front moved since the
+    /// last write (or always, with `force`).
     pub(crate) fn persist(&self, storage: &dyn Storage, dir: &Path, force: bool) -> Result<(), Error> {
         let _one = self.lock.lock();
         let flushed = self.flushed.load(Ordering::Acquire);
-        if !force && flushed == self.stored.load(Ordering::Acquire) {
+        let front = self.front.load(Ordering::Acquire);
+        if !force && *self.stored.lock() == (flushed, front) {
             return Ok(());
         }
-        let checkpoint =
-            Checkpoint { flushed_offset: flushed, physic_msg_timestamp: self.timestamp.load(Ordering::Acquire) };
+        self.write(storage, dir, flushed, front)
+    }
+
+    /// Writes `flushed` and `front`; the caller holds the lock.
+    fn write(&self, storage: &dyn Storage, dir: &Path, flushed: u64, front: u64) -> Result<(), Error> {
+        let checkpoint = Checkpoint {
+            flushed_offset: flushed,
+            physic_msg_timestamp: self.timestamp.load(Ordering::Acquire),
+            front_offset: Some(front),
+        };
         checkpoint.store(storage, dir)?;
-        self.stored.store(flushed, Ordering::Release);
+        *self.stored.lock() = (flushed, front);
         Ok(())
     }
 }
@@ -185,7 +273,7 @@ mod tests {
         let storage = SimStorage::new();
         let dir = Path::new("/store");
         assert_eq!(Checkpoint::load(&storage, dir).unwrap(), None);
-        let cp = Checkpoint { flushed_offset: 123, physic_msg_timestamp: 456 };
+        let cp = Checkpoint { flushed_offset: 123, physic_msg_timestamp: 456, front_offset: Some(64) };
         cp.store(&storage, dir).unwrap();
         assert_eq!(Checkpoint::load(&storage, dir).unwrap(), Some(cp));
         let mut bytes = storage.file_bytes(&Checkpoint::path(dir)).unwrap();
@@ -198,11 +286,31 @@ mod tests {
     }
 
     #[test]
+    fn a_format_1_checkpoint_is_read_without_a_front() {
+        let storage = SimStorage::new();
+        let dir = Path::new("/store");
+        let mut v1 = Vec::new();
+        v1.extend_from_slice(b"CLCKPT01");
+        v1.extend_from_slice(&4096u64.to_le_bytes());
+        v1.extend_from_slice(&7u64.to_le_bytes());
+        let crc = crc32c::crc32c(&v1);
+        v1.extend_from_slice(&crc.to_le_bytes());
+        storage.write_file(&Checkpoint::path(dir), &v1);
+        let cp = Checkpoint::load(&storage, dir).unwrap().unwrap();
+        assert_eq!(cp, Checkpoint { flushed_offset: 4096, physic_msg_timestamp: 7, front_offset: None });
+        v1[9] ^= 1;
+        storage.write_file(&Checkpoint::path(dir), &v1);
+        assert!(Checkpoint::load(&storage, dir).is_err());
+    }
+
+    #[test]
     fn the_real_storage_replaces_the_file_and_leaves_no_temporary() {
         let dir = tempfile::tempdir().unwrap();
         let storage = mapped_file::MmapStorage::lock(dir.path()).unwrap();
-        Checkpoint { flushed_offset: 1, physic_msg_timestamp: 2 }.store(&storage, dir.path()).unwrap();
-        let cp = Checkpoint { flushed_offset: 3, physic_msg_timestamp: 4 };
+        Checkpoint { flushed_offset: 1, physic_msg_timestamp: 2, front_offset: Some(0) }
+            .store(&storage, dir.path())
+            .unwrap();
+        let cp = Checkpoint { flushed_offset: 3, physic_msg_timestamp: 4, front_offset: Some(0) };
         cp.store(&storage, dir.path()).unwrap();
         assert_eq!(Checkpoint::load(&storage, dir.path()).unwrap(), Some(cp));
         assert!(!dir.path().join("checkpoint.tmp").exists());

@@ -79,6 +79,25 @@ impl DiskGuard {
         }
     }
 
+    /// Refuses appends from now until the next look finds room: a new segment
+    /// was refused because `dir`'s disk would pass the limit with it
+    /// (`used_percent`, the share it would leave). The producer outran the
+    /// timer's look; the refusal is the guard's, so appends get
+    /// [`Error::DiskFull`](crate::Error::DiskFull) at once until then.
+    pub(crate) fn refuse_until_next_look(&self, dir: &std::path::Path, used_percent: f64) {
+        self.used_percent.store(used_percent.to_bits(), Ordering::Relaxed);
+        *self.used_dir.lock() = Some(dir.to_path_buf());
+        if !self.full.swap(true, Ordering::AcqRel) {
+            tracing::warn!(dir = %dir.display(), used_percent, limit_percent = self.limit_percent, "disk full for a new segment: appends are refused");
+        }
+    }
+
+    /// The guard's error for a new segment its disk had no room for.
+    pub(crate) fn refuse_segment(&self, dir: &std::path::Path, used_percent: f64) -> crate::Error {
+        self.refuse_until_next_look(dir, used_percent);
+        crate::Error::DiskFull { dir: dir.to_path_buf(), used_percent, limit_percent: self.limit_percent }
+    }
+
     /// Looks once at the disk of every writable segment directory: one above
     /// `disk_space_clean_forcibly_ratio` is marked full in the queue (no new
     /// segment goes there), and the log's used share is the least of them (as
@@ -88,6 +107,12 @@ impl DiskGuard {
     pub(crate) fn check(&self, storage: &dyn Storage, queue: &SegmentQueue) -> Option<DiskLook> {
         let mut least: Option<DiskLook> = None;
         for dir in queue.dirs().iter().filter(|d| !d.read_only) {
+            // Counted before the look: a view dropped in between then frees space
+            // the look sees *and* still counts here, so the cleaning deletes too
+            // little this run (the next run sees the truth), never a segment too
+            // many, as when the count came after the look and missed space the
+            // look still saw as used.
+            let awaiting_release = queue.bytes_awaiting_release(&dir.path);
             let space = match storage.disk_space(&dir.path) {
                 Ok(Some(space)) => space,
                 Ok(None) => return None,
@@ -103,7 +128,7 @@ impl DiskGuard {
                 tracing::debug!(dir = %dir.path.display(), used, "segment directory full: new segments go elsewhere");
             }
             if least.as_ref().is_none_or(|l| used < l.used_percent) {
-                least = Some(DiskLook { used_percent: used, dir: dir.path.clone(), space });
+                least = Some(DiskLook { used_percent: used, dir: dir.path.clone(), space, awaiting_release });
             }
         }
         let look = least?;
@@ -132,6 +157,9 @@ pub(crate) struct DiskLook {
     pub(crate) dir: PathBuf,
     /// What the storage said.
     pub(crate) space: mapped_file::DiskSpace,
+    /// Bytes of deleted segments a view still maps in `dir`, counted just
+    /// before the look ([`SegmentQueue::bytes_awaiting_release`]).
+    pub(crate) awaiting_release: u64,
 }
 
 /// What the cleaning service deleted so far.
@@ -222,7 +250,7 @@ impl Cleaner {
             // Oldest first, expired or not, only as many as bring the disk back to
             // the limit: space that deleted segments still hold through a
             // reader's view comes back when the view goes, and is not freed twice.
-            let over = look.space.bytes_above(limit).saturating_sub(queue.bytes_awaiting_release(&look.dir));
+            let over = look.space.bytes_above(limit).saturating_sub(look.awaiting_release);
             if look.used_percent > limit && over > 0 {
                 let used = look.used_percent;
                 match queue.delete_oldest_to_free(&look.dir, over, self.batch) {

@@ -29,13 +29,22 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
-    /// Another process (or another `CommitLog` in this one) holds the directory.
-    #[error("commit log at {} is locked by another process (lock file {})", dir.display(), lock_file.display())]
+    /// The store (or one of its segment directories) is locked: open in another
+    /// process, or in this one.
+    #[error("commit log at {} is locked (lock file {}) {holder}", dir.display(), lock_file.display())]
     Locked {
-        /// The store directory.
+        /// The locked directory.
         dir: PathBuf,
         /// The lock file.
         lock_file: PathBuf,
+        /// Who holds it, as far as the abort marker tells.
+        holder: LockHolder,
+    },
+    /// The store directory's path names something that is not a directory.
+    #[error("{} is not a directory: a commit log store is a directory", path.display())]
+    NotADirectory {
+        /// The path given.
+        path: PathBuf,
     },
     /// Damage in data that was durable (below the checkpointed or flushed offset):
     /// reported, never silently truncated.
@@ -61,12 +70,56 @@ pub enum Error {
     /// The store keeps segments in a directory the configuration does not list
     /// (`store_path_commit_log` / `read_only_commit_log_store_paths`): opening
     /// without it would lose its segments.
-    #[error("{} keeps segments in {}, which the configuration does not list: add it to store_path_commit_log (or read_only_commit_log_store_paths to stop new segments going there); a directory leaves the store once it holds no segment", store.display(), dir.display())]
+    #[error("{} keeps segments in {}, which the configuration does not list: add it to store_path_commit_log (or read_only_commit_log_store_paths to stop new segments going there); a directory leaves the store only by `commitlog forget-dir` once it holds no segment (docs/operations.md)", store.display(), dir.display())]
     SegmentDirNotConfigured {
         /// The store directory.
         store: PathBuf,
         /// The segment directory left out.
         dir: PathBuf,
+    },
+    /// A segment directory the store recorded does not exist. It is not created
+    /// again: it may be the mount point of a disk that is not mounted. Nothing
+    /// was written.
+    #[error("segment directory {} of the store {} is missing: is its disk mounted? (a directory leaves the store only by `commitlog forget-dir`, docs/operations.md)", dir.display(), store.display())]
+    SegmentDirMissing {
+        /// The store directory.
+        store: PathBuf,
+        /// The recorded segment directory that is missing.
+        dir: PathBuf,
+    },
+    /// The segments found do not cover the log the checkpoint describes: the
+    /// first starts above the recorded front (segments the log never deleted are
+    /// gone), or the last ends below the flushed offset. Usually a segment
+    /// directory whose disk is not mounted (its mount point is empty). Nothing
+    /// was written; [`admin::salvage`](crate::admin::salvage) accepts the loss.
+    #[error(
+        "{}: segments are missing: the log holds [{}, {durable}) but the segments found cover {}{}; the open refuses rather than lose records (mount the disk, or accept the loss with `commitlog recover --salvage`, docs/operations.md)",
+        store.display(),
+        front.map_or_else(|| "?".to_string(), |f| f.to_string()),
+        found.map_or_else(|| "nothing".to_string(), |(a, b)| format!("[{a}, {b})")),
+        if empty_dirs.is_empty() { String::new() } else {
+            format!("; recorded directories holding no segment: {}", empty_dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "))
+        }
+    )]
+    SegmentsMissing {
+        /// The store directory.
+        store: PathBuf,
+        /// Where the log starts, by the checkpoint (`None`: a format-1 checkpoint).
+        front: Option<u64>,
+        /// The checkpoint's flushed offset.
+        durable: u64,
+        /// The range the segments found cover, if any.
+        found: Option<(u64, u64)>,
+        /// Recorded segment directories that hold no segment (likely culprits).
+        empty_dirs: Vec<PathBuf>,
+    },
+    /// An operator step ([`admin`](crate::admin)) was refused; nothing changed.
+    #[error("{step} refused: {reason}")]
+    Refused {
+        /// The step (`forget-dir`, `salvage`).
+        step: &'static str,
+        /// Why.
+        reason: String,
     },
     /// The store's list of segment directories is unreadable.
     #[error("segment directory list {} is damaged: {reason}", path.display())]
@@ -162,6 +215,32 @@ pub enum Error {
     /// The write-buffer pool could not be created.
     #[error(transparent)]
     Pool(#[from] transient_pool::PoolError),
+}
+
+/// Who holds a store's lock, as the abort marker (which holds the id of the
+/// process that opened the store) tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockHolder {
+    /// This process: the store is open already (another `CommitLog` of it), or
+    /// the zero-copy view of a record read from an earlier open is still alive.
+    ThisProcess,
+    /// Another process, with this id.
+    OtherProcess(u32),
+    /// The abort marker does not say.
+    Unknown,
+}
+
+impl std::fmt::Display for LockHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LockHolder::ThisProcess => f.write_str(
+                "by this process: it is open already, or a record view (Record::body) of an earlier open is still alive",
+            ),
+            LockHolder::OtherProcess(pid) => write!(f, "by another process (pid {pid}, by the abort marker)"),
+            LockHolder::Unknown => f.write_str("by another process"),
+        }
+    }
 }
 
 /// RocketMQ's `PutMessageStatus`, for callers that want one value per put.

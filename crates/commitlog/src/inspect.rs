@@ -106,10 +106,46 @@ pub fn list_segments(dir: &Path) -> Result<Listing, Error> {
         let offset = listed.iter().find(|s| s.path == path).map(|s| s.start_offset);
         listing.problems.push(Problem { path, offset, message: problem.to_string() });
     }
+    missing_segments(dir, &mut listing);
     // A segment that would end past `u64::MAX` cannot hold an addressable byte; it
     // is reported (above) and left out, so nothing computes offsets inside it.
     listing.segments.retain(|s| s.start_offset.checked_add(size.max(s.len)).is_some());
     Ok(listing)
+}
+
+/// Adds a problem when the segments do not reach from the checkpoint's front to
+/// its flushed offset (the check an open makes, [`Error::SegmentsMissing`]).
+fn missing_segments(dir: &Path, listing: &mut Listing) {
+    let Some(checkpoint) = store_files(dir).checkpoint else { return };
+    let first = listing.segments.first().map(|s| s.start_offset);
+    let end = listing.segments.last().map(|s| s.start_offset.saturating_add(listing.segment_size.max(s.len)));
+    let path = Checkpoint::path(dir);
+    if let Some(front) = checkpoint.front_offset {
+        let missing_to = match first {
+            Some(first) if first > front => Some(first),
+            None if checkpoint.flushed_offset > front => Some(checkpoint.flushed_offset),
+            _ => None,
+        };
+        if let Some(to) = missing_to {
+            listing.problems.push(Problem {
+                path: path.clone(),
+                offset: Some(front),
+                message: format!(
+                    "segments missing at the front: the log starts at {front}, but no segment holds [{front}, {to})                      (a segment directory whose disk is not mounted?)"
+                ),
+            });
+        }
+    }
+    if let Some(end) = end.filter(|&end| end < checkpoint.flushed_offset) {
+        listing.problems.push(Problem {
+            path,
+            offset: Some(end),
+            message: format!(
+                "segments missing at the end: the checkpoint says data is durable up to {}, but the last segment ends at {end}",
+                checkpoint.flushed_offset
+            ),
+        });
+    }
 }
 
 /// Adds the segment files of one segment directory to `listing`.
@@ -122,6 +158,9 @@ fn list_dir(seg_dir: &Path, listing: &mut Listing) -> Result<(), Error> {
         let meta = entry.metadata().map_err(|source| Error::Io { path: path.clone(), source })?;
         if name == segment_queue::RECYCLE_DIR && meta.is_dir() {
             continue; // spare files for new segments, not part of the log
+        }
+        if name.starts_with(crate::admin::SALVAGE_DIR_PREFIX) && meta.is_dir() {
+            continue; // what a salvage moved aside, no longer part of the log
         }
         if name == LOCK_FILE && meta.is_file() {
             continue; // the lock of a segment directory outside the store directory

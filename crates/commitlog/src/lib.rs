@@ -41,6 +41,7 @@
 // Offsets parsed from untrusted bytes: no silent wrap-around, no truncating casts.
 #![warn(clippy::arithmetic_side_effects, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
+pub mod admin;
 mod append;
 mod checkpoint;
 mod clean;
@@ -60,7 +61,7 @@ pub use append::{AppendResult, BatchAppendResult};
 pub use checkpoint::{Checkpoint, CHECKPOINT_FILE};
 pub use clean::CleanStats;
 pub use config::{CommitLogConfig, CommitLogConfigBuilder, FlushDiskType, MAX_POOL_BUFFERS};
-pub use error::{Error, PutMessageStatus};
+pub use error::{Error, LockHolder, PutMessageStatus};
 pub use flush_service::{
     Decision, DurabilityHandle, FlushConfig, FlushError, FlushPolicy, FlushStats, PolicyChoice, PolicyFactory,
     PolicyInput,

@@ -79,8 +79,9 @@ impl CommitLog {
     pub fn open(dir: impl AsRef<Path>, config: CommitLogConfig) -> Result<CommitLog, Error> {
         config.validate()?;
         let dir = dir.as_ref();
+        let configured = store::configured_dirs(dir, &config);
         let mut roots = vec![dir.to_path_buf()];
-        for segments in store::configured_dirs(dir, &config) {
+        for segments in &configured {
             if dir.starts_with(&segments.path) {
                 return Err(Error::InvalidConfig {
                     reason: format!(
@@ -91,11 +92,31 @@ impl CommitLog {
                 });
             }
             if !segments.path.starts_with(dir) {
-                roots.push(segments.path);
+                roots.push(segments.path.clone());
             }
         }
+        store::check_store_path(dir)?;
+        // Locking a directory creates it: a recorded one outside the store that
+        // is missing (a disk's mount point) must be refused first.
+        let recorded = store::recorded_dirs_unlocked(dir)?;
+        store::check_dirs_configured(&recorded, &configured, dir)?;
+        if let Some(missing) = recorded.iter().find(|d| !d.path.starts_with(dir) && !d.path.is_dir()) {
+            return Err(Error::SegmentDirMissing { store: dir.to_path_buf(), dir: missing.path.clone() });
+        }
+        // And segments missing (an empty mount point): refused before a lock file
+        // is made in it. `open_with_storage` checks again under the lock. Listed
+        // before the checkpoint is read, so a log open elsewhere, deleting from
+        // its front, cannot look short; one appending can, so a store someone
+        // holds is left to the lock to refuse.
+        let segments = store::segment_files_unlocked(&recorded, config.mapped_file_size_commit_log);
+        let files = crate::inspect::store_files(dir);
+        if !files.locked {
+            store::check_segments_present(files.checkpoint.as_ref(), &segments, &recorded, dir)?;
+        }
         let storage = MmapStorage::lock_all(&roots).map_err(|err| match err {
-            LockError::Locked { dir, lock_file } => Error::Locked { dir, lock_file },
+            LockError::Locked { dir: locked, lock_file } => {
+                Error::Locked { dir: locked, lock_file, holder: store::lock_holder(dir) }
+            }
             LockError::Io { path, source } => Error::Io { path, source },
             other => Error::InvalidConfig { reason: other.to_string() },
         })?;
@@ -110,6 +131,11 @@ impl CommitLog {
     /// [`Storage`] contract); [`open`](Self::open) uses a locked [`MmapStorage`].
     /// The storage decides how segments are written, so `write_without_mmap` is
     /// not read here.
+    ///
+    /// An open that fails leaves the store as it found it: every check that can
+    /// refuse it (directories, missing segments) runs before the abort marker
+    /// is written, and a failure after that (damage below the checkpoint, say)
+    /// removes the marker again if the last process had shut down cleanly.
     pub fn open_with_storage(
         dir: impl AsRef<Path>,
         config: CommitLogConfig,
@@ -117,12 +143,12 @@ impl CommitLog {
     ) -> Result<CommitLog, Error> {
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
-        // Before the abort marker: a store opened without one of its segment
-        // directories is refused and left as it was.
+        // Nothing is written until every check passed.
         let dirs = store::configured_dirs(&dir, &config);
         let recorded = store::recorded_dirs(&*storage, &dir)?;
         store::check_dirs_configured(&recorded, &dirs, &dir)?;
-        let opened = store::open(&*storage, &dir)?;
+        store::check_recorded_dirs_exist(&*storage, &recorded, &dir)?;
+        let found = store::read(&*storage, &dir)?;
 
         let pool = if config.transient_store_pool_enable {
             Some(TransientStorePool::new(PoolConfig::new(
@@ -136,12 +162,41 @@ impl CommitLog {
             preallocate_next_segment: config.preallocate_next_segment,
             warm_mapped_file_enable: config.warm_mapped_file_enable,
             recycle_segments: config.recycle_segments,
+            // A producer must not outrun the guard's timer: every new segment
+            // looks at its disk first.
+            disk_space_limit_percent: Some(config.disk_space_warning_level_ratio),
             ..QueueConfig::new(config.mapped_file_size_commit_log)
         };
-        let queue = Arc::new(SegmentQueue::load_dirs(Arc::clone(&storage), dirs, queue_config, pool.clone())?);
-        store::record_dirs(&*storage, &dir, &queue)?;
-        let durable_offset = opened.checkpoint.map_or(0, |c| c.flushed_offset);
-        let report = recover(&queue, durable_offset, opened.clean_shutdown)?;
+        let queue = Arc::new(SegmentQueue::load_dirs(Arc::clone(&storage), dirs.clone(), queue_config, pool.clone())?);
+        let segments: Vec<(u64, u64, PathBuf)> =
+            queue.segments().iter().map(|f| (f.file_from_offset(), f.file_end(), f.path().to_path_buf())).collect();
+        store::check_segments_present(found.checkpoint.as_ref(), &segments, &recorded, &dir)?;
+
+        store::mark_open(&*storage, &dir)?;
+        let started = Self::start(dir.clone(), config, Arc::clone(&storage), queue, pool, &found, &dirs);
+        if started.is_err() && found.clean_shutdown {
+            // As it was found: the next open is a normal recovery again.
+            if let Err(err) = store::mark_clean_shutdown(&*storage, &dir) {
+                tracing::warn!(dir = %dir.display(), %err, "could not remove the abort marker after a failed open");
+            }
+        }
+        started
+    }
+
+    /// The part of an open that writes: records the directories, recovers,
+    /// writes the checkpoint and starts the services.
+    fn start(
+        dir: PathBuf,
+        config: CommitLogConfig,
+        storage: Arc<dyn Storage>,
+        queue: Arc<SegmentQueue>,
+        pool: Option<TransientStorePool>,
+        found: &store::Opened,
+        dirs: &[crate::SegmentDir],
+    ) -> Result<CommitLog, Error> {
+        store::record_dirs(&*storage, &dir, dirs)?;
+        let durable_offset = found.checkpoint.map_or(0, |c| c.flushed_offset);
+        let report = recover(&queue, durable_offset, found.clean_shutdown)?;
 
         // Looked at once now, so a disk already full refuses the first append and
         // the first segment goes to a directory with room.
@@ -150,18 +205,29 @@ impl CommitLog {
 
         // Have the active segment ready (created, and warmed if configured) before
         // the first append, and the next one requested from the allocator: neither
-        // creation nor warm-up belongs on the put path.
-        queue.roll_to_writable_segment(report.end_offset)?;
+        // creation nor warm-up belongs on the put path. A disk too full for it is
+        // not an error here: appends are refused until there is room.
+        match queue.roll_to_writable_segment(report.end_offset) {
+            Ok(_) => {}
+            Err(segment_queue::QueueError::DiskFull { dir: full, used_percent, .. }) => {
+                disk.refuse_until_next_look(&full, used_percent);
+            }
+            Err(err) => return Err(err.into()),
+        }
 
-        let state = Arc::new(CheckpointState::default());
-        state.record(FlushedReport {
-            flushed_where: report.end_offset,
-            store_timestamp: report.last_timestamp_ms,
-            requests_acknowledged: 0,
-        });
+        let state = Arc::new(CheckpointState::new(Arc::clone(&queue), report.end_offset, report.last_timestamp_ms));
         state.persist(&*storage, &dir, true)?;
+        {
+            // The front is durable before any segment leaves it.
+            let (state, storage, dir) = (Arc::clone(&state), Arc::clone(&storage), dir.clone());
+            queue.set_front_guard(Box::new(move |front| {
+                state
+                    .raise_front(&*storage, &dir, front)
+                    .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+            }));
+        }
 
-        let on_flushed = flushed_callback(&state, &queue);
+        let on_flushed = flushed_callback(&state);
         let clock = Arc::new(SystemClock::new());
         let target: Arc<dyn FlushTarget> = Arc::new(QueueTarget::for_log(Arc::clone(&queue)));
         let with_pool = pool.is_some();
@@ -292,9 +358,19 @@ impl CommitLog {
 
     /// Commits and flushes everything now; returns the flushed offset.
     pub fn flush_all(&self) -> Result<u64, Error> {
+        self.flush_all_then(|| {})
+    }
+
+    /// [`flush_all`](Self::flush_all), running `between` after the flush and
+    /// before the checkpoint hears of it: the window a concurrent truncation
+    /// must not be able to exploit (tests use it to run one there).
+    fn flush_all_then(&self, between: impl FnOnce()) -> Result<u64, Error> {
         self.check_writeable()?;
         self.inner.queue.commit(0).map_err(|e| self.writeable_or(e.into()))?;
         let progress = self.inner.queue.flush(0).map_err(|e| self.writeable_or(e.into()))?;
+        between();
+        // Clamped to the queue's flushed offset under the checkpoint's lock: a
+        // truncation since the flush returned lowered both.
         self.inner.checkpoint.record(FlushedReport {
             flushed_where: progress.to,
             store_timestamp: self.inner.queue.store_timestamp(),
@@ -347,7 +423,16 @@ impl CommitLog {
             crate::read::Slot::Record(_) => {}
             _ => return Err(self.no_record(offset)),
         }
-        self.flush_all()?;
+        let end = self.flush_all()?;
+        if self.inner.strategy.is_sync() {
+            // A group-commit round answers every request below the end before the
+            // cut: the durability handles of the records cut resolve as what they
+            // were, durable (a round after the cut would see the lowered offset and
+            // leave them to time out). Appends wait on the put lock meanwhile.
+            if let Err(err) = self.inner.strategy.submit(end).wait() {
+                return Err(self.writeable_or(err.into()));
+            }
+        }
         let inner = &self.inner;
         #[cfg(planted_bugs)]
         if mapped_file::planted::is_active(mapped_file::planted::Bug::TruncateKeepsCheckpoint) {
@@ -433,9 +518,8 @@ impl Inner {
 }
 
 /// What each successful flush reports to the checkpoint.
-fn flushed_callback(state: &Arc<CheckpointState>, queue: &Arc<SegmentQueue>) -> FlushedCallback {
+fn flushed_callback(state: &Arc<CheckpointState>) -> FlushedCallback {
     let state = Arc::clone(state);
-    let queue = Arc::clone(queue);
     Arc::new(move |report: FlushedReport| {
         if report.requests_acknowledged > 0 {
             crate::metrics::round(report.requests_acknowledged);
@@ -443,11 +527,11 @@ fn flushed_callback(state: &Arc<CheckpointState>, queue: &Arc<SegmentQueue>) -> 
         #[cfg(planted_bugs)]
         if mapped_file::planted::is_active(mapped_file::planted::Bug::CheckpointAheadOfData) {
             // The planted bug: checkpoint the end of written data, durable or not.
-            return state.record(FlushedReport { flushed_where: queue.max_offset(), ..report });
+            return state.record_end_of_data(report);
         }
         // Never above what is durable now: a round that finished before a
         // truncation of the tail reports the old end.
-        state.record_at_most(report, || queue.flushed_where())
+        state.record(report)
     })
 }
 
@@ -456,5 +540,53 @@ impl Drop for Inner {
         if let Err(err) = self.shutdown() {
             tracing::error!(dir = %self.dir.display(), %err, "commit log shutdown on drop failed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Checkpoint;
+    use mapped_file::SimStorage;
+
+    fn config() -> CommitLogConfig {
+        CommitLogConfig {
+            disk_space_warning_level_ratio: 100,
+            disk_max_used_space_ratio: 100,
+            clean_file_forcibly_enable: false,
+            ..CommitLogConfig::builder()
+                .mapped_file_size_commit_log(64 << 10)
+                .max_message_size(4096)
+                .flush_disk_type(FlushDiskType::AsyncFlush)
+                .build()
+                .unwrap()
+        }
+    }
+
+    #[test]
+    fn a_flush_that_returned_before_a_truncation_never_raises_the_checkpoint_above_the_cut() {
+        // Thread A's `flush_all` returns E; thread B truncates to T < E (lowering
+        // the checkpoint) before A records E. A recorded E unclamped, and the
+        // checkpoint written at shutdown put E above the data: the next open
+        // failed with `Corrupt`, and the store stayed unopenable.
+        let sim = SimStorage::new();
+        let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+        let log = CommitLog::open_with_storage("/race", config(), Arc::clone(&storage)).unwrap();
+        let offsets: Vec<u64> = (0..200u8).map(|i| log.append(&[i; 700]).unwrap().wrote_offset).collect();
+        let cut = offsets[80];
+        let other = log.clone();
+        let flushed = log
+            .flush_all_then(|| {
+                std::thread::spawn(move || other.truncate_from(cut).map(drop)).join().unwrap().unwrap();
+            })
+            .unwrap();
+        assert!(flushed > cut, "the flush returned the end before the cut");
+        assert!(log.inner.checkpoint.persist(&*storage, Path::new("/race"), true).is_ok());
+        let written = Checkpoint::load(&sim, Path::new("/race")).unwrap().unwrap();
+        assert!(written.flushed_offset <= cut, "checkpoint {} above the cut {cut}", written.flushed_offset);
+        log.shutdown().unwrap();
+        let reopened = CommitLog::open_with_storage("/race", config(), storage).unwrap();
+        assert_eq!(reopened.max_offset(), cut);
+        reopened.shutdown().unwrap();
     }
 }

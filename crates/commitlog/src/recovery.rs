@@ -36,6 +36,10 @@ pub struct RecoveryReport {
 /// Where the scan of a log ends.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ScanEnd {
+    /// Where the scan started: the start of the segment holding the offset asked
+    /// for (the last segment for an offset at or past its end, the first for one
+    /// below the log).
+    pub scanned_from: u64,
     /// Offset after the last valid record.
     pub end_offset: u64,
     /// Valid records seen.
@@ -59,8 +63,15 @@ fn check_crc() -> bool {
 /// checks. Read-only.
 pub fn scan(queue: &SegmentQueue, from: u64) -> Result<ScanEnd, Error> {
     let segments = queue.segments();
-    let start = segments.iter().position(|f| f.holds(from)).unwrap_or(0);
-    let mut out = ScanEnd { end_offset: segments.get(start).map_or(0, |f| f.file_from_offset()), ..ScanEnd::default() };
+    let start = match segments.iter().position(|f| f.holds(from)) {
+        Some(index) => index,
+        // At or past the end of the last segment (a checkpoint exactly at its end,
+        // no next segment yet): only the last one can hold the end of data.
+        None if segments.last().is_some_and(|last| from >= last.file_end()) => segments.len().saturating_sub(1),
+        None => 0,
+    };
+    let begin = segments.get(start).map_or(0, |f| f.file_from_offset());
+    let mut out = ScanEnd { scanned_from: begin, end_offset: begin, ..ScanEnd::default() };
     for file in &segments[start..] {
         let base = file.file_from_offset();
         let data = file.read(0, file.read_position())?;
@@ -102,7 +113,7 @@ pub(crate) fn recover(
     }
     let scan_from = durable_offset.max(queue.min_offset());
     let end = scan(queue, scan_from)?;
-    report.scanned_from = queue.find_mapped_file_by_offset(scan_from, true).map_or(0, |f| f.file_from_offset());
+    report.scanned_from = end.scanned_from;
     report.records_recovered = end.records;
     report.last_timestamp_ms = end.last_timestamp_ms;
     report.stopped_at = end.invalid;

@@ -11,13 +11,22 @@
 //!                   `writable <path>` or `read-only <path>`
 //! ```
 //!
-//! The segment directory list is how a store remembers where its segments are:
-//! an open that leaves out a listed directory is refused
-//! ([`Error::SegmentDirNotConfigured`]) rather than finding a shorter log, and the
-//! read-only tools read it to find every segment. It is rewritten at open, before
-//! any new segment can be made, with every writable directory and each read-only
-//! one that still holds a segment, so a directory leaves the list once it is
-//! read-only and empty.
+//! The segment directory list is how a store remembers where its segments are,
+//! and the checkpoint's front offset where its first segment starts. An open
+//! refuses rather than finding a shorter log:
+//! - a configuration that leaves out a listed directory
+//!   ([`Error::SegmentDirNotConfigured`]);
+//! - a listed directory that does not exist ([`Error::SegmentDirMissing`]; it is
+//!   never created again: an unmounted disk's mount point may be gone);
+//! - segments missing from the front, or a last segment ending below the
+//!   checkpoint's flushed offset ([`Error::SegmentsMissing`], naming the listed
+//!   directories that hold no segment: an unmounted disk's empty mount point).
+//!
+//! All of these are checked before anything is written. The list only grows at
+//! open, by the directories the configuration adds; a directory leaves it only
+//! by an operator's explicit step ([`admin::forget_segment_dir`](crate::admin::forget_segment_dir)),
+//! and a loss of segments is accepted only by [`admin::salvage`](crate::admin::salvage).
+//! The read-only tools read the list to find every segment.
 //!
 //! Every file here goes through the [`Storage`] seam, so a simulated power cut
 //! covers the markers and the checkpoint as well as the segments.
@@ -122,6 +131,40 @@ pub(crate) fn recorded_dirs(storage: &dyn Storage, dir: &Path) -> Result<Vec<Seg
     }
 }
 
+/// [`recorded_dirs`] with plain file reads, before the store is locked (locking a
+/// directory creates it, so a recorded one that is missing must be seen first).
+pub(crate) fn recorded_dirs_unlocked(dir: &Path) -> Result<Vec<SegmentDir>, Error> {
+    let path = dir.join(SEGMENT_PATHS_FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) => decode_dirs(&bytes, &path),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            let default = segment_dir(dir);
+            let holds_segments = std::fs::read_dir(&default).is_ok_and(|entries| {
+                entries.flatten().any(|e| mapped_file::parse_file_name(&e.file_name().to_string_lossy()).is_some())
+            });
+            Ok(if holds_segments { vec![SegmentDir::writable(default)] } else { Vec::new() })
+        }
+        Err(source) => Err(Error::Io { path, source }),
+    }
+}
+
+/// The segment files in `dirs`, as `(start, end, path)` with segments of
+/// `segment_size` bytes, sorted, by plain directory reads (before the lock).
+pub(crate) fn segment_files_unlocked(dirs: &[SegmentDir], segment_size: usize) -> Vec<(u64, u64, PathBuf)> {
+    let size = u64::try_from(segment_size).unwrap_or(u64::MAX);
+    let mut found: Vec<(u64, u64, PathBuf)> = dirs
+        .iter()
+        .filter_map(|d| std::fs::read_dir(&d.path).ok())
+        .flat_map(|entries| entries.flatten())
+        .filter_map(|e| {
+            let start = mapped_file::parse_file_name(&e.file_name().to_string_lossy())?;
+            Some((start, start.saturating_add(size), e.path()))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
 /// Refuses a configuration that leaves out a directory the store recorded.
 pub(crate) fn check_dirs_configured(
     recorded: &[SegmentDir],
@@ -134,38 +177,129 @@ pub(crate) fn check_dirs_configured(
     }
 }
 
-/// Records the directories of an opened queue: every writable one, and each
-/// read-only one still holding a segment. Written only when it changes, so a
-/// store in `<dir>/commitlog` alone never gets the file.
-pub(crate) fn record_dirs(storage: &dyn Storage, dir: &Path, queue: &segment_queue::SegmentQueue) -> Result<(), Error> {
-    let segments = queue.segments();
-    let holds_segments = |d: &SegmentDir| segments.iter().any(|s| s.path().parent() == Some(d.path.as_path()));
-    let keep: Vec<SegmentDir> = queue.dirs().iter().filter(|d| !d.read_only || holds_segments(d)).cloned().collect();
+/// Refuses a store one of whose recorded directories does not exist: it is not
+/// created again (the mount point of a disk that is not mounted, say).
+pub(crate) fn check_recorded_dirs_exist(
+    storage: &dyn Storage,
+    recorded: &[SegmentDir],
+    dir: &Path,
+) -> Result<(), Error> {
+    for seg_dir in recorded {
+        match storage.list(&seg_dir.path) {
+            Ok(_) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::SegmentDirMissing { store: dir.to_path_buf(), dir: seg_dir.path.clone() });
+            }
+            Err(source) => return Err(Error::Io { path: seg_dir.path.clone(), source }),
+        }
+    }
+    Ok(())
+}
+
+/// The directories of `recorded` holding none of the segment files `segments`.
+pub(crate) fn dirs_without_segments(recorded: &[SegmentDir], segments: &[&Path]) -> Vec<PathBuf> {
+    recorded
+        .iter()
+        .filter(|d| !segments.iter().any(|s| s.parent() == Some(d.path.as_path())))
+        .map(|d| d.path.clone())
+        .collect()
+}
+
+/// Refuses a log whose segments do not reach from the checkpoint's front to its
+/// flushed offset: the front's segments, or the last ones, went missing (the
+/// log deletes from the front only after recording the new front). A format-1
+/// checkpoint has no front; only the end is checked then.
+pub(crate) fn check_segments_present(
+    checkpoint: Option<&Checkpoint>,
+    segments: &[(u64, u64, PathBuf)],
+    recorded: &[SegmentDir],
+    dir: &Path,
+) -> Result<(), Error> {
+    let Some(checkpoint) = checkpoint else { return Ok(()) };
+    let durable = checkpoint.flushed_offset;
+    let found = segments.first().zip(segments.last()).map(|(first, last)| (first.0, last.1));
+    let front_missing = match (checkpoint.front_offset, found) {
+        (Some(front), Some((first, _))) => first > front,
+        (Some(front), None) => durable > front,
+        (None, _) => false,
+    };
+    let end_missing = found.is_some_and(|(_, end)| end < durable);
+    if !front_missing && !end_missing {
+        return Ok(());
+    }
+    Err(Error::SegmentsMissing {
+        store: dir.to_path_buf(),
+        front: checkpoint.front_offset,
+        durable,
+        found,
+        empty_dirs: dirs_without_segments(
+            recorded,
+            &segments.iter().map(|(_, _, path)| path.as_path()).collect::<Vec<_>>(),
+        ),
+    })
+}
+
+/// Records the directories of an opened store: the configured ones (which
+/// include every recorded one, [`check_dirs_configured`]). Written only when
+/// it changes, so a store in `<dir>/commitlog` alone never gets the file.
+pub(crate) fn record_dirs(storage: &dyn Storage, dir: &Path, configured: &[SegmentDir]) -> Result<(), Error> {
     let path = dir.join(SEGMENT_PATHS_FILE);
-    if keep == [SegmentDir::writable(segment_dir(dir))] {
-        // Back to the default layout: the file goes (durably).
+    if configured == [SegmentDir::writable(segment_dir(dir))] {
+        // The default layout: no file (a store that had one recorded the default
+        // directory alone only after `forget_segment_dir` removed the others).
         return match storage.read_small(&path).map_err(io_err(&path))? {
             Some(_) => storage.remove(&path).map_err(io_err(&path)),
             None => Ok(()),
         };
     }
-    if storage.read_small(&path).map_err(io_err(&path))?.is_some_and(|bytes| bytes == encode_dirs(&keep).as_bytes()) {
-        return Ok(());
-    }
-    tracing::info!(dirs = keep.len(), "segment directories recorded");
-    storage.replace_small(&path, encode_dirs(&keep).as_bytes()).map_err(io_err(&path))
+    write_dirs(storage, dir, configured)
 }
 
-/// Reads the abort marker and the checkpoint, then writes the abort marker (with
-/// this process's id): from here until [`mark_clean_shutdown`], a crash makes the
-/// next open recover abnormally.
-pub(crate) fn open(storage: &dyn Storage, dir: &Path) -> Result<Opened, Error> {
-    storage.create_dir_all(dir).map_err(io_err(dir))?;
+/// Writes the segment directory list (durably), unless it says this already.
+pub(crate) fn write_dirs(storage: &dyn Storage, dir: &Path, dirs: &[SegmentDir]) -> Result<(), Error> {
+    let path = dir.join(SEGMENT_PATHS_FILE);
+    if storage.read_small(&path).map_err(io_err(&path))?.is_some_and(|bytes| bytes == encode_dirs(dirs).as_bytes()) {
+        return Ok(());
+    }
+    tracing::info!(dirs = dirs.len(), "segment directories recorded");
+    storage.replace_small(&path, encode_dirs(dirs).as_bytes()).map_err(io_err(&path))
+}
+
+/// Reads the abort marker and the checkpoint without changing anything.
+pub(crate) fn read(storage: &dyn Storage, dir: &Path) -> Result<Opened, Error> {
     let abort = dir.join(ABORT_FILE);
     let clean_shutdown = storage.read_small(&abort).map_err(io_err(&abort))?.is_none();
     let checkpoint = Checkpoint::load(storage, dir)?;
-    storage.replace_small(&abort, std::process::id().to_string().as_bytes()).map_err(io_err(&abort))?;
     Ok(Opened { clean_shutdown, checkpoint })
+}
+
+/// Writes the abort marker (with this process's id): from here until
+/// [`mark_clean_shutdown`], a crash makes the next open recover abnormally.
+pub(crate) fn mark_open(storage: &dyn Storage, dir: &Path) -> Result<(), Error> {
+    storage.create_dir_all(dir).map_err(io_err(dir))?;
+    let abort = dir.join(ABORT_FILE);
+    storage.replace_small(&abort, std::process::id().to_string().as_bytes()).map_err(io_err(&abort))
+}
+
+/// Who holds the lock of the store in `dir`, by the process id its abort marker
+/// holds (read with a plain file read: the lock is someone else's).
+pub(crate) fn lock_holder(dir: &Path) -> crate::error::LockHolder {
+    use crate::error::LockHolder;
+    let pid = std::fs::read_to_string(dir.join(ABORT_FILE)).ok().and_then(|s| s.trim().parse::<u32>().ok());
+    match pid {
+        Some(pid) if pid == std::process::id() => LockHolder::ThisProcess,
+        Some(pid) => LockHolder::OtherProcess(pid),
+        None => LockHolder::Unknown,
+    }
+}
+
+/// Refuses a store path that exists and is not a directory, with an error that
+/// says so (rather than the file system's "File exists").
+pub(crate) fn check_store_path(dir: &Path) -> Result<(), Error> {
+    match std::fs::metadata(dir) {
+        Ok(meta) if !meta.is_dir() => Err(Error::NotADirectory { path: dir.to_path_buf() }),
+        _ => Ok(()),
+    }
 }
 
 /// Removes the abort marker (durably): the next open recovers normally. Called

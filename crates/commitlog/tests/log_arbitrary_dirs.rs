@@ -63,8 +63,12 @@ fn file_spec() -> impl Strategy<Value = FileSpec> {
 fn checkpoint() -> impl Strategy<Value = Option<Result<Checkpoint, Vec<u8>>>> {
     prop_oneof![
         Just(None),
-        any::<u64>().prop_map(|flushed_offset| Some(Ok(Checkpoint { flushed_offset, physic_msg_timestamp: 1 }))),
-        (0u64..40_000).prop_map(|flushed_offset| Some(Ok(Checkpoint { flushed_offset, physic_msg_timestamp: 1 }))),
+        (any::<u64>(), prop::option::of(any::<u64>())).prop_map(|(flushed_offset, front_offset)| Some(Ok(
+            Checkpoint { flushed_offset, physic_msg_timestamp: 1, front_offset }
+        ))),
+        (0u64..40_000, prop::option::of(0u64..40_000)).prop_map(|(flushed_offset, front_offset)| Some(Ok(
+            Checkpoint { flushed_offset, physic_msg_timestamp: 1, front_offset }
+        ))),
         prop::collection::vec(any::<u8>(), 0..40).prop_map(|b| Some(Err(b))),
     ]
 }

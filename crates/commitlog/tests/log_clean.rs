@@ -39,7 +39,7 @@ fn config(delete_when: &str) -> CommitLogConfig {
 }
 
 fn space(used_percent: u64) -> Option<DiskSpace> {
-    Some(DiskSpace { total: 1000, free: 1000 - 10 * used_percent, available: 1000 - 10 * used_percent })
+    common::disk_at(used_percent)
 }
 
 /// A store of four full-ish segments whose first two are `age_h` hours old;

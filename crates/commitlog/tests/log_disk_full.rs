@@ -23,7 +23,7 @@ fn config() -> CommitLogConfig {
 }
 
 fn space(used_percent: u64) -> Option<DiskSpace> {
-    Some(DiskSpace { total: 1000, free: 1000 - 10 * used_percent, available: 1000 - 10 * used_percent })
+    common::disk_at(used_percent)
 }
 
 /// Appends until one fails (the guard's next look), or gives up.
@@ -114,4 +114,34 @@ fn the_limit_must_be_a_percentage() {
         assert!(err.to_string().contains("delete_when"), "{err}");
     }
     assert!(CommitLogConfig { delete_when: "01; 13;".into(), ..config() }.validate().is_ok());
+}
+
+#[test]
+fn a_producer_faster_than_the_guards_timer_is_refused_before_the_file_system_runs_out() {
+    // The guard's timer never looks (an hour); the disk holds twelve segments.
+    // The next segment's creation ran into the file system's ENOSPC with 8 %
+    // free: the guard at 90 % never refused.
+    let sim = common::sim();
+    sim.set_disk_size(Some(12 * common::SEGMENT as u64));
+    let config = CommitLogConfig { clean_resource_interval_ms: 3_600_000, ..config() };
+    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+    let log = CommitLog::open_with_storage("/fast", config.clone(), Arc::clone(&storage)).unwrap();
+    let mut acked = Vec::new();
+    let err = until_refused(&log, &mut acked);
+    match &err {
+        Error::DiskFull { used_percent, limit_percent: 90, .. } => {
+            assert!(*used_percent < 90.0, "refused before a segment took the disk past 90 %: {err}")
+        }
+        other => panic!("refused by the file system, not the guard: {other}"),
+    }
+    assert!(log.is_disk_full(), "later appends are refused at once");
+    assert!(matches!(log.append(b"again"), Err(Error::DiskFull { .. })));
+    assert!(acked.len() > 1000, "{}", acked.len());
+    let space = storage.disk_space("/fast".as_ref()).unwrap().unwrap();
+    assert!(space.used_percent() < 90.0, "{}", space.used_percent());
+    assert_eq!(bodies(&log), acked);
+    log.shutdown().unwrap();
+    let reopened = CommitLog::open_with_storage("/fast", config, storage).unwrap();
+    assert_eq!(bodies(&reopened), acked);
+    reopened.shutdown().unwrap();
 }

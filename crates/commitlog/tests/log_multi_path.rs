@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use commitlog::{
-    inspect, CommitLog, CommitLogConfig, Error, FlushDiskType, SegmentDir, ABORT_FILE, SEGMENT_PATHS_FILE,
+    admin, inspect, CommitLog, CommitLogConfig, Error, FlushDiskType, SegmentDir, ABORT_FILE, SEGMENT_PATHS_FILE,
 };
 use common::{bodies, body, SEGMENT};
 use mapped_file::{DiskSpace, Storage};
@@ -130,14 +130,148 @@ fn a_read_only_directory_gets_no_new_segment_and_leaves_the_store_once_empty() {
     log.shutdown().unwrap();
     assert_eq!(homes_of(store.path(), &b), 0);
 
-    // Reopened once more, b is empty and read-only: the store forgets it ...
+    // Empty, b is still recorded: the store forgets a directory only when the
+    // operator says so, and opening without it is refused until then.
     let log = CommitLog::open(store.path(), config(&[&a], &[&b])).unwrap();
     log.shutdown().unwrap();
+    assert_eq!(inspect::segment_dirs(store.path()).unwrap(), [SegmentDir::writable(&a), SegmentDir::read_only(&b)]);
+    assert!(matches!(
+        CommitLog::open(store.path(), config(&[&a], &[])),
+        Err(Error::SegmentDirNotConfigured { dir, .. }) if dir == b
+    ));
+    // The documented step: forget it, then drop it from the configuration.
+    let report = admin::forget_segment_dir(store.path(), &b).unwrap();
+    assert_eq!(report.remaining, [SegmentDir::writable(&a)]);
+    assert_eq!(report.front_missing, None);
     assert_eq!(inspect::segment_dirs(store.path()).unwrap(), [SegmentDir::writable(&a)]);
-    // ... and opens without it.
     let log = CommitLog::open(store.path(), config(&[&a], &[])).unwrap();
     assert_eq!(bodies(&log), kept);
     assert_eq!(kept[..], acked[acked.len() - kept.len()..]);
+    // Refused while the log is open, and for a directory that holds segments.
+    assert!(matches!(admin::forget_segment_dir(store.path(), &a), Err(Error::Locked { .. })));
+    log.shutdown().unwrap();
+    drop(log);
+    let err = admin::forget_segment_dir(store.path(), &a).unwrap_err();
+    assert!(matches!(&err, Error::Refused { step: "forget-dir", .. }), "{err}");
+}
+
+/// The store: segments from 0 on disk `old`, later made read-only, new
+/// segments on disk `new`; returns (store, old, new, every record acknowledged).
+fn retired_disk_store() -> (tempfile::TempDir, tempfile::TempDir, PathBuf, PathBuf, Vec<Vec<u8>>) {
+    let (store, disks) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (old, new) = (disks.path().join("old"), disks.path().join("new"));
+    let log = CommitLog::open(store.path(), config(&[&old], &[])).unwrap();
+    let mut acked = append(&log, 0, 150);
+    log.shutdown().unwrap();
+    let log = CommitLog::open(store.path(), config(&[&new], &[&old])).unwrap();
+    acked.extend(append(&log, 150, 150));
+    log.shutdown().unwrap();
+    assert!(homes_of(store.path(), &old) >= 2 && homes_of(store.path(), &new) >= 2);
+    (store, disks, old, new, acked)
+}
+
+/// What the refusals must leave as they were.
+fn store_files(store: &Path) -> (Vec<u8>, Vec<u8>, bool) {
+    (
+        std::fs::read(store.join(SEGMENT_PATHS_FILE)).unwrap(),
+        std::fs::read(store.join(commitlog::CHECKPOINT_FILE)).unwrap(),
+        store.join(ABORT_FILE).exists(),
+    )
+}
+
+#[test]
+fn a_recorded_directory_whose_disk_is_not_mounted_is_refused_by_name_and_nothing_is_lost() {
+    let (store, _disks, old, new, acked) = retired_disk_store();
+    let before = store_files(store.path());
+    let config = config(&[&new], &[&old]);
+    let unmounted = old.with_extension("unmounted");
+
+    // The mount point is gone: refused, naming it; it is not created again.
+    std::fs::rename(&old, &unmounted).unwrap();
+    match CommitLog::open(store.path(), config.clone()) {
+        Err(Error::SegmentDirMissing { dir, .. }) => assert_eq!(dir, old),
+        other => panic!("opened without the old disk: {other:?}"),
+    }
+    assert!(!old.exists(), "the missing directory was created");
+    assert_eq!(store_files(store.path()), before);
+
+    // The mount point is there, empty: refused, naming the empty directory.
+    std::fs::create_dir(&old).unwrap();
+    match CommitLog::open(store.path(), config.clone()) {
+        Err(err @ Error::SegmentsMissing { .. }) => {
+            let Error::SegmentsMissing { empty_dirs, front, found, .. } = &err else { unreachable!() };
+            assert_eq!(empty_dirs, std::slice::from_ref(&old), "{err}");
+            assert_eq!(*front, Some(0));
+            assert!(found.is_some_and(|(first, _)| first > 0), "{err}");
+            assert!(err.to_string().contains(&old.display().to_string()), "{err}");
+        }
+        other => panic!("opened without the old disk's segments: {other:?}"),
+    }
+    assert_eq!(store_files(store.path()), before, "a refused open changed the store");
+    // The read-only tools say so too.
+    let listing = inspect::list_segments(store.path()).unwrap();
+    assert!(listing.problems.iter().any(|p| p.message.contains("missing")), "{:?}", listing.problems);
+
+    // Mounted again: every acknowledged record is there.
+    std::fs::remove_dir(&old).unwrap();
+    std::fs::rename(&unmounted, &old).unwrap();
+    let log = CommitLog::open(store.path(), config).unwrap();
+    assert_eq!(bodies(&log), acked);
+    log.shutdown().unwrap();
+}
+
+#[test]
+fn a_writable_directory_holding_only_the_oldest_segments_is_refused_when_empty() {
+    // Segments 0.. on `a`, then `a` filled up (past the forcible ratio: no new
+    // segment goes there) and new ones went to `b`. `a` unmounted.
+    let sim = common::sim();
+    let (a, b) = (PathBuf::from("/disks/a"), PathBuf::from("/disks/b"));
+    let config = config(&[&a, &b], &[]);
+    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+    sim.set_disk_space_of(&a, space(10));
+    sim.set_disk_space_of(&b, space(99));
+    let log = CommitLog::open_with_storage("/store", config.clone(), Arc::clone(&storage)).unwrap();
+    let mut acked = append(&log, 0, 150);
+    log.shutdown().unwrap();
+    sim.set_disk_space_of(&b, space(10));
+    sim.set_disk_space_of(&a, space(99));
+    let log = CommitLog::open_with_storage("/store", config.clone(), Arc::clone(&storage)).unwrap();
+    acked.extend(append(&log, 150, 150));
+    log.shutdown().unwrap();
+    let in_a = sim.snapshot().files.iter().filter(|f| f.path.starts_with(&a)).count();
+    assert!(in_a >= 2, "{in_a}");
+
+    let unmounted = sim.unmount(&a);
+    match CommitLog::open_with_storage("/store", config.clone(), Arc::clone(&storage)) {
+        Err(Error::SegmentsMissing { empty_dirs, .. }) => assert_eq!(empty_dirs, std::slice::from_ref(&a)),
+        other => panic!("opened without a's segments: {other:?}"),
+    }
+    assert!(sim.file_bytes(Path::new("/store").join(ABORT_FILE).as_path()).is_none(), "abort marker written");
+    sim.mount(unmounted);
+    let log = CommitLog::open_with_storage("/store", config, storage).unwrap();
+    assert_eq!(bodies(&log), acked);
+    log.shutdown().unwrap();
+}
+
+#[test]
+fn losing_the_old_disk_for_good_takes_forget_dir_and_salvage_and_says_what_was_lost() {
+    let (store, _disks, old, new, acked) = retired_disk_store();
+    std::fs::remove_dir_all(&old).unwrap();
+    // Forgetting it is allowed (it holds nothing now), and says the front is gone.
+    let report = admin::forget_segment_dir(store.path(), &old).unwrap();
+    let (front, first) = report.front_missing.expect("the front was on the lost disk");
+    assert_eq!(front, 0);
+    let config = config(&[&new], &[]);
+    assert!(matches!(CommitLog::open(store.path(), config.clone()), Err(Error::SegmentsMissing { .. })));
+    // Accepting the loss is a second explicit step.
+    let salvaged = admin::salvage(store.path()).unwrap();
+    assert_eq!(salvaged.front_lost, Some((0, first)));
+    assert!(salvaged.moved.is_empty(), "{salvaged:?}");
+    let log = CommitLog::open(store.path(), config).unwrap();
+    let kept = bodies(&log);
+    assert!(!kept.is_empty() && kept.len() < acked.len());
+    assert_eq!(kept[..], acked[acked.len() - kept.len()..], "the newest records, all of them");
+    log.shutdown().unwrap();
 }
 
 /// How many segment files `dir` holds.
@@ -146,7 +280,7 @@ fn homes_of(store: &Path, dir: &Path) -> usize {
 }
 
 fn space(used_percent: u64) -> Option<DiskSpace> {
-    Some(DiskSpace { total: 1000, free: 1000 - 10 * used_percent, available: 1000 - 10 * used_percent })
+    common::disk_at(used_percent)
 }
 
 #[test]

@@ -108,6 +108,107 @@ fn damage_below_the_checkpoint_is_reported_as_corruption_naming_file_and_offset(
 }
 
 #[test]
+fn a_failed_open_leaves_no_abort_marker_behind_a_clean_shutdown() {
+    // Damage below the checkpoint of a store shut down cleanly: the open fails,
+    // and the store must stay as it was found (no marker saying "open now, or
+    // the last process died").
+    let dir = tempfile::tempdir().unwrap();
+    let log = CommitLog::open(dir.path(), config(FlushDiskType::SyncFlush)).unwrap();
+    let offsets: Vec<u64> = (0..150)
+        .map(|seq| {
+            let put = log.append(&body(0, seq, 500)).unwrap();
+            put.durability.wait().unwrap();
+            put.wrote_offset
+        })
+        .collect();
+    log.shutdown().unwrap();
+    drop(log);
+    let victim = offsets[140];
+    patch(&segment_path(dir.path(), victim), victim % SEGMENT as u64 + 40, &[0xFF]);
+    for _ in 0..2 {
+        assert!(matches!(CommitLog::open(dir.path(), config(FlushDiskType::SyncFlush)), Err(Error::Corrupt { .. })));
+        assert!(!dir.path().join(commitlog::ABORT_FILE).exists(), "a failed open left the abort marker");
+        assert!(!commitlog::inspect::store_files(dir.path()).abort_marker);
+    }
+}
+
+#[test]
+fn salvage_keeps_every_record_before_damage_below_the_checkpoint_and_moves_the_rest_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = CommitLog::open(dir.path(), config(FlushDiskType::SyncFlush)).unwrap();
+    let written: Vec<(u64, Vec<u8>)> = (0..300)
+        .map(|seq| {
+            let b = body(0, seq, 500);
+            let put = log.append(&b).unwrap();
+            put.durability.wait().unwrap();
+            (put.wrote_offset, b)
+        })
+        .collect();
+    log.shutdown().unwrap();
+    drop(log);
+    // One byte of an older segment's record, well below the checkpoint.
+    let (victim, _) = written[100];
+    let path = segment_path(dir.path(), victim);
+    patch(&path, victim % SEGMENT as u64 + 40, &[0xFF]);
+    let later_segments = written.iter().filter(|(o, _)| o / SEGMENT as u64 > victim / SEGMENT as u64).count();
+    assert!(later_segments > 0);
+
+    let report = commitlog::admin::salvage(dir.path()).unwrap();
+    assert_eq!(report.end, victim);
+    assert!(report.stopped_by.as_deref().is_some_and(|s| s.contains(&victim.to_string())), "{report:?}");
+    assert!(report.durable_lost.is_some_and(|(from, _)| from == victim), "{report:?}");
+    // The rest of the damaged segment, copied; every later segment, moved.
+    let tail = &report.moved[0];
+    assert_eq!((tail.from.as_path(), tail.offset), (path.as_path(), Some(victim)));
+    assert!(report.moved.len() >= 2, "{report:?}");
+    for moved in &report.moved {
+        assert!(moved.to.exists(), "{moved:?}");
+        assert!(moved.to.parent().unwrap().file_name().unwrap().to_string_lossy().starts_with("salvaged-"));
+    }
+    let copied = std::fs::read(&tail.to).unwrap();
+    assert_eq!(copied.len() as u64, tail.bytes);
+
+    let log = CommitLog::open(dir.path(), config(FlushDiskType::SyncFlush)).unwrap();
+    let kept: Vec<Vec<u8>> = written[..100].iter().map(|(_, b)| b.clone()).collect();
+    assert_eq!(bodies(&log), kept, "every record before the damage, nothing after it");
+    assert_eq!(log.max_offset(), victim);
+    log.append(b"after").unwrap().durability.wait().unwrap();
+    log.shutdown().unwrap();
+    assert!(commitlog::inspect::list_segments(dir.path()).unwrap().problems.is_empty());
+}
+
+#[test]
+fn a_checkpoint_at_the_very_end_of_the_last_segment_scans_that_segment_only() {
+    // No next segment yet (a crash right after the last one filled): recovery
+    // scanned the whole log from segment 0.
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(FlushDiskType::SyncFlush);
+    c.preallocate_next_segment = false;
+    let log = CommitLog::open(dir.path(), c.clone()).unwrap();
+    let mut seq = 0;
+    while log.max_offset() < 4 * SEGMENT as u64 {
+        log.append(&body(0, seq, 700)).unwrap().durability.wait().unwrap();
+        seq += 1;
+    }
+    log.shutdown().unwrap();
+    drop(log);
+    // Drop the fifth segment (one record in it) and put the checkpoint at the
+    // fourth's end: what a crash after its blank and before the next leaves.
+    let fifth = segment_path(dir.path(), 4 * SEGMENT as u64);
+    std::fs::remove_file(&fifth).unwrap();
+    let end = 4 * SEGMENT as u64;
+    let cp = commitlog::Checkpoint { flushed_offset: end, physic_msg_timestamp: 1, front_offset: Some(0) };
+    std::fs::write(commitlog::Checkpoint::path(dir.path()), cp.encode()).unwrap();
+    let log = CommitLog::open(dir.path(), c).unwrap();
+    let report = log.recovery_report().clone();
+    assert_eq!(report.scanned_from, 3 * SEGMENT as u64, "{report:?}");
+    assert_eq!(report.end_offset, end);
+    let in_last = bodies(&log).len() as u64;
+    assert!(report.records_recovered < in_last / 2, "scanned more than the last segment: {report:?}");
+    log.shutdown().unwrap();
+}
+
+#[test]
 fn a_stale_record_planted_in_the_tail_is_never_returned() {
     // RocketMQ #10017 (https://github.com/apache/rocketmq/issues/10017): a valid record from
     // elsewhere (e.g. a reused file) sits where the next record would go. Its CRC covers its own

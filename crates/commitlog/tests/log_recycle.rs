@@ -84,3 +84,68 @@ fn a_crash_in_a_segment_made_of_a_spare_recovers_every_acknowledged_record_and_n
         reopened.shutdown().unwrap();
     }
 }
+
+#[test]
+fn spares_left_by_a_run_that_kept_them_go_when_recycling_is_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = CommitLog::open(dir.path(), config()).unwrap();
+    fill(&log, 1, 4, 0);
+    assert_eq!(log.delete_segments_before(3 * SEGMENT as u64, 10).unwrap(), 3);
+    log.shutdown().unwrap();
+    drop(log);
+    let spares = dir.path().join(commitlog::SEGMENT_DIR).join(segment_queue::RECYCLE_DIR);
+    assert_eq!(std::fs::read_dir(&spares).unwrap().count(), 2);
+    // Off now: the spares take disk space for nothing, and go at the next open.
+    let off = CommitLogConfig { recycle_segments: 0, ..config() };
+    let log = CommitLog::open(dir.path(), off).unwrap();
+    assert_eq!(std::fs::read_dir(&spares).unwrap().count(), 0, "spares kept with recycling off");
+    log.shutdown().unwrap();
+    drop(log);
+    // Fewer now: the ones beyond go.
+    let log = CommitLog::open(dir.path(), config()).unwrap();
+    fill(&log, 2, 7, 0);
+    let first = log.min_offset();
+    assert_eq!(log.delete_segments_before(first + 3 * SEGMENT as u64, 10).unwrap(), 3);
+    log.shutdown().unwrap();
+    drop(log);
+    assert_eq!(std::fs::read_dir(&spares).unwrap().count(), 2);
+    let one = CommitLogConfig { recycle_segments: 1, ..config() };
+    CommitLog::open(dir.path(), one).unwrap().shutdown().unwrap();
+    assert_eq!(std::fs::read_dir(&spares).unwrap().count(), 1);
+}
+
+#[test]
+fn a_spare_never_becomes_the_segment_at_the_offset_it_once_held() {
+    // An operator deleted the segments and the checkpoint by hand, leaving the
+    // spares: the log starts at 0 again, beside a spare named 0 whose records
+    // would pass their CRCs there after a crash.
+    let dir = tempfile::tempdir().unwrap();
+    let log = CommitLog::open(dir.path(), CommitLogConfig { recycle_segments: 1, ..config() }).unwrap();
+    let old = fill(&log, 1, 3, 0);
+    assert_eq!(log.delete_segments_before(SEGMENT as u64, 10).unwrap(), 1);
+    log.shutdown().unwrap();
+    drop(log);
+    let segments = dir.path().join(commitlog::SEGMENT_DIR);
+    let spare = segments.join(segment_queue::RECYCLE_DIR).join(mapped_file::file_name(0));
+    assert!(spare.exists(), "segment 0 kept as a spare");
+    for entry in std::fs::read_dir(&segments).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    std::fs::remove_file(commitlog::Checkpoint::path(dir.path())).unwrap();
+    // No preallocation: the only segment made next is the one at 0.
+    let fresh = CommitLogConfig { recycle_segments: 1, preallocate_next_segment: false, ..config() };
+    let log = CommitLog::open(dir.path(), fresh).unwrap();
+    log.append(b"new").unwrap().durability.wait().unwrap();
+    // A crash now: the segment at 0 holds the new record, then zeros or bytes
+    // that fail their CRCs here, never the old records.
+    let crashed = tempfile::tempdir().unwrap();
+    common::copy_dir(dir.path(), crashed.path());
+    drop(log);
+    let log = CommitLog::open(crashed.path(), config()).unwrap();
+    let got = bodies(&log);
+    assert_eq!(got, [b"new".to_vec()], "old records came back: {} of {}", got.len(), old.len());
+    assert!(spare.exists(), "the spare named 0 became the segment at 0");
+}

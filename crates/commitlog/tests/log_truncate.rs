@@ -137,3 +137,102 @@ fn a_crash_during_truncation_recovers_a_prefix_of_the_old_log_never_less_than_th
     }
     assert!(states > 50, "{states}");
 }
+
+/// A flush target over the real segment queue that runs a hook once, right
+/// after a real flush returned and before group commit sees the result.
+struct PauseAfterFlush {
+    inner: commitlog::QueueTarget,
+    hook: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl flush_service::FlushTarget for PauseAfterFlush {
+    fn flush(&self, least_pages: usize) -> Result<u64, flush_service::TargetError> {
+        let flushed = self.inner.flush(least_pages)?;
+        if let Some(hook) = self.hook.lock().unwrap().take() {
+            hook();
+        }
+        Ok(flushed)
+    }
+    fn commit(&self, least_pages: usize) -> Result<u64, flush_service::TargetError> {
+        self.inner.commit(least_pages)
+    }
+    fn flushed_where(&self) -> u64 {
+        self.inner.flushed_where()
+    }
+    fn committed_where(&self) -> u64 {
+        self.inner.committed_where()
+    }
+    fn unflushed_bytes(&self) -> u64 {
+        self.inner.unflushed_bytes()
+    }
+    fn uncommitted_bytes(&self) -> u64 {
+        self.inner.uncommitted_bytes()
+    }
+    fn store_timestamp(&self) -> u64 {
+        self.inner.store_timestamp()
+    }
+    fn failure(&self) -> Option<flush_service::TargetError> {
+        self.inner.failure()
+    }
+}
+
+#[test]
+fn a_truncation_inside_a_group_commit_round_neither_kills_it_nor_acknowledges_unsynced_bytes() {
+    use flush_service::{FlushTarget, GroupCommit, GroupCommitConfig, ManualClock};
+    use segment_queue::{QueueConfig, SegmentQueue};
+
+    let sim = common::sim();
+    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+    let config = QueueConfig { preallocate_next_segment: false, ..QueueConfig::new(common::SEGMENT) };
+    let queue = Arc::new(SegmentQueue::load(Arc::clone(&storage), "/q".as_ref(), config, None).unwrap());
+    let append = |queue: &SegmentQueue, bytes: usize| {
+        let file = queue.roll_to_writable_segment(0).unwrap();
+        file.append_bytes(0, &vec![7u8; bytes]).unwrap();
+        queue.max_wrote_position()
+    };
+    let target = Arc::new(PauseAfterFlush {
+        inner: commitlog::QueueTarget::new(Arc::clone(&queue)),
+        hook: std::sync::Mutex::new(None),
+    });
+    let gc =
+        Arc::new(GroupCommit::new(target.clone(), Arc::new(ManualClock::new()), GroupCommitConfig::default(), None));
+    let end = append(&queue, 3000); // E
+    let early = gc.put_request(end);
+    let late = Arc::new(std::sync::Mutex::new(None));
+    {
+        let (gc, queue, late) = (Arc::clone(&gc), Arc::clone(&queue), Arc::clone(&late));
+        *target.hook.lock().unwrap() = Some(Box::new(move || {
+            // The cut and a new record below E, before the round answers.
+            queue.truncate_dirty_files(1000).unwrap();
+            let next = append(&queue, 100);
+            assert_eq!(next, 1100);
+            *late.lock().unwrap() = Some(gc.put_request(next));
+        }));
+    }
+    gc.swap();
+    let acknowledged = gc.flush_swapped(); // panicked here (an assert on the stale end)
+    let late = late.lock().unwrap().take().expect("the hook ran");
+    assert_eq!(acknowledged, 0);
+    assert!(!late.is_done(), "bytes written after the cut were acknowledged before a sync covered them");
+    assert_eq!(target.flushed_where(), 1000);
+    // The next round syncs them (the cut's own sync made nothing above 1000
+    // durable) and answers.
+    gc.run_round();
+    assert!(late.wait_timeout(std::time::Duration::from_secs(10)).unwrap().is_ok());
+    assert_eq!(queue.flushed_where(), 1100);
+    assert!(!early.is_done(), "the request for the cut bytes is never answered as durable by a later round");
+}
+
+#[test]
+fn durability_handles_of_records_a_truncation_cuts_resolve_durable_before_the_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = CommitLog::open(dir.path(), common::config(FlushDiskType::SyncFlush)).unwrap();
+    let puts: Vec<_> = (0..50u32).map(|i| log.append(&body(1, i, 500)).unwrap()).collect();
+    let cut = puts[20].wrote_offset;
+    log.truncate_from(cut).unwrap();
+    for put in puts {
+        let answer = put.durability.wait_timeout(std::time::Duration::from_secs(10)).expect("answered");
+        assert!(answer.is_ok(), "a record cut after it was made durable is answered durable: {answer:?}");
+    }
+    log.shutdown().unwrap();
+}

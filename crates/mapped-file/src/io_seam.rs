@@ -58,6 +58,16 @@ impl DiskSpace {
         100.0 * used as f64 / room as f64
     }
 
+    /// The used share, in percent, once `bytes` more are taken (a new file's
+    /// preallocation), counted as [`used_percent`](Self::used_percent) counts it.
+    pub fn used_percent_after(&self, bytes: u64) -> f64 {
+        let (used, room) = self.used_and_room();
+        if room == 0 {
+            return 100.0;
+        }
+        100.0 * used.saturating_add(bytes) as f64 / room as f64
+    }
+
     /// Bytes to free to bring the used share, counted as
     /// [`used_percent`](Self::used_percent) counts it, down to `percent`
     /// (rounded up to whole bytes; 0 when it is there already).

@@ -168,6 +168,18 @@ impl SimState {
     }
 }
 
+/// The files of a directory taken out of a [`SimStorage`] by
+/// [`unmount`](SimStorage::unmount).
+pub struct SimMount {
+    files: Vec<(PathBuf, SimFile)>,
+}
+
+impl fmt::Debug for SimMount {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SimMount").field("files", &self.files.len()).finish()
+    }
+}
+
 /// In-memory [`Storage`] with fault injection. Clones share the same state.
 #[derive(Clone, Default)]
 pub struct SimStorage {
@@ -311,6 +323,24 @@ impl SimStorage {
         self.crash(|_, _| rng.next() & 1 == 1);
     }
 
+    /// Takes every file under `dir` out of the storage, as if its disk were not
+    /// mounted (its mount point empty): nothing lists, opens or reads them until
+    /// [`mount`](Self::mount) puts them back. For a closed store: segments open
+    /// on them keep their memory, but the storage no longer knows the files.
+    pub fn unmount(&self, dir: &Path) -> SimMount {
+        let mut state = self.state.lock();
+        let under: Vec<PathBuf> = state.files.keys().filter(|p| p.starts_with(dir)).cloned().collect();
+        let files = under.into_iter().filter_map(|p| state.files.remove(&p).map(|f| (p, f))).collect();
+        SimMount { files }
+    }
+
+    /// Puts the files of an [`unmount`](Self::unmount) back (replacing any file
+    /// made at their paths meanwhile, as mounting over a directory hides it).
+    pub fn mount(&self, mount: SimMount) {
+        let mut state = self.state.lock();
+        state.files.extend(mount.files);
+    }
+
     /// The cache image of a file (what a reader of the file sees now).
     pub fn file_bytes(&self, path: &Path) -> Option<Vec<u8>> {
         self.state.lock().files.get(path).map(|f| f.cache.clone())
@@ -405,6 +435,14 @@ impl Storage for SimStorage {
         let mut state = self.state.lock();
         if state.files.contains_key(path) {
             return Err(io::Error::new(io::ErrorKind::AlreadyExists, "file exists"));
+        }
+        if let Some(total) = state.disk_size {
+            // A simulated disk of that size refuses what does not fit, as
+            // `posix_fallocate` does on a real one.
+            let used: u64 = state.files.values().map(|f| f.cache.len() as u64).sum::<u64>() + state.unlinked_open;
+            if used.saturating_add(len as u64) > total {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
         }
         let memory = SegmentMemory::heap(vec![0; len])?;
         state.files.insert(path.to_path_buf(), SimFile::new(vec![0; len]));

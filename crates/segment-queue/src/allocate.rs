@@ -60,12 +60,13 @@ impl Allocator {
         warm: Option<bool>,
         wait: Duration,
         spares: Arc<Spares>,
+        limit_percent: Option<u32>,
     ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared { state: Mutex::new(State::default()), changed: Condvar::new() });
         let worker = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("AllocateMappedFileService".into())
-            .spawn(move || run(&worker, &*storage, file_size, warm, &spares))?;
+            .spawn(move || run(&worker, &*storage, file_size, warm, &spares, limit_percent))?;
         Ok(Allocator { shared, thread: Some(thread), wait })
     }
 
@@ -155,7 +156,14 @@ pub(crate) fn warm_or_remove(file: MappedFile, lock: bool) -> Result<MappedFile,
     }
 }
 
-fn run(shared: &Shared, storage: &dyn Storage, file_size: usize, warm: Option<bool>, spares: &Spares) {
+fn run(
+    shared: &Shared,
+    storage: &dyn Storage,
+    file_size: usize,
+    warm: Option<bool>,
+    spares: &Spares,
+    limit_percent: Option<u32>,
+) {
     let mut state = shared.state.lock();
     loop {
         if state.stop {
@@ -172,18 +180,27 @@ fn run(shared: &Shared, storage: &dyn Storage, file_size: usize, warm: Option<bo
         drop(state);
         // A spare's blocks are written already: no warm-up.
         let made = match spares.take(&dir, offset) {
-            Some(spare) => Ok(spare),
-            None => MappedFile::create(storage, &dir, offset, file_size).and_then(|file| match warm {
+            Some(spare) => Some(Ok(spare)),
+            // Short of space: nothing is prepared; the roll-over looks again and
+            // refuses with the disk named.
+            None if matches!(
+                crate::space::room(storage, &dir, file_size, limit_percent),
+                crate::space::Room::No { .. }
+            ) =>
+            {
+                None
+            }
+            None => Some(MappedFile::create(storage, &dir, offset, file_size).and_then(|file| match warm {
                 Some(lock) => warm_or_remove(file, lock),
                 None => Ok(file),
-            }),
+            })),
         };
-        if let Err(err) = &made {
+        if let Some(Err(err)) = &made {
             tracing::warn!(offset, %err, "preallocating segment failed");
         }
         state = shared.state.lock();
         state.in_progress = None;
-        state.ready = Some((offset, made));
+        state.ready = made.map(|made| (offset, made));
         shared.changed.notify_all();
     }
 }
@@ -220,7 +237,7 @@ mod tests {
         let dir = PathBuf::from("/a");
         let storage: Arc<dyn Storage> = Arc::new(sim.clone());
         let spares = Arc::new(Spares::new(Arc::clone(&storage), vec![dir.clone()], 0, 4096));
-        let allocator = Allocator::start(storage, 4096, None, Duration::from_millis(10), spares).unwrap();
+        let allocator = Allocator::start(storage, 4096, None, Duration::from_millis(10), spares, None).unwrap();
         allocator.request(4096, dir.clone());
         let started = std::time::Instant::now();
         while allocator.shared.state.lock().in_progress != Some(4096) {

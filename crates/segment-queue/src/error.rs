@@ -88,6 +88,20 @@ pub enum QueueError {
         /// How long the roll-over waited.
         waited_ms: u64,
     },
+    /// A new segment would take the file system of every candidate directory to
+    /// the queue's `disk_space_limit_percent`: it was not created, and nothing
+    /// was written.
+    #[error("disk under {} is {used_percent:.1} % full: a new segment of {segment_bytes} bytes would take it to the limit ({limit_percent} %), and no other segment directory has room; no segment is created until space is freed", dir.display())]
+    DiskFull {
+        /// The least used candidate directory.
+        dir: PathBuf,
+        /// Its used share now, in percent.
+        used_percent: f64,
+        /// The limit.
+        limit_percent: u32,
+        /// The size of the segment refused.
+        segment_bytes: u64,
+    },
     /// An offset outside the stored range.
     #[error("offset {offset} is outside the stored range [{min}, {max})")]
     OffsetOutOfRange {
@@ -97,6 +111,16 @@ pub enum QueueError {
         min: u64,
         /// End of stored data.
         max: u64,
+    },
+    /// The queue's front guard ([`SegmentQueue::set_front_guard`](crate::SegmentQueue::set_front_guard))
+    /// could not record the new front: nothing was deleted.
+    #[error("cannot record the queue's new front {front} before deleting the segments below it: {source}")]
+    FrontNotRecorded {
+        /// The front the deletion would have left.
+        front: u64,
+        /// What the guard reported.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// An operation on one segment failed.
     #[error(transparent)]

@@ -43,6 +43,7 @@ use transient_pool::{PoolError, TransientStorePool};
 mod allocate;
 mod error;
 mod recycle;
+mod space;
 
 pub use error::QueueError;
 pub use layout::{check_layout, ListedSegment};
@@ -111,6 +112,15 @@ pub struct QueueConfig {
     /// has its blocks written already, so its syncs are those of written blocks;
     /// see [`RECYCLE_DIR`]. Spares count against the disk like segments.
     pub recycle_segments: usize,
+    /// A new segment (not one made from a spare, which takes no new space) is
+    /// created only while the file system's used share, counting the new
+    /// segment, stays below this percent: in the directory the placement rule
+    /// names, or else in another writable directory that has room; if none has,
+    /// the roll fails with [`QueueError::DiskFull`] and nothing is created,
+    /// before the file system runs out of space. Looked at with one `statvfs` per new segment, by the
+    /// roll-over and by the preallocation thread. `None` (the default): no
+    /// look. A storage that cannot tell its disk space never refuses.
+    pub disk_space_limit_percent: Option<u32>,
 }
 
 impl QueueConfig {
@@ -127,6 +137,7 @@ impl QueueConfig {
             pool_exhausted_policy: PoolExhaustedPolicy::UseMapping,
             preallocation_wait_ms: 5000,
             recycle_segments: 0,
+            disk_space_limit_percent: None,
         }
     }
 }
@@ -174,6 +185,11 @@ pub struct TruncateReport {
     pub segments_deleted: usize,
 }
 
+/// Called with the queue's new front (the start of the first segment that stays)
+/// before segments are deleted from the front; an error stops the deletion.
+/// See [`SegmentQueue::set_front_guard`].
+pub type FrontGuard = Box<dyn Fn(u64) -> Result<(), Box<dyn std::error::Error + Send + Sync>> + Send + Sync>;
+
 /// The segments of one directory, or of several (see [`load_dirs`](Self::load_dirs)).
 pub struct SegmentQueue {
     /// The directories, in the order given; never empty, at least one writable.
@@ -194,6 +210,8 @@ pub struct SegmentQueue {
     /// their directory, size and mapping (see [`bytes_awaiting_release`](Self::bytes_awaiting_release)).
     deleted_mapped: Mutex<Vec<(PathBuf, u64, mapped_file::MappingWatch)>>,
     allocator: Mutex<Option<Allocator>>,
+    /// Told the new front before segments leave it (see [`set_front_guard`](Self::set_front_guard)).
+    front_guard: RwLock<Option<FrontGuard>>,
     roll_lock: Mutex<()>,
     flush_lock: Mutex<()>,
     commit_lock: Mutex<()>,
@@ -332,12 +350,20 @@ impl SegmentQueue {
         tracing::info!(dirs = dirs.len(), dir = %dirs[0].path.display(), segments = files.len(), end, "segment queue loaded");
         let writable = dirs.iter().filter(|d| !d.read_only).map(|d| d.path.clone()).collect();
         let spares = Arc::new(Spares::new(Arc::clone(&storage), writable, config.recycle_segments, size));
+        let trimmed = spares.trim();
+        if trimmed > 0 {
+            tracing::info!(
+                trimmed,
+                keep = config.recycle_segments,
+                "spare segment files beyond recycle_segments deleted"
+            );
+        }
         let allocator = if config.preallocate_next_segment {
             let warm = config.warm_mapped_file_enable.then_some(config.lock_warmed_mapped_file);
             let wait = std::time::Duration::from_millis(config.preallocation_wait_ms);
             let spares = Arc::clone(&spares);
             Some(
-                Allocator::start(Arc::clone(&storage), size, warm, wait, spares)
+                Allocator::start(Arc::clone(&storage), size, warm, wait, spares, config.disk_space_limit_percent)
                     .map_err(|source| QueueError::Dir { path: dirs[0].path.clone(), source })?,
             )
         } else {
@@ -357,6 +383,7 @@ impl SegmentQueue {
             spares,
             deleted_mapped: Mutex::new(Vec::new()),
             allocator: Mutex::new(allocator),
+            front_guard: RwLock::new(None),
             roll_lock: Mutex::new(()),
             flush_lock: Mutex::new(()),
             commit_lock: Mutex::new(()),
@@ -401,6 +428,24 @@ impl SegmentQueue {
         let index = len.map_or(0, |n| (offset / size_u64(self.config.mapped_file_size)) % n);
         let index = usize::try_from(index).unwrap_or(0); // below the candidate count
         candidates.get(index).map_or(&self.dirs[0].path, |d| &d.path)
+    }
+
+    /// The writable directories in the order a new segment at `offset` tries
+    /// them: [`dir_for`](Self::dir_for)'s first, then the other writable
+    /// directories not marked full, then those marked full, each in the order
+    /// given.
+    fn placement_order(&self, offset: u64) -> Vec<&Path> {
+        let first = self.dir_for(offset);
+        let writable = || self.dirs.iter().zip(&self.full).filter(|(d, _)| !d.read_only);
+        let not_full = writable().filter(|(_, f)| !f.load(Ordering::Relaxed)).map(|(d, _)| d.path.as_path());
+        let full = writable().filter(|(_, f)| f.load(Ordering::Relaxed)).map(|(d, _)| d.path.as_path());
+        let mut order = vec![first];
+        for dir in not_full.chain(full) {
+            if !order.contains(&dir) {
+                order.push(dir);
+            }
+        }
+        order
     }
 
     /// The first failed sync of any segment, if one failed: the queue's one
@@ -544,6 +589,14 @@ impl SegmentQueue {
         if let Some(file) = self.spares.take(dir, offset) {
             return Ok(file); // written before: no warm-up to do
         }
+        // The placement rule's directory, or, when its disk has no room for a
+        // new segment, the next writable one that has.
+        let dir = space::first_with_room(
+            &*self.storage,
+            self.placement_order(offset),
+            size,
+            self.config.disk_space_limit_percent,
+        )?;
         let file = MappedFile::create(&*self.storage, dir, offset, size)?;
         if self.config.warm_mapped_file_enable {
             return Ok(allocate::warm_or_remove(file, self.config.lock_warmed_mapped_file)?);
@@ -857,14 +910,38 @@ impl SegmentQueue {
         deleted.iter().filter(|(d, _, _)| d == dir).fold(0u64, |sum, (_, size, _)| sum.saturating_add(*size))
     }
 
+    /// Sets the front guard: every deletion from the front first calls it with
+    /// the start of the first segment that will stay, and deletes nothing if it
+    /// fails. An owner that records the front durably (the commit log's
+    /// checkpoint) can then tell, after a restart, segments the queue deleted
+    /// from segments that went missing (a disk not mounted): a queue whose first
+    /// segment starts above the recorded front lost segments it never deleted.
+    /// The guard runs under the queue's segment lock; it must not call back into
+    /// the queue.
+    pub fn set_front_guard(&self, guard: FrontGuard) {
+        *self.front_guard.write() = Some(guard);
+    }
+
     fn delete_from_front(
         &self,
         max_batch: usize,
         mut expired: impl FnMut(&MappedFile) -> bool,
     ) -> Result<usize, QueueError> {
         let mut files = self.files.write();
+        // Plan first: how many go, so the guard learns the front before any does.
+        let mut planned = 0usize;
+        while planned < max_batch && planned.saturating_add(1) < files.len() && expired(&files[planned]) {
+            planned = planned.saturating_add(1); // below `files.len()`
+        }
+        if planned == 0 {
+            return Ok(0);
+        }
+        if let Some(guard) = self.front_guard.read().as_ref() {
+            let front = files[planned].file_from_offset();
+            guard(front).map_err(|source| QueueError::FrontNotRecorded { front, source })?;
+        }
         let mut count = 0;
-        while count < max_batch && files.len() > 1 && expired(&files[0]) {
+        while count < planned {
             let file = files.remove(0);
             let kept = match self.spares.offer(&file) {
                 Ok(kept) => kept,

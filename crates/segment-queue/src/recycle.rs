@@ -6,9 +6,11 @@
 //! costs a durable batch about a third of its rate on ext4 (docs/benchmarks.md, the
 //! two `pwrite` + `fdatasync` lines). A spare's blocks were written in its earlier
 //! life, so a segment made from one syncs at the rate of written blocks. Its old
-//! bytes are harmless: every record's CRC covers its own absolute offset, new
-//! segments are only created above every earlier one, and only segments deleted
-//! from the front (never the cut-off tail of a truncation) become spares.
+//! bytes are harmless: every record's CRC covers its own absolute offset, a spare
+//! is never made the segment at the offset it last held (it is named by that
+//! offset, and [`Spares::take`] skips it), new segments are created above every
+//! earlier one, and only segments deleted from the front (never the cut-off tail
+//! of a truncation) become spares.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,14 +68,23 @@ impl Spares {
         spares
     }
 
-    /// Deletes every spare file (durably); returns how many.
+    /// Deletes every spare file (durably); returns how many. Spares left by an
+    /// earlier run that kept them go too, whatever `keep` says now.
     pub(crate) fn drop_all(&self) -> usize {
-        if self.keep == 0 {
-            return 0;
-        }
+        self.drop_beyond(0)
+    }
+
+    /// Deletes spare files beyond the first `keep` (durably); returns how many.
+    /// At load: spares kept by a run with a larger `recycle_segments` (or any,
+    /// when it is 0 now) take disk space for nothing.
+    pub(crate) fn trim(&self) -> usize {
+        self.drop_beyond(self.keep)
+    }
+
+    fn drop_beyond(&self, keep: usize) -> usize {
         let _one = self.lock.lock();
         let mut dropped = 0usize;
-        for path in self.listed() {
+        for path in self.listed().into_iter().skip(keep) {
             match self.storage.remove(&path) {
                 Ok(()) => dropped = dropped.saturating_add(1), // at most the listing's length
                 Err(err) => tracing::warn!(spare = %path.display(), %err, "could not delete a spare segment file"),
@@ -120,7 +131,13 @@ impl Spares {
         let _one = self.lock.lock();
         let dir = Self::spare_dir(segment_dir);
         let spares = self.storage.list(&dir).ok()?; // no directory yet: no spare
-        for spare in spares.into_iter().filter(|s| s.len == self.size as u64) {
+                                                    // Never a spare that last held this very offset: its old records would
+                                                    // pass their CRCs here again (a store whose segments and checkpoint were
+                                                    // deleted by hand starts at 0 again, beside spares named from 0 on).
+        let usable = |s: &mapped_file::DirEntry| {
+            s.len == self.size as u64 && mapped_file::parse_file_name(&s.name) != Some(offset)
+        };
+        for spare in spares.into_iter().filter(usable) {
             let path = dir.join(&spare.name);
             match MappedFile::create_from_recycled(&*self.storage, &path, segment_dir, offset, self.size) {
                 Ok(file) => {

@@ -114,3 +114,12 @@ pub fn segment_path(dir: &Path, offset: u64) -> std::path::PathBuf {
     let start = offset - offset % SEGMENT as u64;
     dir.join(commitlog::SEGMENT_DIR).join(format!("{start:020}"))
 }
+
+/// A disk of 100 GiB whose used share is `used_percent` (exactly, as
+/// `DiskSpace::used_percent` computes it): big beside the tests' segments, so
+/// a new segment's look before its creation changes the share by nothing.
+pub fn disk_at(used_percent: u64) -> Option<mapped_file::DiskSpace> {
+    const GIB: u64 = 1 << 30;
+    let free = (100 - used_percent) * GIB;
+    Some(mapped_file::DiskSpace { total: 100 * GIB, free, available: free })
+}
