@@ -226,7 +226,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         results.push(run_mode(mode, &args, &root.join(mode.name()))?);
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&results).expect("serialisable"));
+        outln!("{}", serde_json::to_string_pretty(&results).expect("serialisable"))?;
         return Ok(());
     }
     let us = |v: f64| format!("{v:.1}");
@@ -267,10 +267,11 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
             r.records_per_flush.map_or("-".into(), |v| format!("{v:.1}")),
         ]);
     }
-    println!(
+    outln!(
         "{} producers, {}-byte records, {}-byte segments; latencies in microseconds",
-        args.producers, args.record_size, args.segment_size
-    );
-    print!("{}", render(&rows));
-    Ok(())
+        args.producers,
+        args.record_size,
+        args.segment_size
+    )?;
+    out!("{}", render(&rows))
 }

@@ -63,9 +63,16 @@ fn finish_output(result: std::io::Result<()>) -> Result<(), CliError> {
     }
 }
 
+/// Says on stderr where and why a read stopped at damage; the command then
+/// exits 3, as `verify` does.
+fn damage(message: String) -> CliError {
+    eprintln!("commitlog: {message}; `commitlog verify` lists the damage, `commitlog recover --salvage` keeps the records before it (docs/operations.md)");
+    CliError::Problems(1)
+}
+
 /// `consume --follow`: prints the records below the durable offset from `from`
 /// (or the first record), then every 100 ms whatever became durable since, until
-/// Ctrl-C (or SIGTERM).
+/// Ctrl-C (or SIGTERM). Damage below the durable offset ends it with exit 3.
 fn follow(args: &ConsumeArgs) -> Result<(), CliError> {
     let stop = Arc::new(AtomicBool::new(false));
     {
@@ -77,8 +84,9 @@ fn follow(args: &ConsumeArgs) -> Result<(), CliError> {
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut next = args.from;
     while !stop.load(Ordering::SeqCst) {
-        let listing = listing(&args.dir)?;
+        // The durable offset first: what it covers is in the segments listed after.
         let durable = inspect::store_files(&args.dir).checkpoint.map_or(0, |c| c.flushed_offset);
+        let listing = listing(&args.dir)?;
         if let Some(first) = listing.segments.first() {
             let at = *next.get_or_insert(first.start_offset);
             if at < first.start_offset {
@@ -90,22 +98,18 @@ fn follow(args: &ConsumeArgs) -> Result<(), CliError> {
             }
         }
         if let Some(at) = next {
-            match print_durable(&listing, at, durable, args.hex, &mut out) {
-                Ok(reached) => next = Some(reached),
-                Err(CliError::Io { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
-                Err(e) => return Err(e),
-            }
+            next = Some(print_durable(&listing, at, durable, args.hex, &mut out)?);
         }
-        if let Err(e) = out.flush() {
-            return finish_output(Err(e));
-        }
+        out.flush().map_err(io("writing to stdout"))?;
         std::thread::sleep(FOLLOW_POLL);
     }
-    finish_output(out.flush())
+    out.flush().map_err(io("writing to stdout"))
 }
 
 /// Prints the records from `next` up to `durable`, crossing segments; returns
-/// where it stopped (the next record to print once more is durable).
+/// where it stopped (the next record to print once more is durable). Durable
+/// offsets fall between records, so anything but a record below `durable` is
+/// damage.
 fn print_durable(
     listing: &Listing,
     mut next: u64,
@@ -117,7 +121,7 @@ fn print_durable(
     while next < durable {
         let Some(segment) = listing.segments.iter().find(|s| s.start_offset <= next && next < s.start_offset + size)
         else {
-            break; // not created yet, or not listed yet
+            return Err(damage(format!("no segment holds offset {next}, below the durable offset {durable}")));
         };
         let pos = next - segment.start_offset;
         let end = durable.saturating_sub(segment.start_offset).min(size);
@@ -129,11 +133,25 @@ fn print_durable(
             }
         });
         written.map_err(io("writing to stdout"))?;
-        if !scan.ends_with_blank {
-            // The durable end, or a record not wholly durable yet: later.
-            return Ok(scan.end_offset);
+        if let Some((offset, reason)) = scan.invalid {
+            return Err(damage(format!(
+                "stopped at offset {offset} in {}: {reason}, below the durable offset {durable}",
+                segment.path.display()
+            )));
         }
-        next = segment.start_offset + size;
+        if scan.ends_with_blank {
+            next = segment.start_offset + size;
+            continue;
+        }
+        let reached = segment.start_offset + end;
+        if scan.end_offset < reached {
+            return Err(damage(format!(
+                "stopped at offset {} in {}: zeros below the durable offset {durable}",
+                scan.end_offset,
+                segment.path.display()
+            )));
+        }
+        return Ok(scan.end_offset);
     }
     Ok(next)
 }
@@ -148,15 +166,25 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Prints the valid prefix of the log from `--from`, without changing anything.
+/// Where it stops short of the durable offset (damage, a missing segment), it
+/// says where and why and exits 3; a torn tail above the durable offset (what
+/// recovery truncates) is noted and is not an error.
 pub fn consume(args: ConsumeArgs) -> Result<(), CliError> {
     if args.follow {
         return follow(&args);
     }
+    // The durable offset first: what it covers is in the segments read after.
+    let durable = inspect::store_files(&args.dir).checkpoint.map(|c| c.flushed_offset);
     let listing = listing(&args.dir)?;
     for p in &listing.problems {
-        eprintln!("commitlog: warning: {}: {}", p.path.display(), p.message);
+        eprintln!("commitlog: problem: {}: {}", p.path.display(), p.message);
     }
-    let Some(first) = listing.segments.first() else { return Ok(()) };
+    let Some(first) = listing.segments.first() else {
+        return match listing.problems.len() {
+            0 => Ok(()),
+            n => Err(CliError::Problems(n)),
+        };
+    };
     let from = args.from.unwrap_or(first.start_offset);
     let size = listing.segment_size.max(1);
     let start = listing
@@ -168,9 +196,11 @@ pub fn consume(args: ConsumeArgs) -> Result<(), CliError> {
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut write_error = None;
     let mut expected = listing.segments[start].start_offset;
+    let mut stopped: Option<(u64, String)> = None;
     for (i, segment) in listing.segments[start..].iter().enumerate() {
         if segment.start_offset != expected {
-            break; // a gap: the valid prefix ends here
+            stopped = Some((expected, format!("no segment holds offset {expected}")));
+            break;
         }
         let bytes = inspect::read_segment(segment)?;
         let from_pos = if i == 0 { (from - segment.start_offset) as usize } else { 0 };
@@ -187,13 +217,41 @@ pub fn consume(args: ConsumeArgs) -> Result<(), CliError> {
                 return Err(CliError::Input(format!("no record at offset {offset}: {reason}")));
             }
         }
+        if let Some((offset, reason)) = scan.invalid {
+            stopped = Some((offset, format!("{reason} in {}", segment.path.display())));
+            break;
+        }
         if !scan.ends_with_blank {
+            stopped = Some((scan.end_offset, format!("end of data in {}", segment.path.display())));
             break;
         }
         expected = segment.start_offset + size;
     }
     let flushed = out.flush();
-    finish_output(write_error.map_or(flushed, Err))
+    if let Some(e) = write_error {
+        return finish_output(Err(e));
+    }
+    finish_output(flushed)?;
+    match (stopped, durable) {
+        (Some((offset, why)), Some(durable)) if offset < durable => {
+            Err(damage(format!("stopped at offset {offset}: {why}, below the durable offset {durable}")))
+        }
+        (Some((offset, why)), _) if !why.starts_with("end of data") => {
+            eprintln!(
+                "commitlog: note: stopped at offset {offset}: {why}, above the durable offset (a torn tail: the next open truncates it)"
+            );
+            problems_found(&listing)
+        }
+        _ => problems_found(&listing),
+    }
+}
+
+/// Exit 3 if the listing had problems (already printed).
+fn problems_found(listing: &Listing) -> Result<(), CliError> {
+    match listing.problems.len() {
+        0 => Ok(()),
+        n => Err(CliError::Problems(n)),
+    }
 }
 
 #[derive(Serialize)]
@@ -309,7 +367,7 @@ pub fn verify(args: DirArgs) -> Result<(), CliError> {
         problems,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report).expect("serialisable"));
+        outln!("{}", serde_json::to_string_pretty(&report).expect("serialisable"))?;
     } else {
         let mut rows = vec![vec!["segment", "records", "first", "last", "end"].into_iter().map(String::from).collect()];
         for s in &report.segments {
@@ -322,19 +380,19 @@ pub fn verify(args: DirArgs) -> Result<(), CliError> {
                 s.end_offset.to_string(),
             ]);
         }
-        print!("{}", render(&rows));
-        println!(
+        out!("{}", render(&rows))?;
+        outln!(
             "{} segments, {} records, first offset {}, last offset {}",
             report.segments.len(),
             report.records,
             report.first_offset.map_or("-".into(), |o| o.to_string()),
             report.last_offset.map_or("-".into(), |o| o.to_string())
-        );
+        )?;
         for p in &report.problems {
-            println!("problem: {} at {}: {}", p.file, p.offset.map_or("-".into(), |o| o.to_string()), p.message);
+            outln!("problem: {} at {}: {}", p.file, p.offset.map_or("-".into(), |o| o.to_string()), p.message)?;
         }
         if report.problems.is_empty() {
-            println!("clean");
+            outln!("clean")?;
         }
     }
     match report.problems.len() {
@@ -343,57 +401,179 @@ pub fn verify(args: DirArgs) -> Result<(), CliError> {
     }
 }
 
+/// `recover`'s arguments.
+#[derive(Args)]
+pub struct RecoverArgs {
+    #[command(flatten)]
+    dir: DirArgs,
+    /// Accept what stops the store from opening: damage below the checkpoint,
+    /// segments missing at its front or end. Every valid record before the first
+    /// problem is kept; the damaged rest of its segment and every later segment
+    /// are moved aside into `salvaged-<ms>/` in their directory, and listed.
+    #[arg(long)]
+    salvage: bool,
+}
+
+#[derive(Serialize)]
+struct MovedReport {
+    from: String,
+    to: String,
+    offset: Option<u64>,
+    bytes: u64,
+}
+
+#[derive(Serialize)]
+struct SalvageSummary {
+    front: u64,
+    end: u64,
+    stopped_by: Option<String>,
+    front_lost: Option<(u64, u64)>,
+    durable_lost: Option<(u64, u64)>,
+    moved: Vec<MovedReport>,
+}
+
 #[derive(Serialize)]
 struct RecoverReport {
     dir: String,
     clean_shutdown: bool,
     checkpoint_offset: u64,
     scanned_from: u64,
+    /// Records below `scanned_from` were not checked by this recovery.
+    unchecked_below: u64,
     records_scanned: u64,
     end_offset: u64,
     bytes_truncated: u64,
     segments_deleted: usize,
     stopped_at: Option<String>,
+    salvage: Option<SalvageSummary>,
 }
 
-/// Opens the log (running recovery) and shuts it down cleanly.
-pub fn recover(args: DirArgs) -> Result<(), CliError> {
-    existing_dir(&args.dir)?;
-    inspect::check_store_dir(&args.dir)?;
-    let config = log_config(&args.dir, FlushArg::Async, false, None, &crate::SegmentPathArgs::default())?;
-    let log = CommitLog::open(&args.dir, config)?;
+/// Opens the log (running recovery) and shuts it down cleanly; with
+/// `--salvage`, first accepts what stops it from opening.
+pub fn recover(args: RecoverArgs) -> Result<(), CliError> {
+    let dir = &args.dir.dir;
+    existing_dir(dir)?;
+    inspect::check_store_dir(dir)?;
+    let salvage = if args.salvage {
+        let s = commitlog::admin::salvage(dir)?;
+        for m in &s.moved {
+            eprintln!(
+                "commitlog: moved aside: {} ({} bytes{}) -> {}",
+                m.from.display(),
+                m.bytes,
+                m.offset.map_or(String::new(), |o| format!(" from offset {o}")),
+                m.to.display()
+            );
+        }
+        Some(SalvageSummary {
+            front: s.front,
+            end: s.end,
+            stopped_by: s.stopped_by,
+            front_lost: s.front_lost,
+            durable_lost: s.durable_lost,
+            moved: s
+                .moved
+                .iter()
+                .map(|m| MovedReport {
+                    from: m.from.display().to_string(),
+                    to: m.to.display().to_string(),
+                    offset: m.offset,
+                    bytes: m.bytes,
+                })
+                .collect(),
+        })
+    } else {
+        None
+    };
+    let config = log_config(dir, FlushArg::Async, false, None, &crate::SegmentPathArgs::default())?;
+    let log = CommitLog::open(dir, config)?;
     let r = log.recovery_report().clone();
+    let min_offset = log.min_offset();
     log.shutdown()?;
     let report = RecoverReport {
-        dir: args.dir.display().to_string(),
+        dir: dir.display().to_string(),
         clean_shutdown: r.clean_shutdown,
         checkpoint_offset: r.durable_offset,
         scanned_from: r.scanned_from,
+        unchecked_below: r.scanned_from.saturating_sub(min_offset),
         records_scanned: r.records_recovered,
         end_offset: r.end_offset,
         bytes_truncated: r.bytes_truncated,
         segments_deleted: r.segments_deleted,
         stopped_at: r.stopped_at.map(|(o, reason)| format!("{o}: {reason}")),
+        salvage,
     };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report).expect("serialisable"));
-    } else {
-        println!(
-            "{}: {} recovery",
-            report.dir,
-            if report.clean_shutdown { "normal (clean shutdown)" } else { "abnormal (abort marker found)" }
-        );
-        println!("checkpoint offset   {}", report.checkpoint_offset);
-        println!("scanned from        {}", report.scanned_from);
-        println!("records scanned     {}", report.records_scanned);
-        println!("end offset          {}", report.end_offset);
-        println!("bytes truncated     {}", report.bytes_truncated);
-        println!("segments deleted    {}", report.segments_deleted);
-        if let Some(s) = &report.stopped_at {
-            println!("stopped at          {s}");
+    if args.dir.json {
+        return outln!("{}", serde_json::to_string_pretty(&report).expect("serialisable"));
+    }
+    if let Some(s) = &report.salvage {
+        outln!("{}: salvaged", report.dir)?;
+        outln!("kept                records from {} to {}", s.front, s.end)?;
+        if let Some(why) = &s.stopped_by {
+            outln!("stopped by          {why}")?;
+        }
+        if let Some((from, to)) = s.front_lost {
+            outln!("lost at the front   [{from}, {to}): segments missing")?;
+        }
+        if let Some((from, to)) = s.durable_lost {
+            outln!("durable data given up [{from}, {to})")?;
+        }
+        for m in &s.moved {
+            outln!("moved aside         {} -> {} ({} bytes)", m.from, m.to, m.bytes)?;
         }
     }
+    outln!(
+        "{}: {} recovery",
+        report.dir,
+        if report.clean_shutdown { "normal (clean shutdown)" } else { "abnormal (abort marker found)" }
+    )?;
+    outln!("checkpoint offset   {}", report.checkpoint_offset)?;
+    outln!("scanned from        {}", report.scanned_from)?;
+    outln!("records scanned     {}", report.records_scanned)?;
+    outln!("end offset          {}", report.end_offset)?;
+    outln!("bytes truncated     {}", report.bytes_truncated)?;
+    outln!("segments deleted    {}", report.segments_deleted)?;
+    if let Some(s) = &report.stopped_at {
+        outln!("stopped at          {s}")?;
+    }
+    if report.unchecked_below > 0 {
+        outln!(
+            "not checked         the {} bytes from {min_offset} to {}: recovery checks only the checkpoint's segment on; run `commitlog verify` to check everything",
+            report.unchecked_below,
+            report.scanned_from
+        )?;
+    }
     Ok(())
+}
+
+/// `forget-dir`'s arguments.
+#[derive(Args)]
+pub struct ForgetDirArgs {
+    /// Store directory (the log must be closed).
+    #[arg(long)]
+    dir: PathBuf,
+    /// The segment directory to remove from the store's list: it must hold no
+    /// segment (deleted by retention, or lost with its disk).
+    #[arg(value_name = "SEGMENT_DIR")]
+    segment_dir: PathBuf,
+}
+
+/// Removes a segment directory that holds no segment from the store's list.
+pub fn forget_dir(args: ForgetDirArgs) -> Result<(), CliError> {
+    existing_dir(&args.dir)?;
+    let segment_dir =
+        std::path::absolute(&args.segment_dir).map_err(io(format!("resolving {}", args.segment_dir.display())))?;
+    let report = commitlog::admin::forget_segment_dir(&args.dir, &segment_dir)?;
+    outln!("{}: {} forgotten", args.dir.display(), report.forgotten.display())?;
+    for d in &report.remaining {
+        outln!("segment directory   {} ({})", d.path.display(), if d.read_only { "read-only" } else { "writable" })?;
+    }
+    if let Some((front, first)) = report.front_missing {
+        outln!(
+            "warning             the remaining directories hold no segment for [{front}, {first}): the next open refuses until `commitlog recover --salvage` accepts their loss"
+        )?;
+    }
+    outln!("leave it out of store_path_commit_log / read_only_commit_log_store_paths from now on")
 }
 
 #[derive(Serialize)]
@@ -505,7 +685,7 @@ fn stat_report(dir: &std::path::Path) -> Result<StatReport, CliError> {
     })
 }
 
-fn print_stat(report: &StatReport, segments_table: bool) {
+fn print_stat(report: &StatReport, segments_table: bool) -> Result<(), CliError> {
     let opt = |o: Option<u64>| o.map_or("-".to_string(), |v| v.to_string());
     let several = report.segment_dirs.len() > 1;
     if segments_table {
@@ -517,40 +697,41 @@ fn print_stat(report: &StatReport, segments_table: bool) {
                 row.push(home.clone());
             }
         }
-        print!("{}", render(&rows));
+        out!("{}", render(&rows))?;
     }
     if several {
         for (path, kind) in &report.segment_dirs {
-            println!("segment directory   {path} ({kind})");
+            outln!("segment directory   {path} ({kind})")?;
         }
     }
-    println!(
+    outln!(
         "segments            {} of {} bytes ({} bytes in all)",
         report.segments.len(),
         report.segment_size,
         report.total_bytes
-    );
-    println!("min offset          {}", opt(report.min_offset));
-    println!("max offset          {}", opt(report.max_offset));
-    println!("flushed offset      {} (checkpoint)", opt(report.flushed_offset));
+    )?;
+    outln!("min offset          {}", opt(report.min_offset))?;
+    outln!("max offset          {}", opt(report.max_offset))?;
+    outln!("flushed offset      {} (checkpoint)", opt(report.flushed_offset))?;
     let checkpoint_time = match report.checkpoint_timestamp_ms {
         Some(ms) => format!("{} ({})", utc_time(ms), age(ms, now_ms())),
         None => "-".into(),
     };
-    println!("checkpoint time     {checkpoint_time}: store time of the newest durable record");
+    outln!("checkpoint time     {checkpoint_time}: store time of the newest durable record")?;
     if let Some(p) = &report.checkpoint_problem {
-        println!("checkpoint problem  {p}");
+        outln!("checkpoint problem  {p}")?;
     }
     let abort = match (report.abort_marker, report.abort_pid) {
         (true, Some(pid)) => format!("present (pid {pid}): open now, or the last process died"),
         (true, None) => "present: open now, or the last process died".into(),
         (false, _) => "absent: shut down cleanly".into(),
     };
-    println!("abort marker        {abort}");
-    println!("locked              {}", if report.locked { "yes, by a running process" } else { "no" });
+    outln!("abort marker        {abort}")?;
+    outln!("locked              {}", if report.locked { "yes, by a running process" } else { "no" })?;
     for p in &report.problems {
-        println!("problem: {}: {}", p.file, p.message);
+        outln!("problem: {}: {}", p.file, p.message)?;
     }
+    Ok(())
 }
 
 /// Prints the store's shape without changing anything; with `--watch`, again and
@@ -559,9 +740,9 @@ pub fn stat(args: StatArgs) -> Result<(), CliError> {
     let Some(interval) = args.watch else {
         let report = stat_report(&args.dir.dir)?;
         if args.dir.json {
-            println!("{}", serde_json::to_string_pretty(&report).expect("serialisable"));
+            outln!("{}", serde_json::to_string_pretty(&report).expect("serialisable"))?;
         } else {
-            print_stat(&report, true);
+            print_stat(&report, true)?;
         }
         return Ok(());
     };
@@ -593,15 +774,15 @@ pub fn stat(args: StatArgs) -> Result<(), CliError> {
                 "appended_bytes_per_sec": appended,
                 "flushed_bytes_per_sec": flushed,
             });
-            println!("{line}");
+            outln!("{line}")?;
         } else {
-            println!("== {} ==", utc_time(now_ms()));
-            print_stat(&report, false);
+            outln!("== {} ==", utc_time(now_ms()))?;
+            print_stat(&report, false)?;
             let per_sec = |r: Option<f64>| r.map_or("-".to_string(), |v| format!("{:.2} MB/s", v / 1e6));
-            println!("appended            {}", per_sec(appended));
-            println!("flushed             {}", per_sec(flushed));
+            outln!("appended            {}", per_sec(appended))?;
+            outln!("flushed             {}", per_sec(flushed))?;
         }
-        let _ = std::io::stdout().flush();
+        std::io::stdout().flush().map_err(io("writing to stdout"))?;
         // Sleep in slices, so Ctrl-C ends the wait at once.
         let until = now + interval;
         while !stop.load(Ordering::SeqCst) && std::time::Instant::now() < until {

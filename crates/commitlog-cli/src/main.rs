@@ -10,6 +10,23 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use commitlog::{CommitLogConfig, FlushDiskType};
 
+/// `print!` that returns the write's error instead of panicking: a closed pipe
+/// (`| head -1`) ends the command quietly (see `main`), as Unix tools do.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($arg)*).map_err($crate::io("writing to stdout"))
+    }};
+}
+
+/// `println!`, as [`out!`].
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*).map_err($crate::io("writing to stdout"))
+    }};
+}
+
 mod args;
 mod bench;
 mod inspect_cmds;
@@ -36,8 +53,12 @@ enum Command {
     Consume(inspect_cmds::ConsumeArgs),
     /// Check every segment and record with CRCs (read-only); exit 3 on problems.
     Verify(inspect_cmds::DirArgs),
-    /// Run recovery (may truncate a torn tail) and print what it did.
-    Recover(inspect_cmds::DirArgs),
+    /// Run recovery (may truncate a torn tail) and print what it did; with
+    /// `--salvage`, first accept damage or missing segments (moved aside).
+    Recover(inspect_cmds::RecoverArgs),
+    /// Remove a segment directory that holds no segment from the store's list
+    /// (retiring a disk; the log must be closed).
+    ForgetDir(inspect_cmds::ForgetDirArgs),
     /// Print segments, offsets and checkpoint contents (read-only).
     Stat(inspect_cmds::StatArgs),
 }
@@ -171,10 +192,13 @@ fn main() -> ExitCode {
         Command::Consume(args) => inspect_cmds::consume(args),
         Command::Verify(args) => inspect_cmds::verify(args),
         Command::Recover(args) => inspect_cmds::recover(args),
+        Command::ForgetDir(args) => inspect_cmds::forget_dir(args),
         Command::Stat(args) => inspect_cmds::stat(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`| head`): nothing more to say, nothing wrong.
+        Err(CliError::Io { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(CliError::Problems(n)) => {
             eprintln!("commitlog: {n} problem(s) found");
             ExitCode::from(3)

@@ -203,6 +203,15 @@ fn bad_input_gets_one_line_errors_and_non_zero_exits() {
     for sub in ["consume", "verify", "stat", "recover"] {
         assert_clean_failure(&run(&[sub, "--dir", f]), 1, "not a commit log");
     }
+    // A regular file where the store directory should be: said so (not "File
+    // exists" or a bare "not a directory"), and left as it was.
+    let file = foreign.path().join("hello.txt");
+    let fl = file.to_str().unwrap();
+    for args in [vec!["produce", "--dir", fl], vec!["verify", "--dir", fl], vec!["stat", "--dir", fl]] {
+        let out = run_in(&args, b"x\n");
+        assert_clean_failure(&out, 1, "is not a directory: a commit log store is a directory");
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), b"hi");
     let out = run(&["produce"]);
     assert_eq!(out.status.code(), Some(2), "bad flags are usage errors");
     assert_eq!(run(&["bench", "--mode", "turbo"]).status.code(), Some(2));
@@ -554,5 +563,123 @@ fn a_store_over_several_directories_is_written_read_verified_and_recovered() {
     let out = run(&["verify", "--dir", d]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stdout));
     assert!(text(&out.stdout).contains("segment directory is missing"), "{}", text(&out.stdout));
+    // ... and the log refuses to open without it, naming it.
+    assert_clean_failure(&run_in(&["produce", "--dir", d], b"x\n"), 1, "is missing: is its disk mounted?");
+    assert!(!disk2.path().exists(), "the missing directory was created");
     std::fs::rename(&moved, disk2.path()).unwrap();
+    // forget-dir refuses a directory that holds segments, or one not listed.
+    assert_clean_failure(&run(&["forget-dir", "--dir", d, p2]), 1, "still holds");
+    assert_clean_failure(&run(&["forget-dir", "--dir", d, "/nowhere"]), 1, "is not one of the store's");
+    assert_eq!(consume(store.path()).len(), lines.len() + 1, "nothing changed");
+}
+
+/// Flips one byte of a store's file at `at` (a position in the file).
+fn damage_at(path: &Path, at: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let mut byte = [0u8];
+    f.read_exact_at(&mut byte, at).unwrap();
+    f.write_all_at(&[byte[0] ^ 0xFF], at).unwrap();
+}
+
+/// A store of several segments with 3,000 records of 40 bytes, shut down cleanly.
+fn three_thousand(dir: &Path) -> Vec<u64> {
+    produce(dir, &(0..3000).map(|i| format!("record-{i:05}-{}", "x".repeat(28))).collect::<Vec<_>>(), "async")
+}
+
+#[test]
+fn tools_say_where_damage_below_the_checkpoint_stops_them_and_salvage_gives_a_way_forward() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let offsets = three_thousand(dir.path());
+    let victim = offsets[820];
+    let seg = |o: u64| dir.path().join("commitlog").join(format!("{:020}", o - o % 65536));
+    damage_at(&seg(victim), victim % 65536 + 40);
+
+    // consume prints the records before the damage, then says where and why: exit 3.
+    let out = run(&["consume", "--dir", d]);
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).lines().count(), 820);
+    let err = text(&out.stderr);
+    assert!(err.contains(&format!("stopped at offset {victim}")) && err.contains("durable"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+
+    // --follow too, instead of stalling.
+    let out = run_bounded(&["consume", "--dir", d, "--follow"], b"", std::time::Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", text(&out.stderr));
+    assert!(text(&out.stderr).contains(&victim.to_string()));
+
+    // recover opens (the damage is below the checkpoint's segment) and says what it
+    // did not check.
+    let out = run(&["recover", "--dir", d]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(said.contains("not checked") && said.contains("commitlog verify"), "{said}");
+
+    // Damage in the last segment: recover and produce refuse, and say what to do.
+    let last = *offsets.last().unwrap();
+    damage_at(&seg(last), last % 65536 + 40);
+    let out = run(&["recover", "--dir", d]);
+    assert_clean_failure(&out, 1, "recover --salvage");
+    assert_clean_failure(&run_in(&["produce", "--dir", d], b"more\n"), 1, "corrupt record");
+    // The failed opens left the store as they found it.
+    let s: serde_json::Value = serde_json::from_slice(&run(&["stat", "--dir", d, "--json"]).stdout).unwrap();
+    assert_eq!(s["abort_marker"], false, "a failed open left the abort marker");
+
+    // The way forward: salvage keeps every record before the first damage and
+    // moves the rest aside, saying what it moved.
+    let out = run(&["recover", "--dir", d, "--salvage", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["salvage"]["end"], victim);
+    let moved = r["salvage"]["moved"].as_array().unwrap();
+    assert!(!moved.is_empty());
+    for m in moved {
+        assert!(Path::new(m["to"].as_str().unwrap()).exists(), "{m}");
+    }
+    assert!(text(&out.stderr).contains("moved aside"));
+    assert_eq!(consume(dir.path()).len(), 820);
+    assert!(run(&["verify", "--dir", d]).status.success());
+    assert_eq!(produce(dir.path(), &["after".to_string()], "sync"), vec![victim]);
+}
+
+/// Runs `args` with stdout read for one line and then closed, as `| head -1` does.
+fn first_line_then_close(args: &[&str], stdin: &[u8]) -> (std::process::ExitStatus, String, String) {
+    let mut child =
+        commitlog().args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let stdin = stdin.to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = input.write_all(&stdin);
+    });
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    // The reader is dropped here: the pipe is closed.
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    (out.status, first, text(&out.stderr))
+}
+
+#[test]
+fn every_subcommand_ends_quietly_on_a_closed_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    // Many 4 KiB segments, so every listing is larger than a pipe's buffer.
+    let lines: Vec<String> = (0..10_000).map(|i| format!("{i:05}-{}", "y".repeat(1200))).collect();
+    let input = lines.iter().map(|l| format!("{l}\n")).collect::<String>();
+    let out = run_in(&["produce", "--dir", d, "--flush", "async", "--segment-size", "4096"], input.as_bytes());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let more: String = (0..20_000).map(|i| format!("{i}\n")).collect();
+    for (args, stdin) in [
+        (vec!["stat", "--dir", d], &b""[..]),
+        (vec!["verify", "--dir", d], b""),
+        (vec!["consume", "--dir", d], b""),
+        (vec!["consume", "--dir", d, "--hex"], b""),
+        (vec!["produce", "--dir", d, "--flush", "async"], more.as_bytes()),
+    ] {
+        let (status, first, stderr) = first_line_then_close(&args, stdin);
+        assert!(!first.is_empty(), "{args:?}: no output");
+        assert_eq!(status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{args:?}: {stderr}");
+    }
 }

@@ -44,8 +44,8 @@ fn refused(step: &'static str, reason: String) -> Error {
 
 fn lock(roots: &[PathBuf]) -> Result<MmapStorage, Error> {
     MmapStorage::lock_all(roots).map_err(|err| match err {
-        LockError::Locked { dir, lock_file } => {
-            let holder = store::lock_holder(&roots[0]);
+        LockError::Locked { dir, lock_file, by_this_process } => {
+            let holder = store::lock_holder(&roots[0], by_this_process);
             Error::Locked { dir, lock_file, holder }
         }
         LockError::Io { path, source } => Error::Io { path, source },

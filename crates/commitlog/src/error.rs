@@ -48,7 +48,7 @@ pub enum Error {
     },
     /// Damage in data that was durable (below the checkpointed or flushed offset):
     /// reported, never silently truncated.
-    #[error("corrupt record in {} at offset {offset} (below the durable offset {durable_offset}): {reason}", path.display())]
+    #[error("corrupt record in {} at offset {offset} (below the durable offset {durable_offset}): {reason}; `commitlog verify` lists the damage, `commitlog recover --salvage` keeps every record before it (docs/operations.md)", path.display())]
     Corrupt {
         /// The segment file.
         path: PathBuf,
@@ -182,6 +182,15 @@ pub enum Error {
         min: u64,
         /// End of readable data.
         max: u64,
+    },
+    /// The offset lies inside a record, not at its start: a wrong offset, not
+    /// damage (nothing is corrupt).
+    #[error("offset {offset} is inside the record at {record}, not a record boundary (nothing is corrupt)")]
+    InsideRecord {
+        /// The offset asked for.
+        offset: u64,
+        /// Where the record holding it starts.
+        record: u64,
     },
     /// The bytes at a read offset are not a valid record.
     #[error("offset {offset} does not hold a valid record: {reason}")]

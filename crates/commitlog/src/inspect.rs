@@ -52,7 +52,7 @@ pub struct Listing {
 pub fn check_store_dir(dir: &Path) -> Result<(), Error> {
     let meta = fs::metadata(dir).map_err(|source| Error::Io { path: dir.to_path_buf(), source })?;
     if !meta.is_dir() {
-        return Err(Error::InvalidConfig { reason: format!("{} is not a directory", dir.display()) });
+        return Err(Error::NotADirectory { path: dir.to_path_buf() });
     }
     if !dir.join(SEGMENT_DIR).is_dir() && !dir.join(SEGMENT_PATHS_FILE).is_file() {
         return Err(Error::InvalidConfig {
@@ -116,7 +116,8 @@ pub fn list_segments(dir: &Path) -> Result<Listing, Error> {
 /// Adds a problem when the segments do not reach from the checkpoint's front to
 /// its flushed offset (the check an open makes, [`Error::SegmentsMissing`]).
 fn missing_segments(dir: &Path, listing: &mut Listing) {
-    let Some(checkpoint) = store_files(dir).checkpoint else { return };
+    let files = store_files(dir);
+    let Some(checkpoint) = files.checkpoint else { return };
     let first = listing.segments.first().map(|s| s.start_offset);
     let end = listing.segments.last().map(|s| s.start_offset.saturating_add(listing.segment_size.max(s.len)));
     let path = Checkpoint::path(dir);
@@ -136,7 +137,10 @@ fn missing_segments(dir: &Path, listing: &mut Listing) {
             });
         }
     }
-    if let Some(end) = end.filter(|&end| end < checkpoint.flushed_offset) {
+    // A log open elsewhere may have made a segment and checkpointed into it
+    // since the listing: only a closed store's end is checked.
+    let open_elsewhere = files.locked;
+    if let Some(end) = end.filter(|&end| end < checkpoint.flushed_offset && !open_elsewhere) {
         listing.problems.push(Problem {
             path,
             offset: Some(end),

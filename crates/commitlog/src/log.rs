@@ -114,8 +114,8 @@ impl CommitLog {
             store::check_segments_present(files.checkpoint.as_ref(), &segments, &recorded, dir)?;
         }
         let storage = MmapStorage::lock_all(&roots).map_err(|err| match err {
-            LockError::Locked { dir: locked, lock_file } => {
-                Error::Locked { dir: locked, lock_file, holder: store::lock_holder(dir) }
+            LockError::Locked { dir: locked, lock_file, by_this_process } => {
+                Error::Locked { dir: locked, lock_file, holder: store::lock_holder(dir, by_this_process) }
             }
             LockError::Io { path, source } => Error::Io { path, source },
             other => Error::InvalidConfig { reason: other.to_string() },

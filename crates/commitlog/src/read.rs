@@ -101,7 +101,13 @@ impl CommitLog {
                 Err(Error::BadRecord { offset, reason: Invalid::UnexpectedEnd })
             }
             Parsed::End => Ok(Slot::End),
-            Parsed::Invalid(reason) => Err(Error::BadRecord { offset, reason }),
+            // Not damage if the offset lies inside a record: a wrong offset, not a
+            // corrupt log. Told apart by walking the segment's records from its
+            // start (only on this error path).
+            Parsed::Invalid(reason) => match record_holding(&file.read_from(0)?, file.file_from_offset(), pos) {
+                Some(start) if start != pos => Err(Error::InsideRecord { offset, record: file.offset_at(start) }),
+                _ => Err(Error::BadRecord { offset, reason }),
+            },
         }
     }
 
@@ -151,4 +157,23 @@ impl Iterator for Records {
         }
         None
     }
+}
+
+/// The start of the record that holds byte `pos` of a segment's bytes (the
+/// segment starting at log offset `base`), walking the record lengths from its
+/// start (no CRC check: only the boundaries matter); `None` if the walk meets a
+/// blank, the end of data or an unparsable header first.
+fn record_holding(segment: &[u8], base: u64, pos: usize) -> Option<usize> {
+    let mut at = 0usize;
+    while at <= pos {
+        let Parsed::Record { total, .. } = parse(segment.get(at..)?, advance(base, at), false) else {
+            return None;
+        };
+        let end = at.checked_add(total)?;
+        if pos < end {
+            return Some(at);
+        }
+        at = end;
+    }
+    None
 }

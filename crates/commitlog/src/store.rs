@@ -281,10 +281,14 @@ pub(crate) fn mark_open(storage: &dyn Storage, dir: &Path) -> Result<(), Error> 
     storage.replace_small(&abort, std::process::id().to_string().as_bytes()).map_err(io_err(&abort))
 }
 
-/// Who holds the lock of the store in `dir`, by the process id its abort marker
-/// holds (read with a plain file read: the lock is someone else's).
-pub(crate) fn lock_holder(dir: &Path) -> crate::error::LockHolder {
+/// Who holds the lock of the store in `dir`: this process, if the storage says
+/// so, else the process whose id the abort marker holds (read with a plain file
+/// read: the lock is someone else's).
+pub(crate) fn lock_holder(dir: &Path, by_this_process: bool) -> crate::error::LockHolder {
     use crate::error::LockHolder;
+    if by_this_process {
+        return LockHolder::ThisProcess;
+    }
     let pid = std::fs::read_to_string(dir.join(ABORT_FILE)).ok().and_then(|s| s.trim().parse::<u32>().ok());
     match pid {
         Some(pid) if pid == std::process::id() => LockHolder::ThisProcess,

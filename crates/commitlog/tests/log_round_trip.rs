@@ -78,8 +78,15 @@ fn oversized_records_are_rejected_and_nothing_is_written() {
 fn reads_at_bad_offsets_are_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let log = CommitLog::open(dir.path(), config(FlushDiskType::AsyncFlush)).unwrap();
-    let put = log.append(b"hello world").unwrap();
-    assert!(matches!(log.read(put.wrote_offset + 1), Err(Error::BadRecord { .. })), "not a record start");
+    let first = log.append(b"hello world").unwrap();
+    let put = log.append(b"second record").unwrap();
+    // Inside a record: a wrong offset, not damage ("bad magic code" said so before).
+    for inside in [put.wrote_offset + 1, put.wrote_offset + 8, put.wrote_offset + 40, first.wrote_offset + 3] {
+        let err = log.read(inside).unwrap_err();
+        let start = if inside > put.wrote_offset { put.wrote_offset } else { first.wrote_offset };
+        assert!(matches!(err, Error::InsideRecord { offset, record } if offset == inside && record == start), "{err}");
+        assert!(err.to_string().contains("not a record boundary"), "{err}");
+    }
     assert!(matches!(log.read(1 << 40), Err(Error::NoRecord { .. })));
     assert!(matches!(log.read(log.max_offset()), Err(Error::NoRecord { .. })));
     log.shutdown().unwrap();
@@ -128,4 +135,58 @@ fn bad_configs_are_rejected_clearly() {
     assert!(bad.to_string().contains("multiple of 4096"), "{bad}");
     let bad = commitlog::CommitLogConfig::builder().mapped_file_size_commit_log(1 << 20).build().unwrap_err();
     assert!(bad.to_string().contains("max_message_size"), "{bad}");
+}
+
+#[test]
+fn an_empty_body_is_a_record_and_an_empty_batch_is_an_error() {
+    // A record with no body has an offset and reads back empty (a tombstone, a
+    // marker); a batch with no record has nothing to return an offset for.
+    let dir = tempfile::tempdir().unwrap();
+    let log = CommitLog::open(dir.path(), config(FlushDiskType::SyncFlush)).unwrap();
+    let empty = log.append(b"").unwrap();
+    empty.durability.wait().unwrap();
+    assert_eq!(empty.wrote_bytes, commitlog::format::HEADER_SIZE as u64);
+    assert!(log.read(empty.wrote_offset).unwrap().body.is_empty());
+    let batch = log.append_batch(&[&b""[..], b"x", b""]).unwrap();
+    batch.durability.wait().unwrap();
+    assert_eq!(batch.offsets.len(), 3);
+    let err = log.append_batch::<&[u8]>(&[]).unwrap_err();
+    assert!(matches!(err, Error::EmptyBatch), "{err}");
+    assert_eq!(PutMessageStatus::from_error(&err), PutMessageStatus::MessageIllegal);
+    let end = log.max_offset();
+    log.shutdown().unwrap();
+    let log = CommitLog::open(dir.path(), config(FlushDiskType::SyncFlush)).unwrap();
+    assert_eq!(bodies(&log), [vec![], vec![], b"x".to_vec(), vec![]]);
+    assert_eq!(log.max_offset(), end);
+    log.shutdown().unwrap();
+}
+
+#[test]
+fn a_second_open_in_this_process_says_the_holder_is_this_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = CommitLog::open(dir.path(), config(FlushDiskType::SyncFlush)).unwrap();
+    let err = CommitLog::open(dir.path(), config(FlushDiskType::SyncFlush)).unwrap_err();
+    assert!(matches!(err, Error::Locked { holder: commitlog::LockHolder::ThisProcess, .. }), "{err}");
+    assert!(err.to_string().contains("this process"), "{err}");
+    assert!(!err.to_string().contains("another process"), "{err}");
+    // A record view of a shut-down log holds the lock too, and says so.
+    let put = log.append(b"held").unwrap();
+    put.durability.wait().unwrap();
+    let held = log.read(put.wrote_offset).unwrap();
+    log.shutdown().unwrap();
+    let err = CommitLog::open(dir.path(), config(FlushDiskType::SyncFlush)).unwrap_err();
+    assert!(err.to_string().contains("record view"), "{err}");
+    drop(held);
+    CommitLog::open(dir.path(), config(FlushDiskType::SyncFlush)).unwrap().shutdown().unwrap();
+}
+
+#[test]
+fn a_regular_file_as_the_store_directory_is_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, b"x").unwrap();
+    let err = CommitLog::open(&file, config(FlushDiskType::SyncFlush)).unwrap_err();
+    assert!(matches!(&err, Error::NotADirectory { path } if path == &file), "{err}");
+    assert!(err.to_string().contains("is not a directory"), "{err}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"x", "left as it was");
 }

@@ -210,12 +210,15 @@ pub const LOCK_FILE: &str = "lock";
 #[non_exhaustive]
 pub enum LockError {
     /// Another storage (in this process or another) holds the directory.
-    #[error("{} is locked by another process or store (lock file {})", dir.display(), lock_file.display())]
+    #[error("{} is locked by {} (lock file {})", dir.display(), if *by_this_process { "another storage of this process" } else { "another process" }, lock_file.display())]
     Locked {
         /// The directory.
         dir: PathBuf,
         /// Its lock file.
         lock_file: PathBuf,
+        /// The holder is a storage of this process (or a mapping one made,
+        /// still alive), not another process.
+        by_this_process: bool,
     },
     /// Two of the directories asked for lie one inside the other (or are the
     /// same): each would be locked twice, and paths under the inner one would
@@ -243,6 +246,22 @@ pub enum LockError {
 #[derive(Debug)]
 struct DirLock {
     _file: File,
+    /// Its key in [`HELD_HERE`].
+    key: PathBuf,
+}
+
+/// The lock files this process holds (canonical paths), so a refused lock can
+/// say whether the holder is this process (an open store, or a record view
+/// that outlived its store) or another one.
+static HELD_HERE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        let mut held = HELD_HERE.lock();
+        if let Some(at) = held.iter().position(|k| k == &self.key) {
+            held.swap_remove(at);
+        }
+    }
 }
 
 /// The real storage: files preallocated with `fallocate` and mapped shared, in
@@ -380,9 +399,16 @@ fn lock_dir(root: &Path) -> Result<Arc<DirLock>, LockError> {
     let lock_path = root.join(LOCK_FILE);
     let file =
         OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io_err(&lock_path))?;
+    let key = fs::canonicalize(&lock_path).unwrap_or_else(|_| lock_path.clone());
     match file.try_lock() {
-        Ok(()) => Ok(Arc::new(DirLock { _file: file })),
-        Err(fs::TryLockError::WouldBlock) => Err(LockError::Locked { dir: root.to_path_buf(), lock_file: lock_path }),
+        Ok(()) => {
+            HELD_HERE.lock().push(key.clone());
+            Ok(Arc::new(DirLock { _file: file, key }))
+        }
+        Err(fs::TryLockError::WouldBlock) => {
+            let by_this_process = HELD_HERE.lock().contains(&key);
+            Err(LockError::Locked { dir: root.to_path_buf(), lock_file: lock_path, by_this_process })
+        }
         Err(fs::TryLockError::Error(source)) => Err(LockError::Io { path: lock_path, source }),
     }
 }
