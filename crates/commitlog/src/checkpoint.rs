@@ -130,6 +130,9 @@ impl Checkpoint {
 pub(crate) struct CheckpointState {
     /// The log's segments: their flushed offset bounds every record.
     queue: Arc<SegmentQueue>,
+    /// Where the checkpoint is written.
+    storage: Arc<dyn Storage>,
+    dir: PathBuf,
     flushed: AtomicU64,
     timestamp: AtomicU64,
     front: AtomicU64,
@@ -153,9 +156,17 @@ impl CheckpointState {
     /// The state of a log whose segments are `queue`, recovered to `flushed`
     /// (the newest record stored at `timestamp`), starting at the queue's first
     /// segment.
-    pub(crate) fn new(queue: Arc<SegmentQueue>, flushed: u64, timestamp: u64) -> Self {
+    pub(crate) fn new(
+        queue: Arc<SegmentQueue>,
+        storage: Arc<dyn Storage>,
+        dir: PathBuf,
+        flushed: u64,
+        timestamp: u64,
+    ) -> Self {
         let front = queue.min_offset();
         CheckpointState {
+            storage,
+            dir,
             flushed: AtomicU64::new(flushed.min(queue.flushed_where())),
             timestamp: AtomicU64::new(timestamp),
             front: AtomicU64::new(front),
@@ -169,11 +180,41 @@ impl CheckpointState {
     /// the queue's flushed offset read now, under the lock: a flush that
     /// returned before a truncation of the tail reports its old end, and that
     /// end must not come back after the truncation lowered the checkpoint.
+    ///
+    /// A flush that reached into a segment the last written checkpoint does not
+    /// reach writes the checkpoint now, before the flush's records are
+    /// acknowledged (group commit tells before it answers): so the checkpoint
+    /// always covers every segment holding an acknowledged record, and an open
+    /// that finds the last of them missing (its disk not mounted) refuses
+    /// instead of opening a shorter log. One write per segment; a failed one is
+    /// logged, and the service's next write retries.
     pub(crate) fn record(&self, report: FlushedReport) {
         let _one = self.lock.lock();
         let flushed_where = report.flushed_where.min(self.queue.flushed_where());
+        #[cfg(planted_bugs)]
+        let flushed_where = if mapped_file::planted::is_active(mapped_file::planted::Bug::CheckpointUnclamped) {
+            report.flushed_where // the planted bug: trust the report
+        } else {
+            flushed_where
+        };
         self.timestamp.fetch_max(report.store_timestamp, Ordering::AcqRel);
-        self.flushed.fetch_max(flushed_where, Ordering::AcqRel);
+        let flushed = self.flushed.fetch_max(flushed_where, Ordering::AcqRel).max(flushed_where);
+        let (stored, _) = *self.stored.lock();
+        #[cfg(planted_bugs)]
+        if mapped_file::planted::is_active(mapped_file::planted::Bug::NewSegmentUnrecorded) {
+            return; // the planted bug: the checkpoint waits for its service
+        }
+        if stored != u64::MAX && self.segment_below(flushed) > self.segment_below(stored) {
+            if let Err(err) = self.write(flushed, self.front.load(Ordering::Acquire)) {
+                tracing::error!(%err, "writing the checkpoint for a new segment failed");
+            }
+        }
+    }
+
+    /// The index of the segment holding the byte just below `offset`.
+    fn segment_below(&self, offset: u64) -> u64 {
+        let size = u64::try_from(self.queue.mapped_file_size()).ok().and_then(std::num::NonZeroU64::new);
+        size.map_or(0, |size| offset.saturating_sub(1) / size)
     }
 
     /// Records the end of written data, durable or not: only the planted bug
@@ -190,16 +231,10 @@ impl CheckpointState {
     /// of everything above it) with no checkpoint record or write in between. A
     /// crash after the write and before the cut leaves a checkpoint below data
     /// that is still there: recovery keeps it.
-    pub(crate) fn lower_then<T>(
-        &self,
-        storage: &dyn Storage,
-        dir: &Path,
-        offset: u64,
-        cut: impl FnOnce() -> Result<T, Error>,
-    ) -> Result<T, Error> {
+    pub(crate) fn lower_then<T>(&self, offset: u64, cut: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
         let _one = self.lock.lock();
         let flushed = self.flushed.load(Ordering::Acquire).min(offset);
-        self.write(storage, dir, flushed, self.front.load(Ordering::Acquire))?;
+        self.write(flushed, self.front.load(Ordering::Acquire))?;
         self.flushed.store(flushed, Ordering::Release);
         cut()
     }
@@ -211,36 +246,36 @@ impl CheckpointState {
     /// the first segment, which the next open accepts (below the front, segments
     /// may be gone), while a front written below a deletion in progress would
     /// read as segments missing after a crash.
-    pub(crate) fn raise_front(&self, storage: &dyn Storage, dir: &Path, front: u64) -> Result<(), Error> {
+    pub(crate) fn raise_front(&self, front: u64) -> Result<(), Error> {
         let _one = self.lock.lock();
         if front <= self.front.load(Ordering::Acquire) {
             return Ok(());
         }
-        self.write(storage, dir, self.flushed.load(Ordering::Acquire), front)?;
+        self.write(self.flushed.load(Ordering::Acquire), front)?;
         self.front.store(front, Ordering::Release);
         Ok(())
     }
 
     /// Writes the checkpoint if the flushed offset or the front moved since the
     /// last write (or always, with `force`).
-    pub(crate) fn persist(&self, storage: &dyn Storage, dir: &Path, force: bool) -> Result<(), Error> {
+    pub(crate) fn persist(&self, force: bool) -> Result<(), Error> {
         let _one = self.lock.lock();
         let flushed = self.flushed.load(Ordering::Acquire);
         let front = self.front.load(Ordering::Acquire);
         if !force && *self.stored.lock() == (flushed, front) {
             return Ok(());
         }
-        self.write(storage, dir, flushed, front)
+        self.write(flushed, front)
     }
 
     /// Writes `flushed` and `front`; the caller holds the lock.
-    fn write(&self, storage: &dyn Storage, dir: &Path, flushed: u64, front: u64) -> Result<(), Error> {
+    fn write(&self, flushed: u64, front: u64) -> Result<(), Error> {
         let checkpoint = Checkpoint {
             flushed_offset: flushed,
             physic_msg_timestamp: self.timestamp.load(Ordering::Acquire),
             front_offset: Some(front),
         };
-        checkpoint.store(storage, dir)?;
+        checkpoint.store(&*self.storage, &self.dir)?;
         *self.stored.lock() = (flushed, front);
         Ok(())
     }
@@ -249,15 +284,10 @@ impl CheckpointState {
 /// RocketMQ's `StoreCheckpoint` flush: rewrites the checkpoint every `interval`
 /// when the flushed offset moved. Errors are logged; the next round retries, and
 /// shutdown's final write reports its own.
-pub(crate) fn start_service(
-    state: Arc<CheckpointState>,
-    storage: Arc<dyn Storage>,
-    dir: PathBuf,
-    interval: Duration,
-) -> std::io::Result<ServiceThread> {
+pub(crate) fn start_service(state: Arc<CheckpointState>, interval: Duration) -> std::io::Result<ServiceThread> {
     // Shutdown writes the final checkpoint itself, after stopping this.
     ServiceThread::spawn_every("CheckpointService", interval, move || {
-        if let Err(err) = state.persist(&*storage, &dir, false) {
+        if let Err(err) = state.persist(false) {
             tracing::error!(%err, "writing the checkpoint failed");
         }
     })

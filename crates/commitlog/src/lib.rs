@@ -47,6 +47,10 @@ mod checkpoint;
 mod clean;
 mod config;
 mod error;
+#[cfg(any(test, feature = "failpoints"))]
+pub mod failpoints;
+#[cfg(not(any(test, feature = "failpoints")))]
+mod failpoints;
 pub mod format;
 pub mod inspect;
 mod log;

@@ -215,15 +215,19 @@ impl CommitLog {
             Err(err) => return Err(err.into()),
         }
 
-        let state = Arc::new(CheckpointState::new(Arc::clone(&queue), report.end_offset, report.last_timestamp_ms));
-        state.persist(&*storage, &dir, true)?;
+        let state = Arc::new(CheckpointState::new(
+            Arc::clone(&queue),
+            Arc::clone(&storage),
+            dir.clone(),
+            report.end_offset,
+            report.last_timestamp_ms,
+        ));
+        state.persist(true)?;
         {
             // The front is durable before any segment leaves it.
-            let (state, storage, dir) = (Arc::clone(&state), Arc::clone(&storage), dir.clone());
+            let state = Arc::clone(&state);
             queue.set_front_guard(Box::new(move |front| {
-                state
-                    .raise_front(&*storage, &dir, front)
-                    .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+                state.raise_front(front).map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
             }));
         }
 
@@ -240,9 +244,7 @@ impl CommitLog {
             }
         };
         let interval = Duration::from_millis(config.checkpoint_interval_ms);
-        let checkpoint_thread =
-            checkpoint::start_service(Arc::clone(&state), Arc::clone(&storage), dir.clone(), interval)
-                .map_err(io_err(&dir))?;
+        let checkpoint_thread = checkpoint::start_service(Arc::clone(&state), interval).map_err(io_err(&dir))?;
         let cleaner = Cleaner::new(&config);
         let disk_thread = clean::start_service(
             Arc::clone(&disk),
@@ -358,17 +360,11 @@ impl CommitLog {
 
     /// Commits and flushes everything now; returns the flushed offset.
     pub fn flush_all(&self) -> Result<u64, Error> {
-        self.flush_all_then(|| {})
-    }
-
-    /// [`flush_all`](Self::flush_all), running `between` after the flush and
-    /// before the checkpoint hears of it: the window a concurrent truncation
-    /// must not be able to exploit (tests use it to run one there).
-    fn flush_all_then(&self, between: impl FnOnce()) -> Result<u64, Error> {
         self.check_writeable()?;
         self.inner.queue.commit(0).map_err(|e| self.writeable_or(e.into()))?;
         let progress = self.inner.queue.flush(0).map_err(|e| self.writeable_or(e.into()))?;
-        between();
+        // The window a concurrent truncation must not be able to exploit.
+        crate::failpoints::hit("flush_all.after_flush", &self.inner.dir);
         // Clamped to the queue's flushed offset under the checkpoint's lock: a
         // truncation since the flush returned lowered both.
         self.inner.checkpoint.record(FlushedReport {
@@ -439,9 +435,9 @@ impl CommitLog {
             // The planted bug: cut with the checkpoint still at the old end.
             return inner.queue.truncate_dirty_files(offset).map_err(|e| self.writeable_or(e.into()));
         }
-        inner.checkpoint.lower_then(&*inner.storage, &inner.dir, offset, || {
-            inner.queue.truncate_dirty_files(offset).map_err(|e| self.writeable_or(e.into()))
-        })
+        inner
+            .checkpoint
+            .lower_then(offset, || inner.queue.truncate_dirty_files(offset).map_err(|e| self.writeable_or(e.into())))
     }
 
     /// Flush-service counters.
@@ -510,7 +506,7 @@ impl Inner {
             store_timestamp: self.queue.store_timestamp(),
             requests_acknowledged: 0,
         });
-        self.checkpoint.persist(&*self.storage, &self.dir, true)?;
+        self.checkpoint.persist(true)?;
         store::mark_clean_shutdown(&*self.storage, &self.dir)?;
         tracing::info!(dir = %self.dir.display(), flushed, "commit log shut down cleanly");
         Ok(())
@@ -575,13 +571,12 @@ mod tests {
         let offsets: Vec<u64> = (0..200u8).map(|i| log.append(&[i; 700]).unwrap().wrote_offset).collect();
         let cut = offsets[80];
         let other = log.clone();
-        let flushed = log
-            .flush_all_then(|| {
-                std::thread::spawn(move || other.truncate_from(cut).map(drop)).join().unwrap().unwrap();
-            })
-            .unwrap();
+        crate::failpoints::arm("flush_all.after_flush", Path::new("/race"), move || {
+            std::thread::spawn(move || other.truncate_from(cut).map(drop)).join().unwrap().unwrap();
+        });
+        let flushed = log.flush_all().unwrap();
         assert!(flushed > cut, "the flush returned the end before the cut");
-        assert!(log.inner.checkpoint.persist(&*storage, Path::new("/race"), true).is_ok());
+        assert!(log.inner.checkpoint.persist(true).is_ok());
         let written = Checkpoint::load(&sim, Path::new("/race")).unwrap().unwrap();
         assert!(written.flushed_offset <= cut, "checkpoint {} above the cut {cut}", written.flushed_offset);
         log.shutdown().unwrap();

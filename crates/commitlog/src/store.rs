@@ -216,6 +216,10 @@ pub(crate) fn check_segments_present(
     dir: &Path,
 ) -> Result<(), Error> {
     let Some(checkpoint) = checkpoint else { return Ok(()) };
+    #[cfg(planted_bugs)]
+    if mapped_file::planted::is_active(mapped_file::planted::Bug::SegmentsUnchecked) {
+        return Ok(()); // the planted bug: whatever is found is the log
+    }
     let durable = checkpoint.flushed_offset;
     let found = segments.first().zip(segments.last()).map(|(first, last)| (first.0, last.1));
     let front_missing = match (checkpoint.front_offset, found) {

@@ -1,8 +1,10 @@
 //! The crash-consistency and fault suite: `cargo xtask crash [--soak]`.
 //!
 //! Layers (docs/durability.md): 1 corruption matrix, 2 simulated power loss, 2c
-//! simulated power loss under the replicated log's store, 2b crashes over several generations (recover, append, crash
-//! again), 3 real SIGKILLs, 4 sync failure, 5 disk full. Layers 6 (fuzzing)
+//! simulated power loss under the replicated log's store, 2d segment directories
+//! that go missing, 2e truncations racing flushes and rounds, 2b crashes over
+//! several generations (recover, append, crash again), 3 real SIGKILLs, 4 sync
+//! failure, 5 disk full, the guard and the cleaning service. Layers 6 (fuzzing)
 //! and 7 (loom models) are run by `cargo xtask crash` around this binary. Each
 //! layer prints one line with its figure; the exit code is non-zero if any fails.
 //! `--planted` runs the planted bugs instead (a `--cfg planted_bugs` build only).
@@ -21,7 +23,9 @@ mod kill;
 #[cfg(planted_bugs)]
 mod planted;
 mod power_loss;
+mod races;
 mod raft_power_loss;
+mod segment_dirs;
 mod sync_failure;
 
 fn arg(args: &[String], name: &str) -> Option<String> {
@@ -151,6 +155,50 @@ fn main() -> ExitCode {
         );
     }
 
+    if layer_wanted("segment-dirs") {
+        // 2d. Segment directories that go missing, under power loss.
+        let t0 = Instant::now();
+        let mut d = segment_dirs::Tally::default();
+        let runs = 12 * scale as u64;
+        for s in 0..runs {
+            d.add(segment_dirs::run_seed(seed + 13_000 + s, 3, false));
+        }
+        report(
+            d.violations() == 0 && d.refused > 0 && d.deletions > 0 && d.states >= 2000 * scale as u64,
+            format!(
+                "segment-dirs (a retired disk, front deletions, one directory unmounted): {} crash states over {runs} runs, {} acked, {} segments deleted from the front; unmounted: {} refused, {} opened whole, {} opened short; {} complete stores refused, {} acked lost, {} garbage ({:.1?})",
+                d.states,
+                d.acked,
+                d.deletions,
+                d.refused,
+                d.whole_without,
+                d.silent_losses,
+                d.false_refusals,
+                d.lost,
+                d.garbage,
+                t0.elapsed()
+            ),
+        );
+    }
+
+    if layer_wanted("races") {
+        // 2e. Truncations racing a flush and a group-commit round.
+        let t0 = Instant::now();
+        let r = races::run(seed, 50 * scale as u64);
+        report(
+            r.violations() == 0 && r.cases > 0,
+            format!(
+                "races (truncate_from inside flush_all's window and inside a group-commit round, on the real queue): {} cases, {} checkpoints above the data, {} unopenable stores, {} unsynced bytes acknowledged, {} dead rounds ({:.1?})",
+                r.cases,
+                r.checkpoint_above,
+                r.unopenable,
+                r.acked_unsynced,
+                r.dead_rounds,
+                t0.elapsed()
+            ),
+        );
+    }
+
     if layer_wanted("generations") {
         // 2b. Several generations: what a recovery cut never comes back.
         let t0 = Instant::now();
@@ -216,9 +264,10 @@ fn main() -> ExitCode {
     // 5. Disk full; 5b. the disk-space guard and the cleaning service, each on a
     // small real file system.
     type DiskLayer = (&'static str, &'static str, fn() -> disk_full::Outcome);
-    let disk_layers: [DiskLayer; 3] = [
+    let disk_layers: [DiskLayer; 4] = [
         ("disk-full", "disk-full: an error, not SIGBUS: ", disk_full::run),
         ("disk-guard", "disk-guard: ", disk_full::run_guard),
+        ("disk-guard", "disk-fast-fill: ", disk_full::run_fast_fill),
         ("disk-guard", "disk-clean: ", disk_full::run_clean),
     ];
     for (layer, passed, run) in disk_layers {

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use mapped_file::planted::{activate, Bug};
 
-use crate::{generations, power_loss, raft_power_loss};
+use crate::{generations, power_loss, races, raft_power_loss, segment_dirs};
 
 /// A planted bug, the layer that must catch it, and the check that runs it.
 type Case = (Bug, &'static str, fn(u64, Bug) -> bool);
@@ -15,7 +15,7 @@ type Case = (Bug, &'static str, fn(u64, Bug) -> bool);
 /// Runs every planted bug against its layer; fails if any goes unnoticed.
 pub fn run(seed: u64) -> ExitCode {
     let t0 = Instant::now();
-    let cases: [Case; 7] = [
+    let cases: [Case; 11] = [
         (Bug::AckBeforeSync, "power-loss", power_loss_catches),
         (Bug::AckBeforeSync, "raft-power-loss", raft_power_loss_catches),
         (Bug::RetryAfterFailedSync, "power-loss", power_loss_catches),
@@ -23,6 +23,10 @@ pub fn run(seed: u64) -> ExitCode {
         (Bug::CheckpointAheadOfData, "power-loss", power_loss_catches),
         (Bug::TruncateLeavesTail, "generations", generations_catches),
         (Bug::TruncateKeepsCheckpoint, "raft-power-loss", raft_power_loss_catches),
+        (Bug::FrontAfterDeletion, "segment-dirs", segment_dirs_catches),
+        (Bug::SegmentsUnchecked, "segment-dirs", segment_dirs_catches),
+        (Bug::NewSegmentUnrecorded, "segment-dirs", segment_dirs_catches),
+        (Bug::CheckpointUnclamped, "races", races_catches),
     ];
     let mut missed = Vec::new();
     for (bug, layer, catches) in cases {
@@ -35,7 +39,7 @@ pub fn run(seed: u64) -> ExitCode {
         }
     }
     println!(
-        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync, truncation keeping the checkpoint; generations: truncation leaves the tail) ({:.1?})",
+        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync, truncation keeping the checkpoint; generations: truncation leaves the tail; segment-dirs: front recorded after deletion, segments unchecked at open, new segment unrecorded; races: checkpoint unclamped) ({:.1?})",
         cases.len() - missed.len(),
         cases.len(),
         t0.elapsed()
@@ -64,4 +68,12 @@ fn raft_power_loss_catches(seed: u64, _: Bug) -> bool {
 
 fn generations_catches(seed: u64, _: Bug) -> bool {
     (0..20).any(|s| generations::run_seed(seed + 9000 + s, 50).violations() > 0)
+}
+
+fn segment_dirs_catches(seed: u64, _: Bug) -> bool {
+    (0..12).any(|s| segment_dirs::run_seed(seed + 13_000 + s, 3, true).violations() > 0)
+}
+
+fn races_catches(seed: u64, _: Bug) -> bool {
+    races::run(seed, 20).violations() > 0
 }

@@ -291,6 +291,17 @@ impl GroupCommit {
                 // after the swap, so every request in flight was queued before it:
                 // a request whose bytes follow a truncation sees it here.
                 let durable = flushed.min(self.target.flushed_where());
+                // Told before anyone is answered: the owner may have to record
+                // something durably first (the commit log's checkpoint, when the
+                // flush reached a new segment).
+                if let Some(callback) = &self.on_flushed {
+                    let covered = lock(&self.inflight).iter().filter(|r| r.next_offset <= durable).count();
+                    callback(FlushedReport {
+                        flushed_where: durable,
+                        store_timestamp: self.target.store_timestamp(),
+                        requests_acknowledged: covered,
+                    });
+                }
                 let acknowledged = self.complete_covered(durable);
                 // Left in flight: not covered. Acknowledged producers queue their
                 // next requests on the write list, so they are not counted twice.
@@ -300,13 +311,6 @@ impl GroupCommit {
                     self.lone_rounds.fetch_add(1, Ordering::Relaxed);
                 } else {
                     self.lone_rounds.store(0, Ordering::Relaxed);
-                }
-                if let Some(callback) = &self.on_flushed {
-                    callback(FlushedReport {
-                        flushed_where: durable,
-                        store_timestamp: self.target.store_timestamp(),
-                        requests_acknowledged: acknowledged,
-                    });
                 }
                 acknowledged
             }

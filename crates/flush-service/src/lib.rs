@@ -68,10 +68,12 @@ pub struct FlushedReport {
     pub flushed_where: u64,
     /// Store timestamp (ms) of the newest data covered.
     pub store_timestamp: u64,
-    /// Durability requests this flush answered (a group-commit round's batch; 0
-    /// for a periodic or manual flush).
+    /// Durability requests this flush covers (a group-commit round's batch,
+    /// answered once the callback returns; 0 for a periodic or manual flush).
     pub requests_acknowledged: usize,
 }
 
-/// Receives a [`FlushedReport`] after each successful flush.
+/// Receives a [`FlushedReport`] after each successful flush. Group commit calls
+/// it *before* it answers the requests the flush covered, so an owner can make
+/// something durable that must precede those acknowledgements.
 pub type FlushedCallback = std::sync::Arc<dyn Fn(FlushedReport) + Send + Sync>;

@@ -936,10 +936,26 @@ impl SegmentQueue {
         if planned == 0 {
             return Ok(0);
         }
-        if let Some(guard) = self.front_guard.read().as_ref() {
-            let front = files[planned].file_from_offset();
+        let front = files[planned].file_from_offset();
+        #[cfg(planted_bugs)]
+        let planted = mapped_file::planted::is_active(mapped_file::planted::Bug::FrontAfterDeletion);
+        #[cfg(not(planted_bugs))]
+        let planted = false;
+        if let Some(guard) = self.front_guard.read().as_ref().filter(|_| !planted) {
             guard(front).map_err(|source| QueueError::FrontNotRecorded { front, source })?;
         }
+        let deleted = self.delete_planned(&mut files, planned);
+        if planted {
+            // The planted bug: the front is recorded only after the deletions.
+            if let Some(guard) = self.front_guard.read().as_ref() {
+                guard(front).map_err(|source| QueueError::FrontNotRecorded { front, source })?;
+            }
+        }
+        deleted
+    }
+
+    /// Deletes (or keeps as spares) the first `planned` segments of `files`.
+    fn delete_planned(&self, files: &mut Vec<Arc<MappedFile>>, planned: usize) -> Result<usize, QueueError> {
         let mut count = 0;
         while count < planned {
             let file = files.remove(0);
