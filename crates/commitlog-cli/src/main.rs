@@ -1,6 +1,7 @@
 //! `commitlog`: see the log work, measure it, and inspect a store directory.
 //!
-//! Exit codes: 0 success, 1 error, 2 bad usage, 3 `verify` found problems.
+//! Exit codes: 0 success (also when the reader of standard output went away), 1
+//! error, 2 bad usage, 3 `verify` found problems or `consume` stopped at damage.
 
 #![forbid(unsafe_code)]
 

@@ -1,7 +1,8 @@
 //! Named fail points (feature `failpoints`, for the crash suite's race layer;
 //! always in this crate's unit tests): a test registers an action for a point
 //! and one store directory, and the log runs it once when it gets there. Without
-//! the feature, [`hit`] is an empty function and nothing is registered.
+//! the feature, the log's calls at its points are empty functions and nothing is
+//! registered.
 //!
 //! Points:
 //! - `flush_all.after_flush`: in [`CommitLog::flush_all`](crate::CommitLog::flush_all),

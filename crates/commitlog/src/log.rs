@@ -224,10 +224,14 @@ impl CommitLog {
         ));
         state.persist(true)?;
         {
-            // The front is durable before any segment leaves it.
-            let state = Arc::clone(&state);
-            queue.set_front_guard(Box::new(move |front| {
-                state.raise_front(front).map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+            // The front is durable before any segment leaves it. Weak: the state
+            // holds the queue, which holds this guard.
+            let state = Arc::downgrade(&state);
+            queue.set_front_guard(Box::new(move |front| match state.upgrade() {
+                Some(state) => {
+                    state.raise_front(front).map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+                }
+                None => Ok(()), // the log is gone; nothing deletes through it
             }));
         }
 

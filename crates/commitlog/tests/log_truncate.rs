@@ -138,44 +138,6 @@ fn a_crash_during_truncation_recovers_a_prefix_of_the_old_log_never_less_than_th
     assert!(states > 50, "{states}");
 }
 
-/// A flush target over the real segment queue that runs a hook once, right
-/// after a real flush returned and before group commit sees the result.
-struct PauseAfterFlush {
-    inner: commitlog::QueueTarget,
-    hook: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
-}
-
-impl flush_service::FlushTarget for PauseAfterFlush {
-    fn flush(&self, least_pages: usize) -> Result<u64, flush_service::TargetError> {
-        let flushed = self.inner.flush(least_pages)?;
-        if let Some(hook) = self.hook.lock().unwrap().take() {
-            hook();
-        }
-        Ok(flushed)
-    }
-    fn commit(&self, least_pages: usize) -> Result<u64, flush_service::TargetError> {
-        self.inner.commit(least_pages)
-    }
-    fn flushed_where(&self) -> u64 {
-        self.inner.flushed_where()
-    }
-    fn committed_where(&self) -> u64 {
-        self.inner.committed_where()
-    }
-    fn unflushed_bytes(&self) -> u64 {
-        self.inner.unflushed_bytes()
-    }
-    fn uncommitted_bytes(&self) -> u64 {
-        self.inner.uncommitted_bytes()
-    }
-    fn store_timestamp(&self) -> u64 {
-        self.inner.store_timestamp()
-    }
-    fn failure(&self) -> Option<flush_service::TargetError> {
-        self.inner.failure()
-    }
-}
-
 #[test]
 fn a_truncation_inside_a_group_commit_round_neither_kills_it_nor_acknowledges_unsynced_bytes() {
     use flush_service::{FlushTarget, GroupCommit, GroupCommitConfig, ManualClock};
@@ -190,10 +152,7 @@ fn a_truncation_inside_a_group_commit_round_neither_kills_it_nor_acknowledges_un
         file.append_bytes(0, &vec![7u8; bytes]).unwrap();
         queue.max_wrote_position()
     };
-    let target = Arc::new(PauseAfterFlush {
-        inner: commitlog::QueueTarget::new(Arc::clone(&queue)),
-        hook: std::sync::Mutex::new(None),
-    });
+    let target = flush_service::testing::HookAfterFlush::new(commitlog::QueueTarget::new(Arc::clone(&queue)));
     let gc =
         Arc::new(GroupCommit::new(target.clone(), Arc::new(ManualClock::new()), GroupCommitConfig::default(), None));
     let end = append(&queue, 3000); // E
@@ -201,13 +160,13 @@ fn a_truncation_inside_a_group_commit_round_neither_kills_it_nor_acknowledges_un
     let late = Arc::new(std::sync::Mutex::new(None));
     {
         let (gc, queue, late) = (Arc::clone(&gc), Arc::clone(&queue), Arc::clone(&late));
-        *target.hook.lock().unwrap() = Some(Box::new(move || {
+        target.arm(move || {
             // The cut and a new record below E, before the round answers.
             queue.truncate_dirty_files(1000).unwrap();
             let next = append(&queue, 100);
             assert_eq!(next, 1100);
             *late.lock().unwrap() = Some(gc.put_request(next));
-        }));
+        });
     }
     gc.swap();
     let acknowledged = gc.flush_swapped(); // panicked here (an assert on the stale end)

@@ -628,11 +628,25 @@ impl ConsumeQueue {
                 break;
             }
         }
-        // 2. The front, and 3. what follows the last entry.
-        let first_record = log
-            .iter_from(start.max(log.min_offset()))
-            .map_while(Result::ok)
-            .find_map(|record| dispatch(&record).map(|d| (d.index, record.offset)));
+        // 2. The front, and 3. what follows the last entry. The log's first
+        // wanted record: when the queue holds entry `min_index` (or its first
+        // entry, if later) and the log agrees, it is that one (records before it
+        // have lower indexes), found in one read; otherwise by scanning the log.
+        let from = start.max(log.min_offset());
+        let wanted = min_index.max(self.min_index());
+        let known = match self.get(wanted)? {
+            Some(entry) if wanted == min_index && entry.offset >= from => log
+                .read(entry.offset)
+                .ok()
+                .filter(|r| r.size == u64::from(entry.size) && dispatch(r).is_some_and(|d| d.index == wanted))
+                .map(|r| (wanted, r.offset)),
+            _ => None,
+        };
+        let first_record = known.or_else(|| {
+            log.iter_from(from)
+                .map_while(Result::ok)
+                .find_map(|record| dispatch(&record).map(|d| (d.index, record.offset)))
+        });
         let rebuild_from = match (first_record, self.is_empty()) {
             (None, _) => None,
             (Some((_, offset)), true) => Some(offset),

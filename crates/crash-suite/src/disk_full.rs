@@ -114,6 +114,47 @@ impl Drop for Tmpfs {
     }
 }
 
+/// Records acknowledged: (offset, body).
+type Acked = Vec<(u64, Vec<u8>)>;
+
+/// Durable appends of 3,000-byte records until one is refused with `DiskFull`;
+/// returns the used share it reported and every record acknowledged, or why the
+/// run failed (another error, a failed wait, never refused).
+fn append_until_full(log: &CommitLog) -> Result<(f64, Acked), String> {
+    let mut acked: Acked = Vec::new();
+    loop {
+        let b = body(0, acked.len() as u64, 3000);
+        match log.append(&b) {
+            Ok(put) => match put.durability.wait() {
+                Ok(()) => acked.push((put.wrote_offset, b)),
+                Err(e) => return Err(format!("a durable wait failed: {e}")),
+            },
+            Err(commitlog::Error::DiskFull { used_percent, .. }) => return Ok((used_percent, acked)),
+            Err(e) => return Err(format!("refused by {e}, not the guard, after {} records", acked.len())),
+        }
+        if acked.len() > 100_000 {
+            return Err("never refused".into());
+        }
+    }
+}
+
+/// Shuts `log` down, reopens the store and counts the records of `expected` it
+/// does not hold as written.
+fn lost_after_reopen(
+    log: CommitLog,
+    dir: &Path,
+    config: commitlog::CommitLogConfig,
+    expected: &[&(u64, Vec<u8>)],
+) -> Result<usize, String> {
+    log.shutdown().map_err(|e| format!("shutdown: {e}"))?;
+    drop(log);
+    let reopened = CommitLog::open(dir, config).map_err(|e| format!("reopen: {e}"))?;
+    let lost =
+        expected.iter().filter(|(o, b)| reopened.read(*o).map(|r| r.body.to_vec()).ok().as_ref() != Some(b)).count();
+    let _ = reopened.shutdown();
+    Ok(lost)
+}
+
 /// The disk-space guard on a real small tmpfs: appends are refused before the disk
 /// is full, nothing acknowledged is lost, and deleting segments brings appends back.
 pub fn run_guard() -> Outcome {
@@ -133,20 +174,9 @@ pub fn run_guard() -> Outcome {
         Ok(log) => log,
         Err(e) => return fail(format!("open: {e}")),
     };
-    let mut acked: Vec<(u64, Vec<u8>)> = Vec::new();
-    let refused_at = loop {
-        let b = body(0, acked.len() as u64, 3000);
-        match log.append(&b) {
-            Ok(put) => match put.durability.wait() {
-                Ok(()) => acked.push((put.wrote_offset, b)),
-                Err(e) => return fail(format!("a durable wait failed: {e}")),
-            },
-            Err(commitlog::Error::DiskFull { used_percent, .. }) => break used_percent,
-            Err(e) => return fail(format!("refused with {e}, not DiskFull")),
-        }
-        if acked.len() > 10_000 {
-            return fail("never refused".into());
-        }
+    let (refused_at, mut acked) = match append_until_full(&log) {
+        Ok(found) => found,
+        Err(detail) => return fail(detail),
     };
     // By the timer's look at 60 % or more, or by the look before a new segment
     // (1 MiB of 8) that would take the disk there.
@@ -172,24 +202,11 @@ pub fn run_guard() -> Outcome {
         Ok((offset, Ok(()))) => acked.push((offset, after)),
         other => return fail(format!("append after freeing space: {other:?}")),
     }
-    if let Err(e) = log.shutdown() {
-        return fail(format!("shutdown: {e}"));
-    }
-    drop(log);
-    let reopened = match CommitLog::open(&dir, config) {
-        Ok(log) => log,
-        Err(e) => return fail(format!("reopen: {e}")),
-    };
     let kept: Vec<&(u64, Vec<u8>)> = acked.iter().filter(|(o, _)| *o >= keep_from).collect();
-    let mut lost = 0;
-    for (offset, b) in &kept {
-        if reopened.read(*offset).map(|r| r.body.to_vec()).ok().as_ref() != Some(b) {
-            lost += 1;
-        }
-    }
-    let _ = reopened.shutdown();
-    if lost > 0 {
-        return fail(format!("{lost} acknowledged records lost or damaged"));
+    match lost_after_reopen(log, &dir, config, &kept) {
+        Ok(0) => {}
+        Ok(lost) => return fail(format!("{lost} acknowledged records lost or damaged")),
+        Err(detail) => return fail(detail),
     }
     Outcome::Passed {
         detail: format!(
@@ -221,38 +238,18 @@ pub fn run_fast_fill() -> Outcome {
         Err(e) => return fail(format!("open: {e}")),
     };
     let started = std::time::Instant::now();
-    let mut acked: Vec<(u64, Vec<u8>)> = Vec::new();
-    let refused_at = loop {
-        let b = body(0, acked.len() as u64, 3000);
-        match log.append(&b) {
-            Ok(put) => match put.durability.wait() {
-                Ok(()) => acked.push((put.wrote_offset, b)),
-                Err(e) => return fail(format!("a durable wait failed: {e}")),
-            },
-            Err(commitlog::Error::DiskFull { used_percent, .. }) => break used_percent,
-            Err(e) => return fail(format!("refused by {e}, not the guard, after {} records", acked.len())),
-        }
-        if acked.len() > 100_000 {
-            return fail("never refused".into());
-        }
+    let (refused_at, acked) = match append_until_full(&log) {
+        Ok(found) => found,
+        Err(detail) => return fail(detail),
     };
     let took = started.elapsed();
     if refused_at >= 90.0 {
         return fail(format!("refused at {refused_at:.1} % used, past the limit"));
     }
-    if let Err(e) = log.shutdown() {
-        return fail(format!("shutdown: {e}"));
-    }
-    drop(log);
-    let reopened = match CommitLog::open(&dir, config) {
-        Ok(log) => log,
-        Err(e) => return fail(format!("reopen: {e}")),
-    };
-    let lost =
-        acked.iter().filter(|(o, b)| reopened.read(*o).map(|r| r.body.to_vec()).ok().as_ref() != Some(b)).count();
-    let _ = reopened.shutdown();
-    if lost > 0 {
-        return fail(format!("{lost} acknowledged records lost or damaged"));
+    match lost_after_reopen(log, &dir, config, &acked.iter().collect::<Vec<_>>()) {
+        Ok(0) => {}
+        Ok(lost) => return fail(format!("{lost} acknowledged records lost or damaged")),
+        Err(detail) => return fail(detail),
     }
     Outcome::Passed {
         detail: format!(

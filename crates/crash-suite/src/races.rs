@@ -14,7 +14,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use commitlog::{Checkpoint, CommitLog, FlushDiskType, QueueTarget};
-use flush_service::{FlushTarget, GroupCommit, GroupCommitConfig, ManualClock, TargetError};
+use flush_service::testing::HookAfterFlush;
+use flush_service::{GroupCommit, GroupCommitConfig, ManualClock};
 use mapped_file::Storage;
 use segment_queue::{QueueConfig, SegmentQueue};
 
@@ -88,43 +89,6 @@ fn truncate_in_flush(rng: &mut Rng, case: u64, tally: &mut Tally) {
     }
 }
 
-/// The real queue's flush target, with a hook run once right after a real flush.
-struct PauseAfterFlush {
-    inner: QueueTarget,
-    hook: Mutex<Option<Box<dyn FnOnce() + Send>>>,
-}
-
-impl FlushTarget for PauseAfterFlush {
-    fn flush(&self, least_pages: usize) -> Result<u64, TargetError> {
-        let flushed = self.inner.flush(least_pages)?;
-        if let Some(hook) = self.hook.lock().expect("hook").take() {
-            hook();
-        }
-        Ok(flushed)
-    }
-    fn commit(&self, least_pages: usize) -> Result<u64, TargetError> {
-        self.inner.commit(least_pages)
-    }
-    fn flushed_where(&self) -> u64 {
-        self.inner.flushed_where()
-    }
-    fn committed_where(&self) -> u64 {
-        self.inner.committed_where()
-    }
-    fn unflushed_bytes(&self) -> u64 {
-        self.inner.unflushed_bytes()
-    }
-    fn uncommitted_bytes(&self) -> u64 {
-        self.inner.uncommitted_bytes()
-    }
-    fn store_timestamp(&self) -> u64 {
-        self.inner.store_timestamp()
-    }
-    fn failure(&self) -> Option<TargetError> {
-        self.inner.failure()
-    }
-}
-
 fn append(queue: &SegmentQueue, bytes: usize) -> u64 {
     let file = queue.roll_to_writable_segment(0).expect("roll");
     // Bytes that fit: the queue knows no records, only its segment's room.
@@ -142,7 +106,7 @@ fn truncate_in_round(rng: &mut Rng, tally: &mut Tally) {
         end = append(&queue, rng.range(100, 3000) as usize);
     }
     let cut = rng.range(0, end);
-    let target = Arc::new(PauseAfterFlush { inner: QueueTarget::new(Arc::clone(&queue)), hook: Mutex::new(None) });
+    let target = HookAfterFlush::new(QueueTarget::new(Arc::clone(&queue)));
     let gc =
         Arc::new(GroupCommit::new(target.clone(), Arc::new(ManualClock::new()), GroupCommitConfig::default(), None));
     let early = gc.put_request(end);
@@ -150,11 +114,11 @@ fn truncate_in_round(rng: &mut Rng, tally: &mut Tally) {
     let new_bytes = rng.range(1, (end - cut).max(2)) as usize;
     {
         let (gc, queue, late) = (Arc::clone(&gc), Arc::clone(&queue), Arc::clone(&late));
-        *target.hook.lock().expect("hook") = Some(Box::new(move || {
+        target.arm(move || {
             queue.truncate_dirty_files(cut).expect("truncate");
             let next = append(&queue, new_bytes);
             *late.lock().expect("late") = Some((next, gc.put_request(next)));
-        }));
+        });
     }
     gc.swap();
     let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| gc.flush_swapped()));

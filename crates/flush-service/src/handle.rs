@@ -55,7 +55,7 @@ impl Completion {
     }
 
     /// Completes the request; returns false if it was already complete.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn complete(&self, result: FlushResult) -> bool {
         self.complete_then(result, || {})
     }

@@ -147,3 +147,62 @@ impl FlushTarget for MemoryTarget {
         self.latched.load(Ordering::Acquire).then(|| Arc::new(InjectedFailure) as TargetError)
     }
 }
+
+/// A target that runs a hook once, right after a real flush of `inner` returned
+/// and before its caller sees the result: the window in which another thread
+/// may truncate the target (tests of what group commit does when offsets move
+/// back). Everything else goes straight to `inner`.
+pub struct HookAfterFlush<T> {
+    inner: T,
+    hook: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl<T: FlushTarget> HookAfterFlush<T> {
+    /// Over `inner`, with no hook armed.
+    pub fn new(inner: T) -> Arc<Self> {
+        Arc::new(HookAfterFlush { inner, hook: Mutex::new(None) })
+    }
+
+    /// Runs `hook` after the next flush (once).
+    pub fn arm(&self, hook: impl FnOnce() + Send + 'static) {
+        *lock(&self.hook) = Some(Box::new(hook));
+    }
+}
+
+impl<T> std::fmt::Debug for HookAfterFlush<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HookAfterFlush").finish_non_exhaustive()
+    }
+}
+
+impl<T: FlushTarget> FlushTarget for HookAfterFlush<T> {
+    fn flush(&self, least_pages: usize) -> Result<u64, TargetError> {
+        let flushed = self.inner.flush(least_pages)?;
+        let hook = lock(&self.hook).take();
+        if let Some(hook) = hook {
+            hook();
+        }
+        Ok(flushed)
+    }
+    fn commit(&self, least_pages: usize) -> Result<u64, TargetError> {
+        self.inner.commit(least_pages)
+    }
+    fn flushed_where(&self) -> u64 {
+        self.inner.flushed_where()
+    }
+    fn committed_where(&self) -> u64 {
+        self.inner.committed_where()
+    }
+    fn unflushed_bytes(&self) -> u64 {
+        self.inner.unflushed_bytes()
+    }
+    fn uncommitted_bytes(&self) -> u64 {
+        self.inner.uncommitted_bytes()
+    }
+    fn store_timestamp(&self) -> u64 {
+        self.inner.store_timestamp()
+    }
+    fn failure(&self) -> Option<TargetError> {
+        self.inner.failure()
+    }
+}

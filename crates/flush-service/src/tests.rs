@@ -431,44 +431,6 @@ fn only_a_run_of_single_request_rounds_makes_waiters_spin_and_a_spinning_wait_st
     assert!(!gc.serving_a_lone_producer());
 }
 
-/// A target that runs a hook once, right after a real flush returned and before
-/// its caller sees the result: the window in which another thread truncates.
-struct PauseAfterFlush {
-    inner: Arc<MemoryTarget>,
-    hook: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
-}
-
-impl FlushTarget for PauseAfterFlush {
-    fn flush(&self, least_pages: usize) -> Result<u64, TargetError> {
-        let flushed = self.inner.flush(least_pages)?;
-        if let Some(hook) = self.hook.lock().unwrap().take() {
-            hook();
-        }
-        Ok(flushed)
-    }
-    fn commit(&self, least_pages: usize) -> Result<u64, TargetError> {
-        self.inner.commit(least_pages)
-    }
-    fn flushed_where(&self) -> u64 {
-        self.inner.flushed_where()
-    }
-    fn committed_where(&self) -> u64 {
-        self.inner.committed_where()
-    }
-    fn unflushed_bytes(&self) -> u64 {
-        self.inner.unflushed_bytes()
-    }
-    fn uncommitted_bytes(&self) -> u64 {
-        self.inner.uncommitted_bytes()
-    }
-    fn store_timestamp(&self) -> u64 {
-        self.inner.store_timestamp()
-    }
-    fn failure(&self) -> Option<TargetError> {
-        self.inner.failure()
-    }
-}
-
 #[test]
 fn a_truncation_between_a_rounds_flush_and_its_answers_acknowledges_nothing_unsynced() {
     // The round's flush returns E; before it answers, the tail is cut to T < E and
@@ -476,18 +438,18 @@ fn a_truncation_between_a_rounds_flush_and_its_answers_acknowledges_nothing_unsy
     // must wait for a flush that covers its bytes (the old round panicked here,
     // killing the service thread, or would have acknowledged unsynced bytes).
     let inner = MemoryTarget::new();
-    let target = Arc::new(PauseAfterFlush { inner: inner.clone(), hook: std::sync::Mutex::new(None) });
+    let target = crate::testing::HookAfterFlush::new(inner.clone());
     let gc = Arc::new(group_commit(target.clone(), clock(), false));
     let early = gc.put_request(inner.append(1000)); // E = 1000
     let late = Arc::new(std::sync::Mutex::new(None));
     {
         let (gc, inner, late) = (Arc::clone(&gc), inner.clone(), Arc::clone(&late));
-        *target.hook.lock().unwrap() = Some(Box::new(move || {
+        target.arm(move || {
             inner.truncate(400);
             let next = inner.append(100);
             assert_eq!(next, 500);
             *late.lock().unwrap() = Some(gc.put_request(next));
-        }));
+        });
     }
     gc.swap();
     let acknowledged = gc.flush_swapped();
