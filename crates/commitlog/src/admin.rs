@@ -20,10 +20,7 @@ use crate::inspect::{self, SegmentFile};
 use crate::store;
 use crate::{Error, SegmentDir};
 
-/// Prefix of the directories [`salvage`] moves bytes and files into, inside the
-/// segment directory they came from (so a move never crosses file systems):
-/// `salvaged-<ms since the Unix epoch>`. The log and the tools ignore them.
-pub const SALVAGE_DIR_PREFIX: &str = "salvaged-";
+pub use crate::store::SALVAGE_DIR_PREFIX;
 
 /// What [`forget_segment_dir`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -36,7 +36,7 @@ use flush_service::{FlushedReport, ServiceThread};
 use mapped_file::Storage;
 use segment_queue::SegmentQueue;
 
-use crate::store::io_err;
+use crate::error::io_err;
 use crate::Error;
 
 const MAGIC_V1: &[u8; 8] = b"CLCKPT01";

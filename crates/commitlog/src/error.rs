@@ -252,6 +252,11 @@ impl std::fmt::Display for LockHolder {
     }
 }
 
+/// Maps an I/O error on `path` to [`Error::Io`].
+pub(crate) fn io_err(path: &std::path::Path) -> impl FnOnce(io::Error) -> Error + '_ {
+    move |source| Error::Io { path: path.to_path_buf(), source }
+}
+
 /// RocketMQ's `PutMessageStatus`, for callers that want one value per put.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

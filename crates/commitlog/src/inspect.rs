@@ -163,7 +163,7 @@ fn list_dir(seg_dir: &Path, listing: &mut Listing) -> Result<(), Error> {
         if name == segment_queue::RECYCLE_DIR && meta.is_dir() {
             continue; // spare files for new segments, not part of the log
         }
-        if name.starts_with(crate::admin::SALVAGE_DIR_PREFIX) && meta.is_dir() {
+        if name.starts_with(crate::store::SALVAGE_DIR_PREFIX) && meta.is_dir() {
             continue; // what a salvage moved aside, no longer part of the log
         }
         if name == LOCK_FILE && meta.is_file() {

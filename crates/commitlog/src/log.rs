@@ -19,9 +19,10 @@ use transient_pool::{PoolConfig, TransientStorePool};
 use crate::checkpoint::{self, CheckpointState};
 use crate::clean::{self, CleanStats, Cleaner, DiskGuard};
 use crate::config::{CommitLogConfig, FlushDiskType};
+use crate::error::io_err;
 use crate::queue_target::QueueTarget;
 use crate::recovery::{recover, RecoveryReport};
-use crate::store::{self, io_err};
+use crate::store;
 use crate::Error;
 
 pub(crate) struct Inner {

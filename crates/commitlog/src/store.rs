@@ -37,6 +37,7 @@ use mapped_file::Storage;
 use segment_queue::SegmentDir;
 
 use crate::checkpoint::Checkpoint;
+use crate::error::io_err;
 use crate::Error;
 
 /// Name of the segment directory inside the store directory.
@@ -45,6 +46,11 @@ pub const SEGMENT_DIR: &str = "commitlog";
 pub const LOCK_FILE: &str = mapped_file::LOCK_FILE;
 /// Name of the abort marker, present while a process has the log open.
 pub const ABORT_FILE: &str = "abort";
+/// Prefix of the directories `commitlog recover --salvage` ([`admin::salvage`](crate::admin::salvage))
+/// moves bytes and files into, inside the segment directory they came from (so a
+/// move never crosses file systems): `salvaged-<ms since the Unix epoch>`. The log
+/// and the tools ignore them.
+pub const SALVAGE_DIR_PREFIX: &str = "salvaged-";
 /// Name of the file listing the segment directories of a store that does not
 /// keep them all in [`SEGMENT_DIR`].
 pub const SEGMENT_PATHS_FILE: &str = "segment-paths";
@@ -56,10 +62,6 @@ pub(crate) struct Opened {
     pub(crate) clean_shutdown: bool,
     /// The checkpoint, if any.
     pub(crate) checkpoint: Option<Checkpoint>,
-}
-
-pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io { path: path.to_path_buf(), source }
 }
 
 /// The segment directory of a store directory that has only one (the default).

@@ -2,7 +2,8 @@
 #![allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 use super::*;
-use mapped_file::{file_name, AppendStatus, MmapStorage, SimStorage};
+use mapped_file::{file_name, AppendStatus, MappedFileError, MmapStorage, SimStorage};
+use std::sync::atomic::Ordering;
 use transient_pool::{LockMemory, PoolConfig};
 
 const SIZE: usize = 16 * 1024;
