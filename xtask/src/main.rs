@@ -2,7 +2,9 @@
 //!
 //! ```text
 //! cargo xtask ci                         fmt --check, clippy -D warnings, tests, the CI-sized crash suite
-//!                                        (loom included), rustdoc -D warnings; stable Rust only
+//!                                        (loom included), the raft kill test, the release check (no test
+//!                                        machinery in what users get), rustdoc -D warnings; stable Rust only
+//! cargo xtask release-check              no simulation, fail point or planted bug in the release tool
 //! cargo xtask test                       the test suite (what CI runs)
 //! cargo xtask proptest --cases N [--seed S]
 //!                                        the property tests (`prop_*`) with N cases, optimised build
@@ -31,12 +33,13 @@ use std::process::{exit, Command};
 use std::time::Instant;
 
 const USAGE: &str =
-    "usage: cargo xtask <ci | test | proptest --cases N [--seed S] | loom | miri | crash [--soak] | fuzz --seconds N | msrv | bench-compare [--quick] | raft-kill [--kills N] | raft-bench [--seconds S]>";
+    "usage: cargo xtask <ci | release-check | test | proptest --cases N [--seed S] | loom | miri | crash [--soak] | fuzz --seconds N | msrv | bench-compare [--quick] | raft-kill [--kills N] | raft-bench [--seconds S]>";
 
 fn main() {
     let args: Vec<String> = env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
+        Some("release-check") => release_check(),
         Some("test") => test(),
         Some("proptest") => proptest(&args[1..]),
         Some("loom") => loom().map(|passed| println!("loom: {passed} models passed")),
@@ -111,7 +114,39 @@ fn ci() -> Result<(), String> {
     test()?;
     crash(false)?;
     raft_kill(20)?;
+    release_check()?;
     cargo(&["doc", "--workspace", "--no-deps"], &[("RUSTDOCFLAGS", "-D warnings")])
+}
+
+/// What users get contains no test machinery: the release build of the tool
+/// (and so of every library under it) resolves no simulation or fail-point
+/// feature (`cargo tree -e features`), and its binary holds no symbol of the
+/// simulation, the fail points or the planted bugs.
+fn release_check() -> Result<(), String> {
+    const FORBIDDEN_FEATURES: [&str; 3] =
+        ["store-io feature \"sim\"", "mapped-file feature \"sim\"", "commitlog feature \"failpoints\""];
+    const FORBIDDEN_SYMBOLS: [&str; 4] = ["SimStorage", "failpoints", "planted", "HookAfterFlush"];
+    let tree = cargo_output(&["tree", "--quiet", "-p", "commitlog-cli", "-e", "features,normal"], &[])?;
+    if let Some(found) = FORBIDDEN_FEATURES.iter().find(|f| tree.contains(**f)) {
+        return Err(format!("the release build of commitlog-cli resolves {found}"));
+    }
+    cargo(&["build", "--release", "-p", "commitlog-cli"], &[])?;
+    let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let binary = Path::new(&target).join("release/commitlog");
+    let bytes = std::fs::read(&binary).map_err(|e| format!("{}: {e}", binary.display()))?;
+    let contains = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+    if let Some(found) = FORBIDDEN_SYMBOLS.iter().find(|s| contains(s.as_bytes())) {
+        return Err(format!("the release binary {} contains {found}", binary.display()));
+    }
+    // The check can see symbols of the libraries: their own types are there.
+    if !contains(b"SegmentQueue") || !contains(b"MappedFile") {
+        return Err(format!("{} holds no symbol of the libraries: the check cannot see", binary.display()));
+    }
+    println!(
+        "release: commitlog-cli resolves no sim or failpoints feature, and its binary holds none of {}",
+        FORBIDDEN_SYMBOLS.join(", ")
+    );
+    Ok(())
 }
 
 /// The tests on what users get (default features, no planted bugs), then the one
@@ -263,13 +298,13 @@ fn miri() -> Result<(), String> {
     }
     let out = rustup_cargo(
         "nightly",
-        &["miri", "test", "-p", "transient-pool", "-p", "mapped-file", "--lib"],
+        &["miri", "test", "-p", "transient-pool", "-p", "store-io", "-p", "mapped-file", "--lib"],
         &[("MIRIFLAGS", "-Zmiri-disable-isolation"), ("CARGO_TARGET_DIR", "target/miri")],
         true,
     )?;
     let passed = passed_count(&out).ok_or("the Miri run printed no test result")?;
     println!(
-        "miri: {passed} unit tests of transient-pool and mapped-file passed under Miri (no undefined behaviour found)"
+        "miri: {passed} unit tests of transient-pool, store-io and mapped-file passed under Miri (no undefined behaviour found)"
     );
     Ok(())
 }

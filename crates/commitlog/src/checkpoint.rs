@@ -192,7 +192,7 @@ impl CheckpointState {
         let _one = self.lock.lock();
         let flushed_where = report.flushed_where.min(self.queue.flushed_where());
         #[cfg(planted_bugs)]
-        let flushed_where = if mapped_file::planted::is_active(mapped_file::planted::Bug::CheckpointUnclamped) {
+        let flushed_where = if crate::planted::is_active(crate::planted::Bug::CheckpointUnclamped) {
             report.flushed_where // the planted bug: trust the report
         } else {
             flushed_where
@@ -201,7 +201,7 @@ impl CheckpointState {
         let flushed = self.flushed.fetch_max(flushed_where, Ordering::AcqRel).max(flushed_where);
         let (stored, _) = *self.stored.lock();
         #[cfg(planted_bugs)]
-        if mapped_file::planted::is_active(mapped_file::planted::Bug::NewSegmentUnrecorded) {
+        if crate::planted::is_active(crate::planted::Bug::NewSegmentUnrecorded) {
             return; // the planted bug: the checkpoint waits for its service
         }
         if stored != u64::MAX && self.segment_below(flushed) > self.segment_below(stored) {

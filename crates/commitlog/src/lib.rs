@@ -55,6 +55,8 @@ pub mod format;
 pub mod inspect;
 mod log;
 pub mod metrics;
+#[cfg(planted_bugs)]
+pub mod planted;
 mod queue_target;
 mod read;
 mod recovery;

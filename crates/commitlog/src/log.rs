@@ -127,7 +127,7 @@ impl CommitLog {
 
     /// As [`open`](Self::open), with every file of the store (segments,
     /// checkpoint, abort marker) on the given storage: for example
-    /// `mapped_file::SimStorage` in fault-injection tests, where a simulated power
+    /// `store_io::SimStorage` (feature `sim`) in fault-injection tests, where a simulated power
     /// cut then covers all of them. The storage must own the directory (the
     /// [`Storage`] contract); [`open`](Self::open) uses a locked [`MmapStorage`].
     /// The storage decides how segments are written, so `write_without_mmap` is
@@ -436,7 +436,7 @@ impl CommitLog {
         }
         let inner = &self.inner;
         #[cfg(planted_bugs)]
-        if mapped_file::planted::is_active(mapped_file::planted::Bug::TruncateKeepsCheckpoint) {
+        if crate::planted::is_active(crate::planted::Bug::TruncateKeepsCheckpoint) {
             // The planted bug: cut with the checkpoint still at the old end.
             return inner.queue.truncate_dirty_files(offset).map_err(|e| self.writeable_or(e.into()));
         }
@@ -526,7 +526,7 @@ fn flushed_callback(state: &Arc<CheckpointState>) -> FlushedCallback {
             crate::metrics::round(report.requests_acknowledged);
         }
         #[cfg(planted_bugs)]
-        if mapped_file::planted::is_active(mapped_file::planted::Bug::CheckpointAheadOfData) {
+        if crate::planted::is_active(crate::planted::Bug::CheckpointAheadOfData) {
             // The planted bug: checkpoint the end of written data, durable or not.
             return state.record_end_of_data(report);
         }

@@ -53,7 +53,7 @@ pub struct ScanEnd {
 /// Always true, except when the crash suite plants "recovery without CRC".
 fn check_crc() -> bool {
     #[cfg(planted_bugs)]
-    if mapped_file::planted::is_active(mapped_file::planted::Bug::RecoveryWithoutCrc) {
+    if crate::planted::is_active(crate::planted::Bug::RecoveryWithoutCrc) {
         return false;
     }
     true

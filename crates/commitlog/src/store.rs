@@ -219,7 +219,7 @@ pub(crate) fn check_segments_present(
 ) -> Result<(), Error> {
     let Some(checkpoint) = checkpoint else { return Ok(()) };
     #[cfg(planted_bugs)]
-    if mapped_file::planted::is_active(mapped_file::planted::Bug::SegmentsUnchecked) {
+    if crate::planted::is_active(crate::planted::Bug::SegmentsUnchecked) {
         return Ok(()); // the planted bug: whatever is found is the log
     }
     let durable = checkpoint.flushed_offset;

@@ -5,34 +5,58 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use mapped_file::planted::{activate, Bug};
-
 use crate::{generations, power_loss, races, raft_power_loss, segment_dirs};
+
+/// A planted bug of one of the crates (each owns its own).
+#[derive(Debug, Clone, Copy)]
+enum Bug {
+    File(mapped_file::planted::Bug),
+    Queue(segment_queue::planted::Bug),
+    Log(commitlog::planted::Bug),
+}
+
+impl Bug {
+    /// Switches this bug on, or (`None`) every crate's off.
+    fn activate(bug: Option<Bug>) {
+        mapped_file::planted::activate(None);
+        segment_queue::planted::activate(None);
+        commitlog::planted::activate(None);
+        match bug {
+            Some(Bug::File(b)) => mapped_file::planted::activate(Some(b)),
+            Some(Bug::Queue(b)) => segment_queue::planted::activate(Some(b)),
+            Some(Bug::Log(b)) => commitlog::planted::activate(Some(b)),
+            None => {}
+        }
+    }
+}
 
 /// A planted bug, the layer that must catch it, and the check that runs it.
 type Case = (Bug, &'static str, fn(u64, Bug) -> bool);
 
 /// Runs every planted bug against its layer; fails if any goes unnoticed.
 pub fn run(seed: u64) -> ExitCode {
+    use commitlog::planted::Bug as L;
+    use mapped_file::planted::Bug as F;
+    use segment_queue::planted::Bug as Q;
     let t0 = Instant::now();
     let cases: [Case; 11] = [
-        (Bug::AckBeforeSync, "power-loss", power_loss_catches),
-        (Bug::AckBeforeSync, "raft-power-loss", raft_power_loss_catches),
-        (Bug::RetryAfterFailedSync, "power-loss", power_loss_catches),
-        (Bug::RecoveryWithoutCrc, "power-loss", power_loss_catches),
-        (Bug::CheckpointAheadOfData, "power-loss", power_loss_catches),
-        (Bug::TruncateLeavesTail, "generations", generations_catches),
-        (Bug::TruncateKeepsCheckpoint, "raft-power-loss", raft_power_loss_catches),
-        (Bug::FrontAfterDeletion, "segment-dirs", segment_dirs_catches),
-        (Bug::SegmentsUnchecked, "segment-dirs", segment_dirs_catches),
-        (Bug::NewSegmentUnrecorded, "segment-dirs", segment_dirs_catches),
-        (Bug::CheckpointUnclamped, "races", races_catches),
+        (Bug::File(F::AckBeforeSync), "power-loss", power_loss_catches),
+        (Bug::File(F::AckBeforeSync), "raft-power-loss", raft_power_loss_catches),
+        (Bug::File(F::RetryAfterFailedSync), "power-loss", power_loss_catches),
+        (Bug::Log(L::RecoveryWithoutCrc), "power-loss", power_loss_catches),
+        (Bug::Log(L::CheckpointAheadOfData), "power-loss", power_loss_catches),
+        (Bug::File(F::TruncateLeavesTail), "generations", generations_catches),
+        (Bug::Log(L::TruncateKeepsCheckpoint), "raft-power-loss", raft_power_loss_catches),
+        (Bug::Queue(Q::FrontAfterDeletion), "segment-dirs", segment_dirs_catches),
+        (Bug::Log(L::SegmentsUnchecked), "segment-dirs", segment_dirs_catches),
+        (Bug::Log(L::NewSegmentUnrecorded), "segment-dirs", segment_dirs_catches),
+        (Bug::Log(L::CheckpointUnclamped), "races", races_catches),
     ];
     let mut missed = Vec::new();
     for (bug, layer, catches) in cases {
-        activate(Some(bug));
+        Bug::activate(Some(bug));
         let caught = catches(seed, bug);
-        activate(None);
+        Bug::activate(None);
         if !caught {
             println!("planted bugs: {bug:?} was NOT caught by the {layer} layer");
             missed.push(bug);
@@ -57,9 +81,17 @@ pub fn run(seed: u64) -> ExitCode {
 /// one run in sixteen with this workload, so that bug gets up to 200 runs (a miss
 /// by chance then has odds below one in 100,000). The others show in the first few.
 fn power_loss_catches(seed: u64, bug: Bug) -> bool {
-    let runs = if bug == Bug::CheckpointAheadOfData { 200 } else { 12 };
-    (0..runs)
-        .any(|s| power_loss::run_seed(seed + 1000 + s, 16, bug == Bug::RetryAfterFailedSync, true).violations() > 0)
+    let runs = if matches!(bug, Bug::Log(commitlog::planted::Bug::CheckpointAheadOfData)) { 200 } else { 12 };
+    (0..runs).any(|s| {
+        power_loss::run_seed(
+            seed + 1000 + s,
+            16,
+            matches!(bug, Bug::File(mapped_file::planted::Bug::RetryAfterFailedSync)),
+            true,
+        )
+        .violations()
+            > 0
+    })
 }
 
 fn raft_power_loss_catches(seed: u64, _: Bug) -> bool {

@@ -13,12 +13,14 @@
 //! readers run on other threads. A failed sync *latches* the file: flushed never
 //! moves again and every later append, commit and flush fails (fsyncgate).
 //!
-//! The file I/O sits behind [`Storage`] / [`SegmentIo`]: [`MmapStorage`] is the real
-//! thing, [`SimStorage`] runs the same logic in memory with injected sync failures
-//! and power cuts. This crate knows nothing of other segments, threads or records.
+//! The file I/O sits behind [`Storage`] / [`SegmentIo`], from the `store-io` crate
+//! (re-exported here): `MmapStorage` is the real thing, `SimStorage` (feature
+//! `sim`) runs the same logic in memory with injected sync failures and power
+//! cuts. This crate knows nothing of other segments, threads or records.
 //!
 //! ```
-//! use mapped_file::{AppendStatus, MappedFile, SimStorage};
+//! use mapped_file::{AppendStatus, MappedFile};
+//! use store_io::SimStorage;
 //! use std::path::Path;
 //!
 //! let storage = SimStorage::new();
@@ -47,27 +49,30 @@ use parking_lot::Mutex;
 use transient_pool::WriteBuffer;
 
 mod error;
-mod io_seam;
 mod latch;
 #[cfg(planted_bugs)]
 pub mod planted;
 #[allow(unsafe_code)]
-mod raw;
-pub mod sim;
+mod region;
 mod sync;
 
 #[cfg(all(test, loom))]
 mod loom_models;
 
 pub use error::MappedFileError;
-pub use io_seam::{
-    epoch_ms, sync_dir, DirEntry, DiskSpace, LockError, MmapStorage, OpenedSegment, SegmentIo, Storage, LOCK_FILE,
-};
 pub use latch::{FailureLatch, SyncFailure};
-pub use raw::SegmentMemory;
-pub use sim::SimStorage;
+// The I/O layer this crate's API names, re-exported so a user of one segment
+// needs no second dependency.
+#[cfg(feature = "sim")]
+pub use store_io::sim;
+#[cfg(feature = "sim")]
+pub use store_io::SimStorage;
+pub use store_io::{
+    epoch_ms, sync_dir, DirEntry, DiskSpace, LockError, MmapStorage, OpenedSegment, SegmentIo, SegmentMemory, Storage,
+    LOCK_FILE,
+};
 
-use raw::{AppendRefused, Filled, Region, ResetRefused, WriteFailed};
+use region::{AppendRefused, Filled, Region, ResetRefused, WriteFailed};
 
 /// The page size that least-pages thresholds count in (RocketMQ's `OS_PAGE_SIZE`).
 pub const OS_PAGE_SIZE: usize = 4096;
@@ -199,7 +204,7 @@ pub fn is_due(done: usize, target: usize, file_size: usize, least_pages: usize) 
 /// the segment and the last view of its bytes are dropped: until then the disk
 /// space it held is still in use.
 #[derive(Debug, Clone)]
-pub struct MappingWatch(std::sync::Weak<raw::Region>);
+pub struct MappingWatch(std::sync::Weak<region::Region>);
 
 impl MappingWatch {
     /// True while the segment or a view of its bytes holds the mapping.

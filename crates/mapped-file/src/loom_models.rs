@@ -13,8 +13,9 @@ use std::sync::Arc;
 use loom::thread;
 use transient_pool::{LockMemory, PoolConfig, TransientStorePool};
 
-use crate::raw::{Filled, Region, ResetRefused, SegmentMemory};
+use crate::region::{Filled, Region, ResetRefused};
 use crate::SegmentIo;
+use store_io::SegmentMemory;
 
 const LEN: usize = 64;
 

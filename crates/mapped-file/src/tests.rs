@@ -3,6 +3,7 @@
 
 use super::*;
 use std::sync::atomic::AtomicBool;
+use store_io::SimStorage;
 use transient_pool::{LockMemory, PoolConfig, TransientStorePool};
 
 // Smaller under Miri, which interprets every byte access.

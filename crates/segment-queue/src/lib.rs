@@ -46,6 +46,8 @@ mod error;
 mod load;
 mod lookup;
 mod placement;
+#[cfg(planted_bugs)]
+pub mod planted;
 mod progress;
 mod recycle;
 mod report;

@@ -109,7 +109,7 @@ impl SegmentQueue {
         }
         let front = files[planned].file_from_offset();
         #[cfg(planted_bugs)]
-        let planted = mapped_file::planted::is_active(mapped_file::planted::Bug::FrontAfterDeletion);
+        let planted = crate::planted::is_active(crate::planted::Bug::FrontAfterDeletion);
         #[cfg(not(planted_bugs))]
         let planted = false;
         if let Some(guard) = self.front_guard.read().as_ref().filter(|_| !planted) {

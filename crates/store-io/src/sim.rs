@@ -35,8 +35,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::io_seam::{epoch_ms, DirEntry, OpenedSegment, SegmentIo, Storage};
 use crate::SegmentMemory;
+use crate::{epoch_ms, DirEntry, OpenedSegment, SegmentIo, Storage};
 
 /// Sector size of the torn-write model.
 pub const SECTOR_SIZE: usize = 512;

@@ -1,0 +1,44 @@
+//! This crate (the facade)'s deliberate bugs for the crash suite (built only with `--cfg
+//! planted_bugs`), off unless switched on at run time. A suite that never sees
+//! them caught proves nothing. Each crate owns its own: a lower crate knows
+//! nothing of the bugs of one above it.
+
+use std::sync::atomic::{AtomicU16, Ordering};
+
+/// A planted bug of this crate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub enum Bug {
+    /// Recovery accepts records without checking their CRC.
+    RecoveryWithoutCrc = 1,
+    /// The commit log's checkpoint records the end of written data instead of the
+    /// end of durable data: recovery trusts bytes a power cut took.
+    CheckpointAheadOfData = 2,
+    /// `CommitLog::truncate_from` cuts the tail without lowering the checkpoint
+    /// first: recovery trusts the old end, past the cut.
+    TruncateKeepsCheckpoint = 4,
+    /// The open does not check that the segments reach from the checkpoint's
+    /// front to its flushed offset: a segment directory not mounted opens as a
+    /// shorter log.
+    SegmentsUnchecked = 8,
+    /// The checkpoint is not written when a flush reaches a new segment: records
+    /// acknowledged in it are beyond the checkpoint, so their segment's
+    /// directory missing opens as a shorter log.
+    NewSegmentUnrecorded = 16,
+    /// The checkpoint records a flush's offset without clamping it to the
+    /// queue's flushed offset: a flush that returned before a truncation puts
+    /// the checkpoint back above the cut, and the store no longer opens.
+    CheckpointUnclamped = 32,
+}
+
+static ACTIVE: AtomicU16 = AtomicU16::new(0);
+
+/// Switches one of this crate's bugs on (`Some`) or all off (`None`), process-wide.
+pub fn activate(bug: Option<Bug>) {
+    ACTIVE.store(bug.map_or(0, |b| b as u16), Ordering::SeqCst);
+}
+
+/// True while `bug` is switched on.
+pub fn is_active(bug: Bug) -> bool {
+    ACTIVE.load(Ordering::SeqCst) & bug as u16 != 0
+}
