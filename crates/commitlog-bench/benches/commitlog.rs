@@ -139,9 +139,7 @@ fn recovery(c: &mut Criterion) {
     let mut group = c.benchmark_group("recovery");
     group.sample_size(10);
     group.throughput(Throughput::Bytes(bytes));
-    group.bench_function(format!("scan_{mb}MiB_1KiB_records"), |b| {
-        b.iter(|| commitlog::scan(log.segment_queue(), 0).unwrap().records)
-    });
+    group.bench_function(format!("scan_{mb}MiB_1KiB_records"), |b| b.iter(|| log.scan(0).unwrap().records));
     group.finish();
 }
 

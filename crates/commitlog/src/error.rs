@@ -208,10 +208,11 @@ pub enum Error {
         /// The flushed offset.
         flushed: u64,
     },
-    /// A segment-queue error (loading, rolling, flushing).
+    /// A segment-queue error (loading, rolling, flushing): never one about a
+    /// single segment, which is [`Error::File`] (one path per failure).
     #[error(transparent)]
-    Queue(#[from] QueueError),
-    /// A segment error.
+    Queue(QueueError),
+    /// A segment error, from the queue or from the log itself.
     #[error(transparent)]
     File(#[from] MappedFileError),
     /// A durability request failed (timed out, the flush failed, or the services
@@ -248,6 +249,17 @@ impl std::fmt::Display for LockHolder {
             ),
             LockHolder::OtherProcess(pid) => write!(f, "by another process (pid {pid}, by the abort marker)"),
             LockHolder::Unknown => f.write_str("by another process"),
+        }
+    }
+}
+
+impl From<QueueError> for Error {
+    /// A queue error about one segment arrives as [`Error::File`], as the same
+    /// failure met by the log directly does: one path per failure.
+    fn from(error: QueueError) -> Self {
+        match error {
+            QueueError::File(file) => Error::File(file),
+            other => Error::Queue(other),
         }
     }
 }
@@ -299,8 +311,7 @@ impl PutMessageStatus {
             Error::NotWriteable { .. } | Error::Shutdown | Error::DiskFull { .. } => {
                 PutMessageStatus::ServiceNotAvailable
             }
-            Error::Queue(QueueError::File(MappedFileError::Create { .. } | MappedFileError::OffsetOverflow { .. }))
-            | Error::Queue(QueueError::PreallocationTimedOut { .. })
+            Error::Queue(QueueError::PreallocationTimedOut { .. })
             | Error::File(MappedFileError::Create { .. } | MappedFileError::OffsetOverflow { .. }) => {
                 PutMessageStatus::CreateMappedFileFailed
             }

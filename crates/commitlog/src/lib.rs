@@ -14,6 +14,12 @@
 //! recovers it: a torn tail is truncated, damage below the checkpointed offset is
 //! reported as [`Error::Corrupt`].
 //!
+//! The public API names no type of a lower crate that it does not re-export here
+//! (the errors, [`Storage`], [`SegmentQueue`] for [`QueueTarget`]). Raw access to
+//! the segments under an open log (`CommitLog::segment_queue`, `scan`) is behind
+//! the `internals` feature: through it, a caller could cut or delete segments
+//! behind the log's checkpoint.
+//!
 //! ```
 //! use commitlog::{CommitLog, CommitLogConfig, FlushDiskType};
 //!
@@ -70,11 +76,18 @@ pub use config::{CommitLogConfig, CommitLogConfigBuilder, FlushDiskType, MAX_POO
 pub use error::{Error, LockHolder, PutMessageStatus};
 pub use flush_service::{
     Decision, DurabilityHandle, FlushConfig, FlushError, FlushPolicy, FlushStats, PolicyChoice, PolicyFactory,
-    PolicyInput,
+    PolicyInput, StartError,
 };
 pub use log::CommitLog;
+pub use mapped_file::{MappedFileError, SyncFailure};
 pub use queue_target::QueueTarget;
 pub use read::{Record, Records};
-pub use recovery::{scan, RecoveryReport, ScanEnd};
-pub use segment_queue::SegmentDir;
+#[cfg(feature = "internals")]
+pub use recovery::scan;
+pub use recovery::{RecoveryReport, ScanEnd};
+pub use segment_queue::{QueueError, SegmentDir, SegmentQueue, TruncateReport};
 pub use store::{ABORT_FILE, LOCK_FILE, SEGMENT_DIR, SEGMENT_PATHS_FILE};
+/// The I/O seam [`CommitLog::open_with_storage`] takes, and the real storage
+/// [`CommitLog::open`] uses.
+pub use store_io::{DiskSpace, LockError, MmapStorage, Storage};
+pub use transient_pool::PoolError;

@@ -293,9 +293,30 @@ impl CommitLog {
         &self.inner.recovery
     }
 
-    /// The segment queue underneath (for inspection).
+    /// The segment queue underneath (feature `internals`). Through it a caller
+    /// can cut, delete or flush segments behind the log's back: the checkpoint
+    /// and the front would not know.
+    #[cfg(feature = "internals")]
     pub fn segment_queue(&self) -> &SegmentQueue {
         &self.inner.queue
+    }
+
+    /// Number of segments.
+    pub fn segment_count(&self) -> usize {
+        self.inner.queue.segment_count()
+    }
+
+    /// The first failed sync, once one failed: the log's one failure latch
+    /// (every later append, flush and shutdown refuses with it as the cause).
+    pub fn failure(&self) -> Option<Arc<crate::SyncFailure>> {
+        self.inner.queue.failure()
+    }
+
+    /// Scans the records from the segment holding `from` to the end of data with
+    /// CRC checks, read-only (what recovery does at open; `from` 0 checks the
+    /// whole log, as `commitlog verify` does on a closed store).
+    pub fn scan(&self, from: u64) -> Result<crate::ScanEnd, Error> {
+        crate::recovery::scan(&self.inner.queue, from)
     }
 
     /// `Shutdown` after shutdown, `NotWriteable` once any sync failed.
@@ -405,7 +426,7 @@ impl CommitLog {
     /// Appends wait while it runs. A reader's zero-copy view of a record at or
     /// above `offset` in the segment that holds it refuses the truncation
     /// (`ViewsOutstanding`, nothing changed). Returns what was cut.
-    pub fn truncate_from(&self, offset: u64) -> Result<segment_queue::TruncateReport, Error> {
+    pub fn truncate_from(&self, offset: u64) -> Result<crate::TruncateReport, Error> {
         self.check_writeable()?;
         let _put = self.inner.put_lock.lock();
         if self.inner.shut_down.load(Ordering::Acquire) {
@@ -413,11 +434,7 @@ impl CommitLog {
         }
         let end = self.inner.queue.max_wrote_position();
         if offset >= end {
-            return if offset == end {
-                Ok(segment_queue::TruncateReport::default())
-            } else {
-                Err(self.no_record(offset))
-            };
+            return if offset == end { Ok(crate::TruncateReport::default()) } else { Err(self.no_record(offset)) };
         }
         // A record boundary: the record there parses (CRC and offset checked).
         match self.slot_unlimited(offset)? {

@@ -143,7 +143,7 @@ impl Iterator for Records {
                 Ok(Slot::Blank) => {
                     // The log goes on at the start of the next segment; past the
                     // end of the offset space there is none.
-                    match self.log.segment_queue().find_mapped_file_by_offset(self.next, false) {
+                    match self.log.inner.queue.find_mapped_file_by_offset(self.next, false) {
                         Some(file) => self.next = file.file_end(),
                         None => self.done = true,
                     }

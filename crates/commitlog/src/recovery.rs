@@ -60,7 +60,7 @@ fn check_crc() -> bool {
 }
 
 /// Scans the segments of `queue` from the one holding `from` (or the first) with CRC
-/// checks. Read-only.
+/// checks. Read-only. [`CommitLog::scan`](crate::CommitLog::scan) on an open log.
 pub fn scan(queue: &SegmentQueue, from: u64) -> Result<ScanEnd, Error> {
     let segments = queue.segments();
     let start = match segments.iter().position(|f| f.holds(from)) {

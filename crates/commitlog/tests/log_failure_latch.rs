@@ -48,7 +48,7 @@ fn a_sync_that_fails_at_shutdown_is_reported_and_leaves_the_abort_marker() {
     log.append(b"unflushed").unwrap();
     sim.fail_all_syncs(true);
     assert!(log.shutdown().is_err());
-    assert!(log.segment_queue().failure().is_some(), "the failed final flush set the latch");
+    assert!(log.failure().is_some(), "the failed final flush set the latch");
     assert!(matches!(log.append(b"late"), Err(Error::Shutdown)));
     sim.fail_all_syncs(false);
     // The abort marker stayed: the next open recovers abnormally.

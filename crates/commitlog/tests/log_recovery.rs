@@ -286,7 +286,7 @@ fn damage_in_an_older_segment_is_not_truncated_and_surfaces_on_read() {
     let log = CommitLog::open(copy.path(), config(FlushDiskType::AsyncFlush)).unwrap();
     assert_eq!(log.max_offset(), written.last().map(|(o, b)| o + 32 + b.len() as u64).unwrap(), "nothing truncated");
     assert!(matches!(log.read(victim), Err(Error::BadRecord { reason: Invalid::BadCrc { .. }, .. })));
-    let full = commitlog::scan(log.segment_queue(), 0).unwrap();
+    let full = log.scan(0).unwrap();
     assert!(matches!(full.invalid, Some((o, _)) if o == victim), "a full scan names it");
     assert_eq!(log.read(written[6].0).unwrap().body.len(), written[6].1.len(), "its neighbours are fine");
 }

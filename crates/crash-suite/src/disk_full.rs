@@ -301,7 +301,7 @@ pub fn run_clean() -> Outcome {
         }
         max_used = max_used.max(log.disk_used_percent().unwrap_or(0.0));
         if log.clean_stats().forcibly_deleted > 0 {
-            fewest = fewest.min(log.segment_queue().segment_count());
+            fewest = fewest.min(log.segment_count());
         }
         written += 3000 + commitlog::format::HEADER_SIZE;
         seq += 1;
