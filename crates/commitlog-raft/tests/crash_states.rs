@@ -8,6 +8,7 @@ use commitlog_raft::{RaftLogStore, RaftStoreConfig, LOG_DIR};
 use kv::TypeConfig;
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftLogReader};
+use test_support::copy_dir;
 
 fn config() -> RaftStoreConfig {
     kv::small_config(64 << 10)
@@ -85,18 +86,4 @@ async fn truncation_and_purge_survive_a_restart_and_purged_entries_stay_purged()
     assert_eq!(indexes(&mut store).await, (901..=905).map(|i| (4, i)).collect::<Vec<_>>());
     let state = store.get_log_state().await.unwrap();
     assert_eq!((state.last_purged_log_id, state.last_log_id), (Some(log_id(3, 900)), Some(log_id(4, 905))));
-}
-
-/// Copies a directory tree (locks included: they are only names here).
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }

@@ -6,7 +6,7 @@ mod kv;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use commitlog_raft::{RaftLogStore, RaftStoreConfig, RaftStoreError, LOG_DIR};
 use kv::TypeConfig;
@@ -22,9 +22,7 @@ fn entry(index: u64) -> Entry<TypeConfig> {
     Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Normal(request) }
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
-}
+use test_support::now_ms;
 
 /// The store's defaults, small segments, a cleaning run every 2 ms.
 fn config() -> RaftStoreConfig {

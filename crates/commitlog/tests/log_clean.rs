@@ -6,7 +6,7 @@ mod common;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use commitlog::{CommitLog, CommitLogConfig, FlushDiskType};
 use common::{body, SEGMENT};
@@ -14,9 +14,7 @@ use mapped_file::{DiskSpace, SimStorage, Storage};
 
 const DIR: &str = "/clean";
 
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
-}
+use test_support::now_ms;
 
 /// This hour and the next, UTC: "now" for `delete_when` even across an hour's end.
 fn this_hour() -> String {

@@ -7,24 +7,7 @@ use commitlog::{CommitLog, CommitLogConfig, FlushConfig, FlushDiskType};
 use mapped_file::sim::SimSnapshot;
 use mapped_file::SimStorage;
 
-/// SplitMix64: small, deterministic, seedable.
-#[derive(Debug, Clone)]
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[lo, hi)`.
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo).max(1)
-    }
-}
+pub use test_support::{copy_dir, Rng};
 
 /// A body that names its producer and sequence number, of a given length.
 pub fn body(producer: u32, seq: u64, len: usize) -> Vec<u8> {
@@ -112,20 +95,6 @@ pub fn check_with(log: &CommitLog, valid: impl Fn(u64, &[u8]) -> bool, acked: &[
 /// Iterates the whole log and compares with `written` (offset → body) and `acked`.
 pub fn check(log: &CommitLog, written: &HashMap<u64, Vec<u8>>, acked: &[u64]) -> Outcome {
     check_with(log, |offset, body| written.get(&offset).map(|b| &b[..]) == Some(body), acked)
-}
-
-/// Copies a directory tree.
-pub fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("create");
-    for entry in std::fs::read_dir(from).expect("read_dir") {
-        let entry = entry.expect("entry");
-        let target = to.join(entry.file_name());
-        if entry.file_type().expect("type").is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).expect("copy");
-        }
-    }
 }
 
 /// The segment file holding `offset`.

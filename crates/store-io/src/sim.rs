@@ -395,16 +395,26 @@ fn dirty_sectors(file: &SimFile) -> impl Iterator<Item = usize> + '_ {
         .map(|(i, _)| i)
 }
 
-/// A small deterministic generator (SplitMix64) so the crate needs no `rand`.
-struct SplitMix64(u64);
+/// A small deterministic generator (SplitMix64), so the simulation needs no
+/// `rand` and a seed means the same crash everywhere. The state is public: a
+/// seed is `SplitMix64(seed)`.
+#[derive(Debug, Clone)]
+pub struct SplitMix64(pub u64);
 
 impl SplitMix64 {
-    fn next(&mut self) -> u64 {
+    /// The next value.
+    #[allow(clippy::should_implement_trait)] // not an iterator: it never ends
+    pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
+    }
+
+    /// Uniform (near enough for tests) in `[lo, hi)`; `lo` when the range is empty.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo.saturating_add(self.next() % hi.saturating_sub(lo).max(1))
     }
 }
 

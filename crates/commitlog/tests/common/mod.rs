@@ -89,18 +89,8 @@ pub fn bodies(log: &CommitLog) -> Vec<Vec<u8>> {
 }
 
 /// Copies a store directory, as a crash would leave it (abort marker included).
-pub fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
+#[allow(unused_imports)] // not every test copies a store
+pub use test_support::copy_dir;
 
 /// Overwrites bytes of a file in place.
 pub fn patch(path: &Path, offset: u64, bytes: &[u8]) {
