@@ -75,8 +75,9 @@ pub use clean::CleanStats;
 pub use config::{CommitLogConfig, CommitLogConfigBuilder, FlushDiskType, MAX_POOL_BUFFERS};
 pub use error::{Error, LockHolder, PutMessageStatus};
 pub use flush_service::{
-    Decision, DurabilityHandle, FlushConfig, FlushError, FlushPolicy, FlushStats, PolicyChoice, PolicyFactory,
-    PolicyInput, StartError,
+    Decision, DurabilityHandle, FlushConfig, FlushError, FlushPolicy, FlushStats, GatherChoice, GatherDecision,
+    GatherInput, GatherOutcome, GatherPolicy, GatherPolicyFactory, GroupCommitConfig, PolicyChoice, PolicyFactory,
+    PolicyInput, RoundReport, StartError, TargetState,
 };
 pub use log::CommitLog;
 pub use mapped_file::{MappedFileError, SyncFailure};

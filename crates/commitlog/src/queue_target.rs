@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use flush_service::{FlushTarget, TargetError};
+use flush_service::{FlushTarget, TargetError, TargetState};
 use segment_queue::SegmentQueue;
 
 /// A segment queue as a [`FlushTarget`], so the flush services can flush it: the
@@ -47,20 +47,14 @@ impl FlushTarget for QueueTarget {
         }
         Ok(progress.to)
     }
-    fn flushed_where(&self) -> u64 {
-        self.queue.flushed_where()
-    }
-    fn committed_where(&self) -> u64 {
-        self.queue.committed_where()
-    }
-    fn unflushed_bytes(&self) -> u64 {
-        self.queue.remain_how_many_data_to_flush()
-    }
-    fn uncommitted_bytes(&self) -> u64 {
-        self.queue.remain_how_many_data_to_commit()
-    }
-    fn store_timestamp(&self) -> u64 {
-        self.queue.store_timestamp()
+    fn state(&self) -> TargetState {
+        TargetState {
+            flushed_where: self.queue.flushed_where(),
+            committed_where: self.queue.committed_where(),
+            unflushed_bytes: self.queue.remain_how_many_data_to_flush(),
+            uncommitted_bytes: self.queue.remain_how_many_data_to_commit(),
+            store_timestamp: self.queue.store_timestamp(),
+        }
     }
     fn failure(&self) -> Option<TargetError> {
         self.queue.failure().map(|first| first as TargetError)

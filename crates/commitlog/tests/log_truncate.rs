@@ -171,7 +171,7 @@ fn a_truncation_inside_a_group_commit_round_neither_kills_it_nor_acknowledges_un
     let late = late.lock().unwrap().take().expect("the hook ran");
     assert_eq!(acknowledged, 0);
     assert!(!late.is_done(), "bytes written after the cut were acknowledged before a sync covered them");
-    assert_eq!(target.flushed_where(), 1000);
+    assert_eq!(target.state().flushed_where, 1000);
     // The next round syncs them (the cut's own sync made nothing above 1000
     // durable) and answers.
     gc.run_round();

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::policy::PolicyChoice;
+use crate::policy::{GatherChoice, PolicyChoice};
 
 /// Flush-service configuration. Every field is a RocketMQ `MessageStoreConfig` knob
 /// (`flushIntervalCommitLog` → `flush_interval_commit_log_ms`, ...).
@@ -36,11 +36,12 @@ pub struct FlushConfig {
     pub group_commit_interval_ms: u64,
     /// Longest a group-commit round waits, before its sync, for the producers the
     /// previous round acknowledged to come back with their next request
-    /// (microseconds, 100; 0 never waits). A round waits only while fewer
-    /// requests wait (queued or left in flight) than the last round acknowledged
-    /// and left in flight, so a lone producer never waits. Like MySQL's
-    /// `binlog_group_commit_sync_delay` with its no-delay count taken from the
-    /// last round.
+    /// (microseconds, 100; 0 never waits): the bound of the built-in gather
+    /// policies ([`gather_policy`](Self::gather_policy)). With the default one a
+    /// round waits only while fewer requests wait (queued or left in flight)
+    /// than the last round acknowledged and left in flight, so a lone producer
+    /// never waits. Like MySQL's `binlog_group_commit_sync_delay` with its
+    /// no-delay count taken from the last round.
     pub group_commit_gather_us: u64,
     /// While rounds serve a lone producer (eight rounds in a row of one request
     /// each), how long its durable wait spins for the answer before it sleeps
@@ -52,8 +53,13 @@ pub struct FlushConfig {
     /// Bound on joining a service thread at shutdown (RocketMQ: 5 min for flushers).
     pub service_join_time_ms: u64,
     /// The policy the async flush and commit services ask when to act (RocketMQ's
-    /// rule by default). Sync flush has no policy.
+    /// rule by default).
     pub policy: PolicyChoice,
+    /// The policy group commit (sync flush) asks before each round's sync: wait
+    /// for producers on their way back, and spin a waiter or not
+    /// ([`GatherChoice::ProducersBack`] by default, or
+    /// [`GatherChoice::Adaptive`], which measures sync and return times).
+    pub gather_policy: GatherChoice,
 }
 
 impl Default for FlushConfig {
@@ -74,6 +80,7 @@ impl Default for FlushConfig {
             group_commit_spin_us: 150,
             service_join_time_ms: 5 * 60 * 1000,
             policy: PolicyChoice::RocketMq,
+            gather_policy: GatherChoice::ProducersBack,
         }
     }
 }

@@ -7,9 +7,9 @@
 //! flush covers them: [#7523](https://github.com/apache/rocketmq/issues/7523)), flushes once, swaps
 //! again and completes every request the flush covered, those queued while it ran included. Before
 //! the flush a round may [gather](GroupCommit::gather) the producers the last round served, and a
-//! lone producer's wait spins briefly for its answer
-//! ([`serving_a_lone_producer`](GroupCommit::serving_a_lone_producer)): on few cores, thread
-//! wake-ups otherwise cost a round as much as its sync. A request whose bytes span two segments is
+//! waiter may spin briefly for its answer, as the round's [`GatherPolicy`] says
+//! ([`ProducersBackPolicy`] by default): on few cores, thread wake-ups otherwise cost a round as
+//! much as its sync. A request whose bytes span two segments is
 //! covered because the target's flush crosses segment boundaries
 //! ([#3408](https://github.com/apache/rocketmq/issues/3408)). A flush error completes every waiting
 //! request with that error; later requests fail at once, because the target's failure latch says so
@@ -28,11 +28,10 @@ use crate::clock::Clock;
 use crate::error::TargetError;
 use crate::handle::{Completion, DurabilityHandle};
 use crate::sync::{lock, wait_timeout, Arc, AtomicU64, Condvar, Mutex, Ordering};
-use crate::{FlushError, FlushTarget, FlushedCallback, FlushedReport};
-
-/// Rounds in a row serving one request each before a waiter spins
-/// ([`GroupCommit::serving_a_lone_producer`]).
-pub const LONE_ROUNDS: u64 = 8;
+use crate::{
+    FlushError, FlushTarget, FlushedCallback, FlushedReport, GatherDecision, GatherInput, GatherOutcome, GatherPolicy,
+    ProducersBackPolicy, RoundReport,
+};
 
 /// RocketMQ's `RETRY_TIMES_OVER`: final flush attempts on shutdown.
 pub const RETRY_TIMES_OVER: usize = 10;
@@ -48,11 +47,10 @@ pub struct GroupCommitConfig {
     /// (RocketMQ's `waitForRunning(10)`).
     pub wait_interval: Duration,
     /// Longest a round waits for the producers the last round acknowledged
-    /// ([`GroupCommit::gather`]).
+    /// ([`GroupCommit::gather`]): the built-in gather policies' bound.
     pub gather: Duration,
-    /// While rounds serve a lone producer
-    /// ([`GroupCommit::serving_a_lone_producer`]): how long its wait spins for the
-    /// answer before it sleeps.
+    /// Longest a waiter spins for its answer before it sleeps, when the gather
+    /// policy says to (the built-in ones: while rounds serve a lone producer).
     pub spin: Duration,
 }
 
@@ -123,11 +121,12 @@ pub struct GroupCommit {
     /// the service thread, or shutdown's drain. Never by a waiting producer, whose
     /// wait must end by its own deadline however long a sync takes.
     round: Mutex<()>,
-    /// Producers at the end of the last round: the requests it acknowledged and
-    /// the ones it left in flight (what [`gather`](Self::gather) waits for).
-    last_producers: AtomicU64,
-    /// Rounds in a row that acknowledged exactly one request.
-    lone_rounds: AtomicU64,
+    /// Decides gathers and spins; only the thread running rounds locks it.
+    policy: Mutex<Box<dyn GatherPolicy>>,
+    /// How long new requests' blocking waits spin (ns), as the policy last said.
+    spin_ns: AtomicU64,
+    /// When the last round answered its requests.
+    last_answers: Mutex<Option<std::time::Instant>>,
     counters: Counters,
     on_flushed: Option<FlushedCallback>,
 }
@@ -154,11 +153,19 @@ impl GroupCommit {
             gathered: Condvar::new(),
             inflight: Mutex::new(VecDeque::new()),
             round: Mutex::new(()),
-            last_producers: AtomicU64::new(0),
-            lone_rounds: AtomicU64::new(0),
+            policy: Mutex::new(Box::new(ProducersBackPolicy::new(config.gather, config.spin))),
+            spin_ns: AtomicU64::new(0),
+            last_answers: Mutex::new(None),
             counters: Counters::default(),
             on_flushed,
         }
+    }
+
+    /// With `policy` deciding gathers and spins instead of the default
+    /// [`ProducersBackPolicy`].
+    pub fn with_gather_policy(self, policy: Box<dyn GatherPolicy>) -> Self {
+        *lock(&self.policy) = policy;
+        self
     }
 
     /// The configuration.
@@ -176,8 +183,10 @@ impl GroupCommit {
         }
         // A lone producer's wait spins (bounded) for its answer: the round that
         // serves it is usually microseconds from done.
-        let completion =
-            if self.serving_a_lone_producer() { Completion::with_spin(self.config.spin) } else { Completion::new() };
+        let completion = match self.spin() {
+            spin if spin.is_zero() => Completion::new(),
+            spin => Completion::with_spin(spin),
+        };
         let deadline = self.clock.now() + self.config.sync_flush_timeout;
         let gathered = {
             let mut write = lock(&self.write);
@@ -203,31 +212,20 @@ impl GroupCommit {
         self.flush_swapped()
     }
 
-    /// Before a round's sync: waits, up to `within` (the real clock: this is a
-    /// scheduling delay, not a deadline), until as many requests wait as there
-    /// were producers at the end of the last round: the ones it acknowledged,
-    /// which usually come back within microseconds (on few cores they need the
-    /// CPU to do it), plus the ones it left in flight (bytes written after its
-    /// sync began). A sync started before they are back would serve one or two,
-    /// and the rest would wait a whole round; counting only the ones acknowledged
-    /// split a few producers into two groups that alternated for good, each sync
-    /// serving half. Returns at once when enough wait (a lone producer never
-    /// waits), when nothing waits at all, or when `within` is zero.
-    pub fn gather(&self, within: Duration) {
-        let want = usize::try_from(self.last_producers.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
-        let Some(deadline) = std::time::Instant::now().checked_add(within) else {
-            return;
-        };
-        if within.is_zero() || want <= 1 {
-            return;
-        }
+    /// Before a round's sync: asks the gather policy whether to wait for more
+    /// requests, and waits as it says (bounded, on the real clock: a scheduling
+    /// delay, not a deadline), sleeping, never spinning: on few cores the
+    /// producers need the CPU this thread would burn, and the producer that
+    /// completes the count wakes it. Returns at once when nothing waits at all.
+    pub fn gather(&self) {
+        let since_answers = lock(&self.last_answers).map_or(Duration::ZERO, |at| at.elapsed());
         // Only this thread adds to the in-flight list (the watcher only removes).
         let in_flight = lock(&self.inflight).len();
-        let Some(want_queued) = want.checked_sub(in_flight).filter(|w| *w > 0) else {
-            return;
-        };
-        // Sleeps, never spins: on few cores the producers need the CPU this
-        // thread would burn. The producer that completes the count wakes it.
+        let queued = lock(&self.write).requests.len();
+        let decision = lock(&self.policy).before_sync(&GatherInput { queued, in_flight, since_answers });
+        let GatherDecision::WaitFor { queued: want_queued, within } = decision else { return };
+        let started = std::time::Instant::now();
+        let Some(deadline) = started.checked_add(within) else { return };
         let mut write = lock(&self.write);
         write.gather_want = want_queued;
         while !write.closed && (in_flight > 0 || !write.requests.is_empty()) && write.requests.len() < want_queued {
@@ -238,14 +236,20 @@ impl GroupCommit {
             write = wait_timeout(&self.gathered, write, deadline - now);
         }
         write.gather_want = 0;
+        let reached = write.requests.len() >= want_queued;
+        drop(write);
+        let outcome = GatherOutcome {
+            waited: started.elapsed(),
+            reached,
+            since_answers: lock(&self.last_answers).map_or(Duration::ZERO, |at| at.elapsed()),
+        };
+        lock(&self.policy).gathered(&outcome);
     }
 
-    /// True when the last [`LONE_ROUNDS`] rounds each acknowledged exactly one
-    /// request: a lone producer, whose wait may spin for its answer. With a few
-    /// producers some rounds serve one too; a spinning waiter would take the CPU
-    /// the others need, so one such round is not enough.
-    pub fn serving_a_lone_producer(&self) -> bool {
-        self.lone_rounds.load(Ordering::Relaxed) >= LONE_ROUNDS
+    /// How long a new request's blocking wait spins for its answer before it
+    /// sleeps, as the gather policy said after the last round (zero: none).
+    pub fn spin(&self) -> Duration {
+        Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed))
     }
 
     /// Moves queued requests to the in-flight list (RocketMQ's `swapRequests`, run
@@ -274,11 +278,13 @@ impl GroupCommit {
             self.fail_all(&source);
             return 0;
         }
+        let sync_started = std::time::Instant::now();
         let result = if self.config.commit_before_flush {
             self.target.commit(0).and_then(|_| self.target.flush(0))
         } else {
             self.target.flush(0)
         };
+        let sync = sync_started.elapsed();
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
         match result {
             Ok(flushed) => {
@@ -290,7 +296,7 @@ impl GroupCommit {
                 // may be written where the old ones were, not yet synced). Read
                 // after the swap, so every request in flight was queued before it:
                 // a request whose bytes follow a truncation sees it here.
-                let durable = flushed.min(self.target.flushed_where());
+                let durable = flushed.min(self.target.state().flushed_where);
                 // Told before anyone is answered: the owner may have to record
                 // something durably first (the commit log's checkpoint, when the
                 // flush reached a new segment).
@@ -298,20 +304,17 @@ impl GroupCommit {
                     let covered = lock(&self.inflight).iter().filter(|r| r.next_offset <= durable).count();
                     callback(FlushedReport {
                         flushed_where: durable,
-                        store_timestamp: self.target.store_timestamp(),
+                        store_timestamp: self.target.state().store_timestamp,
                         requests_acknowledged: covered,
                     });
                 }
                 let acknowledged = self.complete_covered(durable);
-                // Left in flight: not covered. Acknowledged producers queue their
-                // next requests on the write list, so they are not counted twice.
-                let left = lock(&self.inflight).len();
-                self.last_producers.store(acknowledged.saturating_add(left) as u64, Ordering::Relaxed);
-                if acknowledged == 1 {
-                    self.lone_rounds.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    self.lone_rounds.store(0, Ordering::Relaxed);
-                }
+                *lock(&self.last_answers) = Some(std::time::Instant::now());
+                // Left in flight: not covered by this flush.
+                let left_in_flight = lock(&self.inflight).len();
+                let report = RoundReport { acknowledged, left_in_flight, sync };
+                let spin = lock(&self.policy).after_round(&report);
+                self.spin_ns.store(u64::try_from(spin.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
                 acknowledged
             }
             Err(source) => {

@@ -50,15 +50,17 @@ mod tests;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::FlushConfig;
 pub use error::{FlushError, StartError, TargetError};
-pub use group_commit::{GroupCommit, GroupCommitConfig, GroupCommitStats, LONE_ROUNDS, RETRY_TIMES_OVER};
+pub use group_commit::{GroupCommit, GroupCommitConfig, GroupCommitStats, RETRY_TIMES_OVER};
 pub use handle::{DurabilityHandle, FlushResult};
 pub use periodic::{CommittedCallback, Periodic, PeriodicAction, PeriodicConfig, RunOutcome};
 pub use policy::{
-    Decision, DirtyBytesOrAgePolicy, FlushPolicy, PolicyChoice, PolicyFactory, PolicyInput, RocketMqPolicy,
+    AdaptiveGatherPolicy, Decision, DirtyBytesOrAgePolicy, FlushPolicy, GatherChoice, GatherDecision, GatherInput,
+    GatherOutcome, GatherPolicy, GatherPolicyFactory, PolicyChoice, PolicyFactory, PolicyInput, ProducersBackPolicy,
+    RocketMqPolicy, RoundReport, LONE_ROUNDS,
 };
 pub use service::{ServiceState, ServiceThread};
 pub use strategy::{AsyncFlush, FlushStats, FlushStrategy, SyncFlush};
-pub use target::FlushTarget;
+pub use target::{FlushTarget, TargetState};
 
 /// What a flush reports for the checkpoint: how far data is durable and the
 /// store timestamp of the newest durable data (RocketMQ's `physicMsgTimestamp`).

@@ -12,7 +12,7 @@ use crate::clock::Clock;
 use crate::group_commit::RETRY_TIMES_OVER;
 use crate::policy::{Decision, FlushPolicy, PolicyInput};
 use crate::sync::{lock, Arc, AtomicU64, Mutex, Ordering};
-use crate::{FlushTarget, FlushedCallback, FlushedReport, TargetError};
+use crate::{FlushTarget, FlushedCallback, FlushedReport, TargetError, TargetState};
 
 /// What a periodic service does when its policy says so.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,24 +136,25 @@ impl Periodic {
         self.target.failure()
     }
 
-    fn pending_bytes(&self) -> u64 {
+    fn pending_bytes(&self, state: &TargetState) -> u64 {
         match self.action {
-            PeriodicAction::Flush => self.target.unflushed_bytes(),
-            PeriodicAction::Commit => self.target.uncommitted_bytes(),
+            PeriodicAction::Flush => state.unflushed_bytes,
+            PeriodicAction::Commit => state.uncommitted_bytes,
         }
     }
 
-    fn position(&self) -> u64 {
+    fn position(&self, state: &TargetState) -> u64 {
         match self.action {
-            PeriodicAction::Flush => self.target.flushed_where(),
-            PeriodicAction::Commit => self.target.committed_where(),
+            PeriodicAction::Flush => state.flushed_where,
+            PeriodicAction::Commit => state.committed_where,
         }
     }
 
     /// One wake-up: ask the policy, act, report.
     pub fn run_once(&self) -> Result<RunOutcome, TargetError> {
         let now = self.clock.now();
-        let pending_bytes = self.pending_bytes();
+        let target = self.target.state();
+        let pending_bytes = self.pending_bytes(&target);
         let pending_age = {
             let mut since = lock(&self.pending_since);
             if pending_bytes == 0 {
@@ -163,7 +164,7 @@ impl Periodic {
             }
             since.map(|s| now.saturating_sub(s))
         };
-        let decision = lock(&self.policy).decide(&PolicyInput { now, pending_bytes, pending_age });
+        let decision = lock(&self.policy).decide(&PolicyInput { now, pending_bytes, pending_age, target });
         let Decision::Run { least_pages } = decision else {
             return Ok(RunOutcome::Skipped);
         };
@@ -171,7 +172,7 @@ impl Periodic {
     }
 
     fn act(&self, least_pages: usize) -> Result<(u64, u64), TargetError> {
-        let from = self.position();
+        let from = self.position(&self.target.state());
         let result = match self.action {
             PeriodicAction::Flush => self.target.flush(least_pages),
             PeriodicAction::Commit => self.target.commit(least_pages),
@@ -187,7 +188,8 @@ impl Periodic {
             }
         };
         if to > from {
-            if self.pending_bytes() == 0 {
+            let state = self.target.state();
+            if self.pending_bytes(&state) == 0 {
                 *lock(&self.pending_since) = None;
             }
             match self.action {
@@ -195,7 +197,7 @@ impl Periodic {
                     if let Some(callback) = &self.on_flushed {
                         callback(FlushedReport {
                             flushed_where: to,
-                            store_timestamp: self.target.store_timestamp(),
+                            store_timestamp: state.store_timestamp,
                             requests_acknowledged: 0,
                         });
                     }
@@ -215,7 +217,7 @@ impl Periodic {
     pub fn drain(&self) {
         for attempt in 0..RETRY_TIMES_OVER {
             match self.act(0) {
-                Ok(_) if self.pending_bytes() == 0 => return,
+                Ok(_) if self.pending_bytes(&self.target.state()) == 0 => return,
                 Ok(_) => {}
                 Err(err) => {
                     tracing::error!(action = ?self.action, attempt, error = %err, "final run on shutdown failed");
@@ -223,7 +225,7 @@ impl Periodic {
                 }
             }
         }
-        tracing::warn!(action = ?self.action, pending = self.pending_bytes(), "data still pending after final retries");
+        tracing::warn!(action = ?self.action, pending = self.pending_bytes(&self.target.state()), "data still pending after final retries");
     }
 
     /// The thread body: wait (or sleep, when timed), run, until stopped; then drain.

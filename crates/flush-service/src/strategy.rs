@@ -93,20 +93,20 @@ impl SyncFlush {
             gather: Duration::from_micros(config.group_commit_gather_us),
             spin: Duration::from_micros(config.group_commit_spin_us),
         };
-        let core = Arc::new(GroupCommit::new(target, clock, gc_config, on_flushed));
+        let policy = config.gather_policy.policy(&gc_config);
+        let core = Arc::new(GroupCommit::new(target, clock, gc_config, on_flushed).with_gather_policy(policy));
         let state = ServiceState::new();
         let flusher = {
             let core = Arc::clone(&core);
             spawn("GroupCommitService", Arc::clone(&state), move |s| {
                 let interval = core.config().wait_interval;
-                let gather = core.config().gather;
                 // A panic in a round (a defect in a target, say) must not leave
                 // producers waiting for answers that never come: every waiter is
                 // answered `Stopped` and later requests are refused at once.
                 let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     while !s.is_stopped() {
                         s.wait_for_running(interval, || {});
-                        core.gather(gather);
+                        core.gather();
                         core.run_round();
                     }
                     core.drain();

@@ -5,6 +5,26 @@
 use crate::error::TargetError;
 use crate::sync::Arc;
 
+/// Everything a flush service or policy reads of a target, in one snapshot: a new
+/// input is one more field here (and one more line in each target's
+/// [`state`](FlushTarget::state)), not a method threaded through every target.
+/// Targets outside this crate build it with `..TargetState::default()` for the
+/// fields they do not know, so a field added later does not break them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TargetState {
+    /// Offset below which everything is durable.
+    pub flushed_where: u64,
+    /// Offset below which everything is committed.
+    pub committed_where: u64,
+    /// Bytes readable but not yet durable.
+    pub unflushed_bytes: u64,
+    /// Bytes appended but not yet committed.
+    pub uncommitted_bytes: u64,
+    /// Store timestamp (ms) of the newest data the last flush covered, for the
+    /// checkpoint's physical timestamp.
+    pub store_timestamp: u64,
+}
+
 /// Something with a commit step and a flush step over a growing byte range.
 ///
 /// Contract:
@@ -17,7 +37,7 @@ use crate::sync::Arc;
 /// - `commit` moves bytes from write buffers into the flushable range and returns
 ///   the new `committed_where`. Without write buffers it is a no-op.
 /// - Offsets move backwards only when the target's tail is truncated (a
-///   replicated log's conflicting suffix): `flushed_where` and `committed_where`
+///   replicated log's conflicting suffix): `state().flushed_where` and `committed_where`
 ///   are lowered to the cut *before* any byte is written where the cut bytes
 ///   were. The services never trust a `flush` result alone: group commit
 ///   acknowledges a request only if its offset is at or below both what the
@@ -34,17 +54,8 @@ pub trait FlushTarget: Send + Sync + 'static {
     fn flush(&self, least_pages: usize) -> Result<u64, TargetError>;
     /// Commits write-buffer data, with the same threshold. Returns `committed_where`.
     fn commit(&self, least_pages: usize) -> Result<u64, TargetError>;
-    /// Offset below which everything is durable.
-    fn flushed_where(&self) -> u64;
-    /// Offset below which everything is committed.
-    fn committed_where(&self) -> u64;
-    /// Bytes readable but not yet durable.
-    fn unflushed_bytes(&self) -> u64;
-    /// Bytes appended but not yet committed.
-    fn uncommitted_bytes(&self) -> u64;
-    /// Store timestamp (ms) of the newest data the last flush covered, for the
-    /// checkpoint's physical timestamp.
-    fn store_timestamp(&self) -> u64;
+    /// Where the target stands now. Cheap: every round and wake-up asks it.
+    fn state(&self) -> TargetState;
     /// The first failure, once any flush or commit (by anyone) failed; `None`
     /// before. Once `Some`, always `Some`. Cheap: the put path asks it.
     fn failure(&self) -> Option<TargetError>;
@@ -57,20 +68,8 @@ impl<T: FlushTarget + ?Sized> FlushTarget for Arc<T> {
     fn commit(&self, least_pages: usize) -> Result<u64, TargetError> {
         (**self).commit(least_pages)
     }
-    fn flushed_where(&self) -> u64 {
-        (**self).flushed_where()
-    }
-    fn committed_where(&self) -> u64 {
-        (**self).committed_where()
-    }
-    fn unflushed_bytes(&self) -> u64 {
-        (**self).unflushed_bytes()
-    }
-    fn uncommitted_bytes(&self) -> u64 {
-        (**self).uncommitted_bytes()
-    }
-    fn store_timestamp(&self) -> u64 {
-        (**self).store_timestamp()
+    fn state(&self) -> TargetState {
+        (**self).state()
     }
     fn failure(&self) -> Option<TargetError> {
         (**self).failure()

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::sync::{lock, Arc, AtomicBool, AtomicU64, Mutex, Ordering};
-use crate::{FlushTarget, TargetError};
+use crate::{FlushTarget, TargetError, TargetState};
 
 const PAGE: u64 = 4096;
 
@@ -85,6 +85,21 @@ impl MemoryTarget {
     fn readable(&self) -> u64 {
         self.committed.load(Ordering::Acquire)
     }
+
+    /// Offset below which everything is durable.
+    pub fn flushed_where(&self) -> u64 {
+        self.flushed.load(Ordering::Acquire)
+    }
+
+    /// Offset below which everything is committed.
+    pub fn committed_where(&self) -> u64 {
+        self.committed.load(Ordering::Acquire)
+    }
+
+    /// Bytes readable but not yet durable.
+    pub fn unflushed_bytes(&self) -> u64 {
+        self.readable().saturating_sub(self.flushed_where())
+    }
 }
 
 fn due(done: u64, target: u64, least_pages: usize) -> bool {
@@ -123,24 +138,14 @@ impl FlushTarget for MemoryTarget {
         Ok(self.committed.load(Ordering::Acquire))
     }
 
-    fn flushed_where(&self) -> u64 {
-        self.flushed.load(Ordering::Acquire)
-    }
-
-    fn committed_where(&self) -> u64 {
-        self.committed.load(Ordering::Acquire)
-    }
-
-    fn unflushed_bytes(&self) -> u64 {
-        self.readable().saturating_sub(self.flushed_where())
-    }
-
-    fn uncommitted_bytes(&self) -> u64 {
-        self.wrote().saturating_sub(self.committed_where())
-    }
-
-    fn store_timestamp(&self) -> u64 {
-        self.flushed_where()
+    fn state(&self) -> TargetState {
+        TargetState {
+            flushed_where: self.flushed_where(),
+            committed_where: self.committed_where(),
+            unflushed_bytes: self.unflushed_bytes(),
+            uncommitted_bytes: self.wrote().saturating_sub(self.committed_where()),
+            store_timestamp: self.flushed_where(),
+        }
     }
 
     fn failure(&self) -> Option<TargetError> {
@@ -187,20 +192,8 @@ impl<T: FlushTarget> FlushTarget for HookAfterFlush<T> {
     fn commit(&self, least_pages: usize) -> Result<u64, TargetError> {
         self.inner.commit(least_pages)
     }
-    fn flushed_where(&self) -> u64 {
-        self.inner.flushed_where()
-    }
-    fn committed_where(&self) -> u64 {
-        self.inner.committed_where()
-    }
-    fn unflushed_bytes(&self) -> u64 {
-        self.inner.unflushed_bytes()
-    }
-    fn uncommitted_bytes(&self) -> u64 {
-        self.inner.uncommitted_bytes()
-    }
-    fn store_timestamp(&self) -> u64 {
-        self.inner.store_timestamp()
+    fn state(&self) -> TargetState {
+        self.inner.state()
     }
     fn failure(&self) -> Option<TargetError> {
         self.inner.failure()

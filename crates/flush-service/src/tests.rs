@@ -22,6 +22,13 @@ fn group_commit(target: Arc<dyn FlushTarget>, clock: Arc<ManualClock>, commit_be
     GroupCommit::new(target, clock, config, None)
 }
 
+/// Group commit whose default gather policy may wait up to 30 s (a wait that
+/// should end early must, or the test fails on its bound).
+fn gathering_group_commit(target: Arc<dyn FlushTarget>) -> GroupCommit {
+    let config = GroupCommitConfig { gather: Duration::from_secs(30), ..GroupCommitConfig::default() };
+    GroupCommit::new(target, clock(), config, None)
+}
+
 #[test]
 fn concurrent_requests_are_batched_into_one_flush() {
     let target = MemoryTarget::new();
@@ -67,12 +74,12 @@ fn a_flush_serves_every_request_it_covered_and_later_ones_wait_for_the_next_roun
 #[test]
 fn a_round_gathers_the_producers_the_last_round_served_but_a_lone_one_never_waits() {
     let target = MemoryTarget::new();
-    let gc = Arc::new(group_commit(target.clone(), clock(), false));
+    let gc = Arc::new(gathering_group_commit(target.clone()));
     // A lone producer: the last round served one, so gather returns at once.
     drop(gc.put_request(target.append(10)));
     gc.run_round();
     let started = std::time::Instant::now();
-    gc.gather(Duration::from_secs(30));
+    gc.gather();
     assert!(started.elapsed() < Duration::from_secs(10), "gather waited for nobody");
     // Four served; the next round waits until four are queued again.
     for _ in 0..4 {
@@ -89,7 +96,7 @@ fn a_round_gathers_the_producers_the_last_round_served_but_a_lone_one_never_wait
             (0..3).map(|_| gc.put_request(target.append(10))).collect::<Vec<_>>()
         })
     };
-    gc.gather(Duration::from_secs(30));
+    gc.gather();
     let late = late.join().unwrap();
     assert_eq!(gc.run_round(), 4, "the round waited for the three that came late");
     assert!(late.iter().all(DurabilityHandle::is_done));
@@ -103,7 +110,7 @@ fn a_round_with_producers_still_in_flight_gathers_the_ones_the_last_round_served
     // alone, while the two just served were on their way back: two groups for
     // good, half the records per sync.
     let target = MemoryTarget::new();
-    let gc = Arc::new(group_commit(target.clone(), clock(), false));
+    let gc = Arc::new(gathering_group_commit(target.clone()));
     let served: Vec<_> = (0..2).map(|_| gc.put_request(target.append(10))).collect();
     // Bytes not written yet when the round flushes: not covered, left in flight.
     let end = target.append(0);
@@ -119,7 +126,7 @@ fn a_round_with_producers_still_in_flight_gathers_the_ones_the_last_round_served
             (0..2).map(|_| gc.put_request(target.append(10))).collect::<Vec<_>>()
         })
     };
-    gc.gather(Duration::from_secs(30));
+    gc.gather();
     let acknowledged = gc.run_round();
     let back = back.join().unwrap();
     assert_eq!(acknowledged, 4, "one round for both groups");
@@ -406,13 +413,13 @@ fn wait_returns_timeout_at_the_deadline_during_a_slow_sync() {
 fn only_a_run_of_single_request_rounds_makes_waiters_spin_and_a_spinning_wait_still_gets_its_answer() {
     let target = MemoryTarget::new();
     let gc = Arc::new(group_commit(target.clone(), clock(), false));
-    assert!(!gc.serving_a_lone_producer());
+    assert!(gc.spin().is_zero());
     for _ in 0..crate::LONE_ROUNDS {
         let handle = gc.put_request(target.append(10));
         gc.run_round();
         assert!(settle(handle).is_ok());
     }
-    assert!(gc.serving_a_lone_producer(), "eight rounds of one request each");
+    assert_eq!(gc.spin(), GroupCommitConfig::default().spin, "eight rounds of one request each");
     // A spinning wait whose answer comes late (past the spin) still gets it.
     let handle = gc.put_request(target.append(10));
     let round = {
@@ -428,7 +435,7 @@ fn only_a_run_of_single_request_rounds_makes_waiters_spin_and_a_spinning_wait_st
     let (first, second) = (gc.put_request(target.append(10)), gc.put_request(target.append(10)));
     assert_eq!(gc.run_round(), 2);
     assert!(settle(first).is_ok() && settle(second).is_ok());
-    assert!(!gc.serving_a_lone_producer());
+    assert!(gc.spin().is_zero());
 }
 
 #[test]
@@ -489,20 +496,8 @@ fn a_panicking_round_answers_every_waiter_and_rejects_later_requests() {
         fn commit(&self, _: usize) -> Result<u64, TargetError> {
             Ok(0)
         }
-        fn flushed_where(&self) -> u64 {
-            0
-        }
-        fn committed_where(&self) -> u64 {
-            0
-        }
-        fn unflushed_bytes(&self) -> u64 {
-            0
-        }
-        fn uncommitted_bytes(&self) -> u64 {
-            0
-        }
-        fn store_timestamp(&self) -> u64 {
-            0
+        fn state(&self) -> TargetState {
+            TargetState::default()
         }
         fn failure(&self) -> Option<TargetError> {
             None
@@ -518,4 +513,43 @@ fn a_panicking_round_answers_every_waiter_and_rejects_later_requests() {
     let answer = later.wait_timeout(Duration::from_secs(10)).expect("rejected at once");
     assert!(matches!(answer, Err(FlushError::Stopped { .. })), "{answer:?}");
     sync.shutdown();
+}
+
+#[test]
+fn a_custom_gather_policy_decides_every_round_and_its_waits_and_spins_take_effect() {
+    #[derive(Debug, Default)]
+    struct Seen {
+        before: std::sync::atomic::AtomicUsize,
+        rounds: std::sync::atomic::AtomicUsize,
+    }
+    struct Always3(Arc<Seen>);
+    impl GatherPolicy for Always3 {
+        fn before_sync(&mut self, _: &GatherInput) -> GatherDecision {
+            self.0.before.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            GatherDecision::WaitFor { queued: 3, within: Duration::from_secs(30) }
+        }
+        fn after_round(&mut self, report: &RoundReport) -> Duration {
+            self.0.rounds.fetch_add(report.acknowledged, std::sync::atomic::Ordering::SeqCst);
+            Duration::from_micros(77)
+        }
+    }
+    let seen = Arc::new(Seen::default());
+    let target = MemoryTarget::new();
+    let gc =
+        Arc::new(group_commit(target.clone(), clock(), false).with_gather_policy(Box::new(Always3(Arc::clone(&seen)))));
+    drop(gc.put_request(target.append(10)));
+    let late = {
+        let (gc, target) = (Arc::clone(&gc), target.clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            (0..2).map(|_| gc.put_request(target.append(10))).collect::<Vec<_>>()
+        })
+    };
+    gc.gather();
+    let late = late.join().unwrap();
+    assert_eq!(gc.run_round(), 3, "the policy's wait for three was kept");
+    assert!(late.iter().all(DurabilityHandle::is_done));
+    assert_eq!(seen.before.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(seen.rounds.load(std::sync::atomic::Ordering::SeqCst), 3);
+    assert_eq!(gc.spin(), Duration::from_micros(77), "the policy's spin reaches new requests");
 }

@@ -1,14 +1,36 @@
-//! The flush-policy seam: "run now, with how many least pages?"
+//! The policy seams, one built-in policy per file:
 //!
-//! The periodic flush and commit services ask their policy each time they wake.
-//! [`RocketMqPolicy`] is RocketMQ's rule and the default; [`DirtyBytesOrAgePolicy`]
-//! is an example of another. See `docs/flush-policies.md` for how to add one.
+//! - **Flush policies** ("run now, with how many least pages?"): the periodic
+//!   flush and commit services ask theirs each time they wake. [`RocketMqPolicy`]
+//!   (`rocketmq.rs`) is RocketMQ's rule and the default;
+//!   [`DirtyBytesOrAgePolicy`] (`dirty_bytes_or_age.rs`) is an example of another.
+//! - **Gather policies** (`gather.rs`: "sync now, or wait for producers on their
+//!   way back, and should a waiter spin?"): group commit asks its policy before
+//!   each round's sync. [`ProducersBackPolicy`] (`producers_back.rs`) is the
+//!   default; [`AdaptiveGatherPolicy`] (`adaptive_gather.rs`) measures the
+//!   machine's sync time and the producers' return time.
+//!
+//! See `docs/flush-policies.md` for how to add one.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::FlushConfig;
+use crate::{FlushConfig, TargetState};
+
+mod adaptive_gather;
+mod dirty_bytes_or_age;
+mod gather;
+mod producers_back;
+mod rocketmq;
+
+pub use adaptive_gather::AdaptiveGatherPolicy;
+pub use dirty_bytes_or_age::DirtyBytesOrAgePolicy;
+pub use gather::{
+    GatherChoice, GatherDecision, GatherInput, GatherOutcome, GatherPolicy, GatherPolicyFactory, RoundReport,
+};
+pub use producers_back::{ProducersBackPolicy, LONE_ROUNDS};
+pub use rocketmq::RocketMqPolicy;
 
 /// What a policy sees when asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +42,8 @@ pub struct PolicyInput {
     /// How long bytes have been pending, as observed at the service's wake-ups
     /// (`None` when nothing is pending). Approximate by up to one interval.
     pub pending_age: Option<Duration>,
+    /// Everything else about the target, as it stood at this wake-up.
+    pub target: TargetState,
 }
 
 /// A policy's answer.
@@ -38,60 +62,6 @@ pub enum Decision {
 pub trait FlushPolicy: Send + 'static {
     /// Decides for this wake-up.
     fn decide(&mut self, input: &PolicyInput) -> Decision;
-}
-
-/// RocketMQ's rule: always run with `least_pages`, except once every
-/// `thorough_interval` with 0 ("flush everything").
-#[derive(Debug, Clone)]
-pub struct RocketMqPolicy {
-    least_pages: usize,
-    thorough_interval: Duration,
-    last_thorough: Option<Duration>,
-}
-
-impl RocketMqPolicy {
-    /// `least_pages` normally, 0 once every `thorough_interval`.
-    pub fn new(least_pages: usize, thorough_interval: Duration) -> Self {
-        RocketMqPolicy { least_pages, thorough_interval, last_thorough: None }
-    }
-}
-
-impl FlushPolicy for RocketMqPolicy {
-    fn decide(&mut self, input: &PolicyInput) -> Decision {
-        let thorough = match self.last_thorough {
-            None => true,
-            Some(last) => input.now.saturating_sub(last) >= self.thorough_interval,
-        };
-        if thorough {
-            self.last_thorough = Some(input.now);
-            Decision::Run { least_pages: 0 }
-        } else {
-            Decision::Run { least_pages: self.least_pages }
-        }
-    }
-}
-
-/// Example policy: flush everything as soon as `max_dirty_bytes` are pending or
-/// the oldest pending byte is older than `max_age`; otherwise wait. It bounds both
-/// how much an async crash can lose and how stale it can be.
-#[derive(Debug, Clone, Copy)]
-pub struct DirtyBytesOrAgePolicy {
-    /// Flush once this many bytes are pending.
-    pub max_dirty_bytes: u64,
-    /// Flush once bytes have been pending this long.
-    pub max_age: Duration,
-}
-
-impl FlushPolicy for DirtyBytesOrAgePolicy {
-    fn decide(&mut self, input: &PolicyInput) -> Decision {
-        let too_many = input.pending_bytes >= self.max_dirty_bytes && input.pending_bytes > 0;
-        let too_old = input.pending_age.is_some_and(|age| age >= self.max_age);
-        if too_many || too_old {
-            Decision::Run { least_pages: 0 }
-        } else {
-            Decision::Skip
-        }
-    }
 }
 
 /// What the async services need from a policy provider: a fresh policy for the
@@ -198,31 +168,3 @@ impl PartialEq for PolicyChoice {
 }
 
 impl Eq for PolicyChoice {}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn at(ms: u64, pending_bytes: u64, age_ms: Option<u64>) -> PolicyInput {
-        PolicyInput { now: Duration::from_millis(ms), pending_bytes, pending_age: age_ms.map(Duration::from_millis) }
-    }
-
-    #[test]
-    fn rocketmq_policy_is_thorough_once_per_interval() {
-        let mut p = RocketMqPolicy::new(4, Duration::from_secs(10));
-        assert_eq!(p.decide(&at(0, 0, None)), Decision::Run { least_pages: 0 }, "first run is thorough");
-        assert_eq!(p.decide(&at(500, 0, None)), Decision::Run { least_pages: 4 });
-        assert_eq!(p.decide(&at(9_999, 0, None)), Decision::Run { least_pages: 4 });
-        assert_eq!(p.decide(&at(10_000, 0, None)), Decision::Run { least_pages: 0 });
-        assert_eq!(p.decide(&at(10_500, 0, None)), Decision::Run { least_pages: 4 });
-    }
-
-    #[test]
-    fn dirty_bytes_or_age_policy_flushes_on_either_bound() {
-        let mut p = DirtyBytesOrAgePolicy { max_dirty_bytes: 1 << 20, max_age: Duration::from_millis(200) };
-        assert_eq!(p.decide(&at(0, 0, None)), Decision::Skip);
-        assert_eq!(p.decide(&at(0, 1000, Some(100))), Decision::Skip);
-        assert_eq!(p.decide(&at(0, 1 << 20, Some(1))), Decision::Run { least_pages: 0 });
-        assert_eq!(p.decide(&at(0, 10, Some(200))), Decision::Run { least_pages: 0 });
-    }
-}
