@@ -1,0 +1,134 @@
+//! A replicated key-value node on openraft with the commit log as its log store,
+//! talking to its peers over loopback TCP (length-prefixed JSON frames), plus the
+//! drivers that run a 3-node cluster of real processes:
+//!
+//! ```text
+//! raft-node serve --id 1 --addr 127.0.0.1:7001 --dir /tmp/n1 [--memory] [--no-snapshots]
+//! raft-node init --addr 127.0.0.1:7001 --peers 1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003
+//! raft-node put --addr 127.0.0.1:7001 --key K --value V  # follows the leader; prints the entry's index
+//! raft-node kill-test [--kills 20] [--interval-ms 800]   # SIGKILL the leader again and again
+//! raft-node bench [--store commitlog|memory] [--seconds 5] [--clients 32]
+//! ```
+//!
+//! `kill-test` starts three `serve` processes, initializes the cluster, writes
+//! from several clients (a write counts once `client_write` returned: committed
+//! and applied on the leader), kills the leader with SIGKILL and restarts it on
+//! the same directory, again and again, then reads every key from the last
+//! leader and prints `N leader kills, M entries committed, K committed entries
+//! lost`, with the last leader's snapshot and purge points and how many
+//! snapshots restarted nodes installed (exit code 1 unless K is 0, or if enough
+//! entries were committed for a purge and none happened). Nodes snapshot their
+//! state machine every 1,000 entries into `<dir>/sm` and openraft purges the
+//! log to 500 entries below it, so the store's purge, and its purge past the
+//! last entry when a restarted node installs a snapshot, run under the kills
+//! too. `bench` measures committed writes per
+//! second of a cluster with this store or with an in-memory log store (the
+//! ceiling: no durability at all).
+//!
+//! One job per file: `main.rs` the commands, `node.rs` a node (its raft
+//! configuration, serving and applying RPCs), `rpc.rs` the wire, `network.rs`
+//! openraft's network over it, `mem.rs` the in-memory log store of the bench's
+//! ceiling, `cluster.rs` a cluster of real processes, `drivers.rs` `kill-test`
+//! and `bench`. The state machine is the one openraft's storage suite runs
+//! with (`tests/kv`).
+
+mod cluster;
+mod drivers;
+#[path = "../../tests/kv/mod.rs"]
+mod kv;
+mod mem;
+mod network;
+mod node;
+mod rpc;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use commitlog_raft::{RaftLogStore, RaftStoreConfig};
+use kv::{NodeId, Request, StateMachine, TypeConfig};
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
+};
+use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use cluster::*;
+use drivers::*;
+use network::*;
+use node::*;
+use rpc::*;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+async fn serve_command(args: &[String]) -> Result<bool, Error> {
+    let id = arg(args, "--id", 0u64)?;
+    let addr = arg(args, "--addr", String::new())?;
+    let dir = arg(args, "--dir", PathBuf::new())?;
+    let flag = |name: &str| args.iter().any(|a| a == name);
+    serve(id, addr, dir, flag("--memory"), !flag("--no-snapshots")).await?;
+    Ok(true)
+}
+
+/// Makes the nodes of `--peers` a cluster, through the node at `--addr`.
+async fn init_command(args: &[String]) -> Result<bool, Error> {
+    let addr = arg(args, "--addr", String::new())?;
+    let members = parse_peers(&arg(args, "--peers", String::new())?)?;
+    match call_once(&addr, &Rpc::Init(members), Duration::from_secs(10)).await? {
+        Reply::Init(Ok(())) => Ok(true),
+        other => Err(format!("initialize: {other:?}").into()),
+    }
+}
+
+/// One write, sent to the leader (asking the node at `--addr` where it is).
+async fn put_command(args: &[String]) -> Result<bool, Error> {
+    let mut addr = arg(args, "--addr", String::new())?;
+    let request = Request { key: arg(args, "--key", String::new())?, value: arg(args, "--value", String::new())? };
+    for _ in 0..10 {
+        match call_once(&addr, &Rpc::Write(request.clone()), Duration::from_secs(5)).await? {
+            Reply::Write(Ok(index)) => {
+                println!("{index}");
+                return Ok(true);
+            }
+            Reply::Write(Err(Some(leader))) => {
+                match call_once(&addr, &Rpc::Address(leader), Duration::from_secs(5)).await? {
+                    Reply::Address(Some(leader_addr)) => addr = leader_addr,
+                    _ => return Err(format!("node {leader} leads, at an unknown address").into()),
+                }
+            }
+            Reply::Write(Err(None)) => tokio::time::sleep(Duration::from_millis(200)).await, // no leader yet
+            other => return Err(format!("write: {other:?}").into()),
+        }
+    }
+    Err("no leader accepted the write".into())
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("serve") => serve_command(&args).await,
+        Some("init") => init_command(&args).await,
+        Some("put") => put_command(&args).await,
+        Some("kill-test") => kill_test(&args).await,
+        Some("bench") => bench(&args).await.map(|()| true),
+        _ => Err("usage: raft-node serve|init|put|kill-test|bench [options] (see the file's header)".into()),
+    };
+    match result {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::from(1),
+        Err(err) => {
+            eprintln!("raft-node: {err}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
