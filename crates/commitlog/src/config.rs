@@ -210,15 +210,8 @@ impl CommitLogConfig {
                 return invalid(format!("segment directory {path:?} must be an absolute path (UTF-8, no line break)"));
             }
         }
-        for (i, a) in self.store_path_commit_log.iter().enumerate() {
-            if let Some(b) = self
-                .store_path_commit_log
-                .iter()
-                .skip(i.saturating_add(1))
-                .find(|b| b.starts_with(a) || a.starts_with(b))
-            {
-                return invalid(format!("store_path_commit_log {} and {} overlap", a.display(), b.display()));
-            }
+        if let Some((a, b)) = store_io::first_overlap(&self.store_path_commit_log) {
+            return invalid(format!("store_path_commit_log {} and {} overlap", a.display(), b.display()));
         }
         if !self.store_path_commit_log.is_empty()
             && self.store_path_commit_log.iter().all(|p| self.read_only_commit_log_store_paths.contains(p))

@@ -68,8 +68,8 @@ pub use store_io::sim;
 #[cfg(feature = "sim")]
 pub use store_io::SimStorage;
 pub use store_io::{
-    epoch_ms, sync_dir, DirEntry, DiskSpace, LockError, MmapStorage, OpenedSegment, SegmentIo, SegmentMemory, Storage,
-    LOCK_FILE,
+    epoch_ms, first_overlap, sync_dir, DirEntry, DiskSpace, LockError, MmapStorage, OpenedSegment, SegmentIo,
+    SegmentMemory, Storage, LOCK_FILE,
 };
 
 use region::{AppendRefused, Filled, Region, ResetRefused, WriteFailed};

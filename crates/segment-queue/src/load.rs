@@ -138,17 +138,13 @@ fn check_dirs(dirs: &[SegmentDir]) -> Result<(), QueueError> {
     if !dirs.iter().any(|d| !d.read_only) {
         return invalid(format!("no writable segment directory among {} given", dirs.len()));
     }
-    for (i, first) in dirs.iter().enumerate() {
-        let later = dirs.iter().skip(i.saturating_add(1));
-        if let Some(second) =
-            later.into_iter().find(|d| d.path.starts_with(&first.path) || first.path.starts_with(&d.path))
-        {
-            return invalid(format!(
-                "segment directories {} and {} overlap: each must be outside the others",
-                first.path.display(),
-                second.path.display()
-            ));
-        }
+    let paths: Vec<&std::path::Path> = dirs.iter().map(|d| d.path.as_path()).collect();
+    if let Some((first, second)) = mapped_file::first_overlap(&paths) {
+        return invalid(format!(
+            "segment directories {} and {} overlap: each must be outside the others",
+            first.display(),
+            second.display()
+        ));
     }
     Ok(())
 }

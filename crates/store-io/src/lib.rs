@@ -40,7 +40,7 @@ pub mod sim;
 mod storage;
 
 pub use memory::SegmentMemory;
-pub use mmap::{sync_dir, LockError, MmapStorage, LOCK_FILE};
+pub use mmap::{first_overlap, sync_dir, LockError, MmapStorage, LOCK_FILE};
 #[cfg(feature = "sim")]
 pub use sim::SimStorage;
 pub use storage::{epoch_ms, DirEntry, DiskSpace, OpenedSegment, SegmentIo, Storage};

@@ -125,12 +125,8 @@ impl MmapStorage {
                 source: io::Error::new(io::ErrorKind::InvalidInput, "no directory to lock"),
             });
         }
-        for (i, first) in roots.iter().enumerate() {
-            if let Some(second) =
-                roots.iter().skip(i.saturating_add(1)).find(|r| r.starts_with(first) || first.starts_with(r))
-            {
-                return Err(LockError::Overlapping { first: first.clone(), second: second.clone() });
-            }
+        if let Some((first, second)) = first_overlap(&roots) {
+            return Err(LockError::Overlapping { first: first.to_path_buf(), second: second.to_path_buf() });
         }
         let locks = roots.iter().map(|root| lock_dir(root)).collect::<Result<Vec<_>, _>>()?;
         Ok(MmapStorage { roots, locks: Mutex::new(Some(locks)), write_without_mmap: false })
@@ -221,6 +217,21 @@ fn lock_dir(root: &Path) -> Result<Arc<DirLock>, LockError> {
         }
         Err(fs::TryLockError::Error(source)) => Err(LockError::Io { path: lock_path, source }),
     }
+}
+
+/// The first two of `dirs` (in order) of which one lies inside the other, or is
+/// the same: directories a store spreads its files over must be disjoint, or
+/// paths under the inner one would have two owners. The one rule the storage,
+/// the segment queue and the log's config all check.
+pub fn first_overlap<P: AsRef<Path>>(dirs: &[P]) -> Option<(&Path, &Path)> {
+    dirs.iter().enumerate().find_map(|(i, first)| {
+        let first = first.as_ref();
+        dirs.iter()
+            .skip(i.saturating_add(1))
+            .map(AsRef::as_ref)
+            .find(|d| d.starts_with(first) || first.starts_with(d))
+            .map(|second| (first, second))
+    })
 }
 
 /// Fsyncs a directory so that entries created or removed in it survive a power cut.
