@@ -171,7 +171,7 @@ impl MmapStorage {
         })
     }
 
-    // The one `unsafe` outside `raw.rs`: the mapping is made here because the lock
+    // The one `unsafe` outside `memory.rs`: the mapping is made here because the lock
     // that makes it sound is held here.
     #[allow(unsafe_code)]
     fn map(&self, file: &File, len: usize, lock: Arc<DirLock>) -> io::Result<SegmentMemory> {
