@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use flush_service::DurabilityHandle;
-use mapped_file::{AppendStatus, Appended};
+use mapped_file::Placed;
 
 use crate::format::{advance, body_crc, encode_blank, encode_record, parse, Parsed, HEADER_SIZE};
 use crate::{CommitLog, Error, PutMessageStatus};
@@ -143,32 +143,32 @@ impl CommitLog {
                 }
                 other => other.into(),
             })?;
-            // The tail handed out is at most the record plus the room for a blank
-            // it must leave, so a segment written without mmap stages no more.
-            let appended = file
-                .append_sized(ts, size.saturating_add(HEADER_SIZE), |offset, tail| {
-                    if size.saturating_add(HEADER_SIZE) <= tail.len() {
-                        write(&mut tail[..size], offset, ts);
+            // Room for a blank is kept after every record, so a segment's rest
+            // is either empty (a full segment) or at least a header long.
+            let placed = file
+                .place(
+                    ts,
+                    size,
+                    HEADER_SIZE,
+                    |offset, out| {
+                        write(out, offset, ts);
                         // Pair assertion: what we placed parses as records of `size`.
                         assert!(
-                            matches!(parse(tail, offset, false), Parsed::Record { .. }),
+                            matches!(parse(out, offset, false), Parsed::Record { .. }),
                             "encoded record does not parse"
                         );
-                        AppendStatus::Written { bytes: size, value: true }
-                    } else {
-                        // Every record leaves room for a blank, so a tail is either
-                        // empty (a full segment) or at least a header long.
-                        if !tail.is_empty() {
-                            encode_blank(tail, offset, ts);
-                            // The tail's bytes are unspecified (a staging buffer,
+                    },
+                    |offset, rest| {
+                        if !rest.is_empty() {
+                            encode_blank(rest, offset, ts);
+                            // The rest's bytes are unspecified (a staging buffer,
                             // or older bytes): the padding reads as zeros anyway.
-                            tail[HEADER_SIZE..].fill(0);
+                            rest[HEADER_SIZE..].fill(0);
                         }
-                        AppendStatus::Written { bytes: tail.len(), value: false }
-                    }
-                })
+                    },
+                )
                 .map_err(|e| self.writeable_or(e.into()))?;
-            if let Appended::Written { wrote_offset, value: true, .. } = appended {
+            if let Placed::Appended { offset: wrote_offset } = placed {
                 let durability = self.durability(advance(wrote_offset, size));
                 crate::metrics::appended(records, size, started.elapsed());
                 return Ok((wrote_offset, ts, durability));

@@ -138,6 +138,19 @@ pub enum AppendStatus<T> {
     DoesNotFit,
 }
 
+/// What [`MappedFile::place`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placed {
+    /// The bytes were placed at this absolute offset.
+    Appended {
+        /// Where the first byte went.
+        offset: u64,
+    },
+    /// They did not fit: the segment's rest was padded (it is full now), and the
+    /// caller goes on in the next segment.
+    Padded,
+}
+
 /// The result of [`MappedFile::append_with`].
 #[derive(Debug)]
 pub enum Appended<T> {
@@ -518,6 +531,40 @@ impl MappedFile {
             }),
             Err(AppendRefused::Write(failed)) => Err(self.write_failed(failed)),
         }
+    }
+
+    /// Places `len` bytes at the end, or pads the segment's rest: the one append
+    /// a log of records needs, with no closure protocol to speak. If `len` bytes
+    /// fit with `reserve` bytes left after them (room a later pad needs),
+    /// `write(offset, bytes)` fills exactly `len` bytes at absolute `offset`;
+    /// otherwise `pad(offset, rest)` fills every remaining byte, which closes the
+    /// segment, and nothing of the record is written (a full segment pads
+    /// nothing). The bytes handed out are unspecified (zeros, or older bytes):
+    /// both closures must write every one. On the default path (written without
+    /// mmap) they go to the file with one `pwrite` from a staging buffer of at
+    /// most `len + reserve` bytes.
+    pub fn place(
+        &self,
+        store_timestamp_ms: u64,
+        len: usize,
+        reserve: usize,
+        write: impl FnOnce(u64, &mut [u8]),
+        pad: impl FnOnce(u64, &mut [u8]),
+    ) -> Result<Placed, MappedFileError> {
+        let need = len.saturating_add(reserve);
+        let appended = self.append_sized(store_timestamp_ms, need, |offset, tail| {
+            if need <= tail.len() {
+                write(offset, &mut tail[..len]);
+                AppendStatus::Written { bytes: len, value: true }
+            } else {
+                pad(offset, tail);
+                AppendStatus::Written { bytes: tail.len(), value: false }
+            }
+        })?;
+        Ok(match appended {
+            Appended::Written { wrote_offset, value: true, .. } => Placed::Appended { offset: wrote_offset },
+            _ => Placed::Padded,
+        })
     }
 
     /// Appends `data` as is, if it fits.

@@ -496,3 +496,24 @@ fn the_used_share_is_the_one_df_shows_space_reserved_for_root_aside() {
     assert_eq!(space.bytes_above(60.0), 0);
     assert_eq!(space.bytes_above(0.0), 60, "never more than is used");
 }
+
+#[test]
+fn place_writes_what_fits_with_room_to_spare_and_pads_the_rest_otherwise() {
+    let (_storage, file) = sim_file(SIZE);
+    let record = 1000;
+    let mut placed = Vec::new();
+    while let Placed::Appended { offset } =
+        file.place(5, record, 64, |_, out| out.fill(0xAB), |_, rest| rest.fill(0xEE)).unwrap()
+    {
+        placed.push(offset);
+    }
+    // Every record left room for a pad of 64 bytes; the pad filled the rest.
+    assert_eq!(placed.len(), (SIZE - 64) / record);
+    assert!(file.is_full());
+    let bytes = file.read(0, SIZE).unwrap();
+    let end = placed.len() * record;
+    assert!(bytes[..end].iter().all(|&b| b == 0xAB));
+    assert!(bytes[end..].iter().all(|&b| b == 0xEE), "the pad covers every remaining byte");
+    // A full segment pads nothing and places nothing.
+    assert_eq!(file.place(5, 1, 0, |_, _| unreachable!(), |_, rest| assert!(rest.is_empty())).unwrap(), Placed::Padded);
+}
