@@ -194,6 +194,19 @@ impl fmt::Debug for SimStorage {
 }
 
 impl SimStorage {
+    /// The segment handle for the file at `path`, over `memory`.
+    fn opened(&self, path: &Path, memory: SegmentMemory, file_writes: bool) -> OpenedSegment {
+        OpenedSegment {
+            memory,
+            io: Box::new(SimSegment {
+                path: path.to_path_buf(),
+                state: Arc::clone(&self.state),
+                file_writes,
+                unlinked: std::sync::atomic::AtomicU64::new(0),
+            }),
+        }
+    }
+
     /// An empty storage.
     pub fn new() -> Self {
         Self::default()
@@ -456,16 +469,7 @@ impl Storage for SimStorage {
         }
         let memory = SegmentMemory::heap(vec![0; len])?;
         state.files.insert(path.to_path_buf(), SimFile::new(vec![0; len]));
-        let file_writes = state.write_without_mmap;
-        Ok(OpenedSegment {
-            memory,
-            io: Box::new(SimSegment {
-                path: path.to_path_buf(),
-                state: Arc::clone(&self.state),
-                file_writes,
-                unlinked: std::sync::atomic::AtomicU64::new(0),
-            }),
-        })
+        Ok(self.opened(path, memory, state.write_without_mmap))
     }
 
     fn open(&self, path: &Path, len: usize) -> io::Result<OpenedSegment> {
@@ -475,16 +479,7 @@ impl Storage for SimStorage {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "file shorter than the segment size"));
         }
         let memory = SegmentMemory::heap(file.cache[..len].to_vec())?;
-        let file_writes = state.write_without_mmap;
-        Ok(OpenedSegment {
-            memory,
-            io: Box::new(SimSegment {
-                path: path.to_path_buf(),
-                state: Arc::clone(&self.state),
-                file_writes,
-                unlinked: std::sync::atomic::AtomicU64::new(0),
-            }),
-        })
+        Ok(self.opened(path, memory, state.write_without_mmap))
     }
 
     fn remove(&self, path: &Path) -> io::Result<()> {

@@ -30,16 +30,7 @@ impl FlushPolicy for DirtyBytesOrAgePolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::TargetState;
-
-    fn at(ms: u64, pending_bytes: u64, age_ms: Option<u64>) -> PolicyInput {
-        PolicyInput {
-            now: Duration::from_millis(ms),
-            pending_bytes,
-            pending_age: age_ms.map(Duration::from_millis),
-            target: TargetState::default(),
-        }
-    }
+    use crate::policy::tests::at;
 
     #[test]
     fn dirty_bytes_or_age_policy_flushes_on_either_bound() {

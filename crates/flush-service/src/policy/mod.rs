@@ -168,3 +168,18 @@ impl PartialEq for PolicyChoice {
 }
 
 impl Eq for PolicyChoice {}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A flush policy's input at `ms`, with `pending_bytes` pending for `age_ms`.
+    pub(crate) fn at(ms: u64, pending_bytes: u64, age_ms: Option<u64>) -> PolicyInput {
+        PolicyInput {
+            now: Duration::from_millis(ms),
+            pending_bytes,
+            pending_age: age_ms.map(Duration::from_millis),
+            target: TargetState::default(),
+        }
+    }
+}

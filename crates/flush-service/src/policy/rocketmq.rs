@@ -38,16 +38,7 @@ impl FlushPolicy for RocketMqPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::TargetState;
-
-    fn at(ms: u64, pending_bytes: u64, age_ms: Option<u64>) -> PolicyInput {
-        PolicyInput {
-            now: Duration::from_millis(ms),
-            pending_bytes,
-            pending_age: age_ms.map(Duration::from_millis),
-            target: TargetState::default(),
-        }
-    }
+    use crate::policy::tests::at;
 
     #[test]
     fn rocketmq_policy_is_thorough_once_per_interval() {
