@@ -211,7 +211,9 @@ fn continue_from(
         for seq in 0..appends {
             let Ok(put) = log.append(&body(GEN2, seq, body_len)) else { break };
             if put.durability.wait().is_ok() {
-                acked.lock().expect("acked").push((put.wrote_offset, sim2.event_count()));
+                // The event first: the storage's lock is never taken under this one.
+                let event = sim2.event_count();
+                acked.lock().expect("acked").push((put.wrote_offset, event));
             }
         }
     });

@@ -110,7 +110,9 @@ pub fn run_seed(seed: u64, images_per_point: usize, fail_a_sync: bool, stop_at_f
                     let b = body(p, seq, rng.range(20, 1500) as usize);
                     let Ok(put) = log.append(&b) else { break };
                     if put.durability.wait().is_ok() {
-                        acked.lock().expect("acked").push((put.wrote_offset, sim.event_count()));
+                        // The event first: the storage's lock is never taken under this one.
+                        let event = sim.event_count();
+                        acked.lock().expect("acked").push((put.wrote_offset, event));
                     }
                 }
             })

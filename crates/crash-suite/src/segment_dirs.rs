@@ -148,13 +148,17 @@ pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tall
         }
         let Ok(put) = log.append(&body(0, seq, rng.range(200, 1500) as usize)) else { break };
         if put.durability.wait().is_ok() {
-            acked.lock().expect("acked").push((put.wrote_offset, sim.event_count()));
+            // The event first: the storage's lock is never taken under this one.
+            let event = sim.event_count();
+            acked.lock().expect("acked").push((put.wrote_offset, event));
         }
         if seq % 9 == 0 {
             // Retention: the segments wholly below a record some way back.
             let offsets: Vec<u64> = acked.lock().expect("acked").iter().map(|(o, _)| *o).collect();
             let threshold = offsets[offsets.len() * 2 / 3];
-            deletions.lock().expect("deletions").push((threshold, sim.event_count()));
+            // The event first: the storage's lock is never taken under this one.
+            let event = sim.event_count();
+            deletions.lock().expect("deletions").push((threshold, event));
             deleted += log.delete_segments_before(threshold, 2).unwrap_or(0) as u64;
         }
     }
