@@ -79,7 +79,7 @@ pub use flush_service::{
     GatherInput, GatherOutcome, GatherPolicy, GatherPolicyFactory, GroupCommitConfig, PolicyChoice, PolicyFactory,
     PolicyInput, RoundReport, StartError, TargetState,
 };
-pub use log::CommitLog;
+pub use log::{CommitLog, FlushListener};
 pub use mapped_file::{MappedFileError, SyncFailure};
 pub use queue_target::QueueTarget;
 pub use read::{Record, Records};

@@ -12,7 +12,7 @@ use flush_service::{
     SystemClock,
 };
 use mapped_file::{LockError, MmapStorage, Storage};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use segment_queue::{QueueConfig, SegmentQueue};
 use transient_pool::{PoolConfig, TransientStorePool};
 
@@ -39,6 +39,23 @@ pub(crate) struct Inner {
     disk_thread: Mutex<Option<ServiceThread>>,
     pub(crate) shut_down: AtomicBool,
     recovery: RecoveryReport,
+    listeners: Arc<Listeners>,
+}
+
+/// Called with the flushed offset after each flush that moved it (see
+/// [`CommitLog::on_flushed`]).
+pub type FlushListener = Arc<dyn Fn(u64) + Send + Sync>;
+
+/// The registered [`FlushListener`]s.
+#[derive(Default)]
+struct Listeners(RwLock<Vec<FlushListener>>);
+
+impl Listeners {
+    fn notify(&self, flushed: u64) {
+        for listener in self.0.read().iter() {
+            listener(flushed);
+        }
+    }
 }
 
 /// A commit log in a directory: segments in `<dir>/commitlog/`, plus `checkpoint`,
@@ -236,7 +253,8 @@ impl CommitLog {
             }));
         }
 
-        let on_flushed = flushed_callback(&state);
+        let listeners = Arc::new(Listeners::default());
+        let on_flushed = flushed_callback(&state, &listeners);
         let clock = Arc::new(SystemClock::new());
         let target: Arc<dyn FlushTarget> = Arc::new(QueueTarget::for_log(Arc::clone(&queue)));
         let with_pool = pool.is_some();
@@ -274,6 +292,7 @@ impl CommitLog {
                 disk_thread: Mutex::new(Some(disk_thread)),
                 shut_down: AtomicBool::new(false),
                 recovery: report,
+                listeners,
             }),
         })
     }
@@ -281,6 +300,14 @@ impl CommitLog {
     /// The store directory.
     pub fn dir(&self) -> &Path {
         &self.inner.dir
+    }
+
+    /// The storage the log's files are on (holding the store directory's lock,
+    /// for [`open`](Self::open)): where a layer above keeps its own files under
+    /// the store directory, so that they share the lock and, in tests, the
+    /// simulated disk.
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.inner.storage
     }
 
     /// The configuration.
@@ -384,6 +411,15 @@ impl CommitLog {
         self.read_limit()
     }
 
+    /// Registers `listener`, called with the flushed offset after every flush of
+    /// the log (a group-commit round, a periodic flush, [`flush_all`](Self::flush_all)),
+    /// on the thread that flushed and before a round's requests are answered: a
+    /// reader that must only see durable records (a dispatcher under sync flush)
+    /// learns the new bound without polling. Keep it short: it delays the answers.
+    pub fn on_flushed(&self, listener: FlushListener) {
+        self.inner.listeners.0.write().push(listener);
+    }
+
     /// Commits and flushes everything now; returns the flushed offset.
     pub fn flush_all(&self) -> Result<u64, Error> {
         self.check_writeable()?;
@@ -398,6 +434,7 @@ impl CommitLog {
             store_timestamp: self.inner.queue.store_timestamp(),
             requests_acknowledged: 0,
         });
+        self.inner.listeners.notify(self.flushed_offset());
         Ok(progress.to)
     }
 
@@ -536,9 +573,11 @@ impl Inner {
 }
 
 /// What each successful flush reports to the checkpoint.
-fn flushed_callback(state: &Arc<CheckpointState>) -> FlushedCallback {
+fn flushed_callback(state: &Arc<CheckpointState>, listeners: &Arc<Listeners>) -> FlushedCallback {
     let state = Arc::clone(state);
+    let listeners = Arc::clone(listeners);
     Arc::new(move |report: FlushedReport| {
+        listeners.notify(report.flushed_where);
         if report.requests_acknowledged > 0 {
             crate::metrics::round(report.requests_acknowledged);
         }
@@ -605,5 +644,25 @@ mod tests {
         let reopened = CommitLog::open_with_storage("/race", config(), storage).unwrap();
         assert_eq!(reopened.max_offset(), cut);
         reopened.shutdown().unwrap();
+    }
+
+    #[test]
+    fn flush_listeners_hear_of_a_sync_round_before_its_producer_is_answered() {
+        let storage: Arc<dyn Storage> = Arc::new(SimStorage::new());
+        let config = CommitLogConfig { flush_disk_type: FlushDiskType::SyncFlush, ..config() };
+        let log = CommitLog::open_with_storage("/listen", config, storage).unwrap();
+        let heard = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let sink = Arc::clone(&heard);
+        log.on_flushed(Arc::new(move |flushed| {
+            sink.fetch_max(flushed, Ordering::SeqCst);
+        }));
+        let put = log.append(b"durable").unwrap();
+        let end = put.next_offset();
+        put.durability.wait().unwrap();
+        assert!(heard.load(Ordering::SeqCst) >= end, "the round's flush was heard before the answer");
+        log.append(b"more").unwrap();
+        let flushed = log.flush_all().unwrap();
+        assert_eq!(heard.load(Ordering::SeqCst), flushed, "a manual flush is heard too");
+        log.shutdown().unwrap();
     }
 }

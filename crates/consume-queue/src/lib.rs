@@ -156,6 +156,14 @@ pub struct ConsumeQueueConfig {
     pub flush_consume_queue_thorough_interval_ms: u64,
     /// Prepare the next segment in the background.
     pub preallocate_next_segment: bool,
+    /// Run the queue's own flush service (a thread). An owner of many queues
+    /// turns it off and flushes them all from one thread
+    /// ([`ConsumeQueue::flush_with`]), as RocketMQ's `FlushConsumeQueueService` does.
+    pub own_flush_service: bool,
+    /// The queue owns its storage: closing the queue (drop) releases it. An
+    /// owner whose queues share one storage with each other or with a log
+    /// turns it off, so closing a queue leaves the storage usable.
+    pub owns_storage: bool,
 }
 
 impl Default for ConsumeQueueConfig {
@@ -173,6 +181,8 @@ impl ConsumeQueueConfig {
             flush_consume_queue_least_pages: 2,
             flush_consume_queue_thorough_interval_ms: 60_000,
             preallocate_next_segment: true,
+            own_flush_service: true,
+            owns_storage: true,
         }
     }
 
@@ -227,7 +237,10 @@ fn index_at(position: u64) -> u64 {
 /// truncation and deletion serialize on a lock), any number of readers.
 pub struct ConsumeQueue {
     queue: Arc<SegmentQueue>,
-    flusher: AsyncFlush,
+    /// The queue's own flush service, if it runs one.
+    flusher: Option<AsyncFlush>,
+    /// Release the storage on close ([`ConsumeQueueConfig::owns_storage`]).
+    owns_storage: bool,
     /// Puts, truncation, deletion and repair, one at a time.
     write: Mutex<()>,
     /// The first index holding an entry (entries below it in the first segment
@@ -273,13 +286,24 @@ impl ConsumeQueue {
             }
             queue.set_committed_where(position(next)?);
         }
-        let target = Arc::new(QueueTarget::new(Arc::clone(&queue)));
-        let flusher = AsyncFlush::start(target, Arc::new(SystemClock::new()), &config.flush_config(), false, None)?;
+        let flusher = if config.own_flush_service {
+            let target = Arc::new(QueueTarget::new(Arc::clone(&queue)));
+            Some(AsyncFlush::start(target, Arc::new(SystemClock::new()), &config.flush_config(), false, None)?)
+        } else {
+            None
+        };
         let unverified_from = Mutex::new(match range {
             Some((first, _)) => first.max(index_at(Self::window_start(&queue))),
             None => 0,
         });
-        Ok(ConsumeQueue { queue, flusher, write: Mutex::new(()), range: Mutex::new(range), unverified_from })
+        Ok(ConsumeQueue {
+            queue,
+            flusher,
+            owns_storage: config.owns_storage,
+            write: Mutex::new(()),
+            range: Mutex::new(range),
+            unverified_from,
+        })
     }
 
     /// The byte position where the scanned window starts: the start of the
@@ -546,6 +570,22 @@ impl ConsumeQueue {
         Ok(self.queue.flush(0)?.to)
     }
 
+    /// Flushes if at least `least_pages` pages are dirty (0: any byte), as a
+    /// flush service would; returns the flushed byte position.
+    pub fn flush_with(&self, least_pages: usize) -> Result<u64, CqError> {
+        Ok(self.queue.flush(least_pages)?.to)
+    }
+
+    /// True when entries were put that are not flushed yet.
+    pub fn is_dirty(&self) -> bool {
+        self.queue.remain_how_many_data_to_flush() > 0
+    }
+
+    /// The queue's directory.
+    pub fn dir(&self) -> &Path {
+        self.queue.dir()
+    }
+
     /// Makes the index agree with `log` (RocketMQ's dispatch after a restart).
     /// `dispatch` says which records of the log are this queue's, and their index.
     ///
@@ -697,7 +737,9 @@ impl ConsumeQueue {
 
     /// Stops the flush service and flushes everything.
     pub fn shutdown(&self) -> Result<(), CqError> {
-        self.flusher.shutdown();
+        if let Some(flusher) = &self.flusher {
+            flusher.shutdown();
+        }
         self.queue.flush(0)?;
         self.queue.shutdown();
         Ok(())
@@ -706,11 +748,17 @@ impl ConsumeQueue {
 
 impl Drop for ConsumeQueue {
     fn drop(&mut self) {
-        self.flusher.shutdown();
+        if let Some(flusher) = &self.flusher {
+            flusher.shutdown();
+        }
         if let Err(err) = self.queue.flush(0) {
             tracing::warn!(%err, "consume queue: final flush failed");
         }
-        self.queue.close();
+        if self.owns_storage {
+            self.queue.close();
+        } else {
+            self.queue.drop_segments();
+        }
     }
 }
 

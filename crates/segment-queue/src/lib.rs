@@ -209,10 +209,16 @@ impl SegmentQueue {
     /// queue is empty afterwards: reads find nothing, and appends fail because no
     /// segment can be created.
     pub fn close(&self) {
+        self.drop_segments();
+        self.storage.release();
+    }
+
+    /// [`close`](Self::close) for a queue on a storage it shares (with other
+    /// queues, or a log): the segments are dropped, the storage stays usable.
+    pub fn drop_segments(&self) {
         self.shutdown();
         let _roll = self.roll_lock.lock();
         self.files.write().clear();
-        self.storage.release();
     }
 }
 

@@ -117,6 +117,7 @@ struct SimState {
     fail_removes: bool,
     fail_writes: bool,
     create_delay: std::time::Duration,
+    sync_delay: std::time::Duration,
     write_without_mmap: bool,
     disk_space: Option<crate::DiskSpace>,
     /// Space reported for paths under a directory, overriding `disk_space`.
@@ -287,6 +288,13 @@ impl SimStorage {
     /// tests can run into time limits.
     pub fn set_create_delay(&self, delay: std::time::Duration) {
         self.state.lock().create_delay = delay;
+    }
+
+    /// Makes every segment sync take `delay` before it persists anything (a
+    /// slow disk): windows in which written data is visible but not durable
+    /// grow, and code that shows such data early is caught more often.
+    pub fn set_sync_delay(&self, delay: std::time::Duration) {
+        self.state.lock().sync_delay = delay;
     }
 
     /// After every write and every sync, send a snapshot to `sink` (blocking while
@@ -584,6 +592,10 @@ impl SegmentIo for SimSegment {
     }
 
     fn sync_range(&self, _memory: &SegmentMemory, offset: usize, len: usize) -> io::Result<()> {
+        let delay = self.state.lock().sync_delay;
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
         let mut state = self.state.lock();
         state.syncs += 1;
         let fail = state.fail_all_syncs || state.fail_sync_at == Some(state.syncs);
