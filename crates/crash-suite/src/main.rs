@@ -4,7 +4,8 @@
 //! simulated power loss under the replicated log's store, 2d segment directories
 //! that go missing, 2e truncations racing flushes and rounds, 2b crashes over
 //! several generations (recover, append, crash again), 3 real SIGKILLs, 4 sync
-//! failure, 5 disk full, the guard and the cleaning service. Layers 6 (fuzzing)
+//! failure, 5 disk full, the guard and the cleaning service; 2f the message store
+//! (consume queues, offsets, consumers) under simulated power loss. Layers 6 (fuzzing)
 //! and 7 (loom models) are run by `cargo xtask crash` around this binary. Each
 //! layer prints one line with its figure; the exit code is non-zero if any fails.
 //! `--planted` runs the planted bugs instead (a `--cfg planted_bugs` build only).
@@ -20,6 +21,7 @@ mod corruption;
 mod disk_full;
 mod generations;
 mod kill;
+mod message_layer;
 #[cfg(planted_bugs)]
 mod planted;
 mod power_loss;
@@ -176,6 +178,32 @@ fn main() -> ExitCode {
                 d.false_refusals,
                 d.lost,
                 d.garbage,
+                t0.elapsed()
+            ),
+        );
+    }
+
+    if layer_wanted("message-store") {
+        // 2f. The message store under simulated power loss.
+        let t0 = Instant::now();
+        let mut m = message_layer::Tally::default();
+        let runs = 24 * scale as u64;
+        for s in 0..runs {
+            m.add(message_layer::run_seed(seed + 17_000 + s, 4, false));
+        }
+        report(
+            m.violations() == 0 && m.states >= 5_000 * scale as u64,
+            format!(
+                "message-store (puts on shared queues, a consumer committing offsets; one run in four async): {} crash states over {runs} runs, {} acked, {} consumed, {} acked or consumed lost, {} garbage, {} committed offsets lost, {} offsets reused, {} failed opens, {} failed reads ({:.1?})",
+                m.states,
+                m.acked,
+                m.consumed,
+                m.lost,
+                m.garbage,
+                m.offsets_lost,
+                m.reused,
+                m.open_errors,
+                m.read_errors,
                 t0.elapsed()
             ),
         );

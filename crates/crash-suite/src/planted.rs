@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use crate::{generations, power_loss, races, raft_power_loss, segment_dirs};
+use crate::{generations, message_layer, power_loss, races, raft_power_loss, segment_dirs};
 
 /// A planted bug of one of the crates (each owns its own).
 #[derive(Debug, Clone, Copy)]
@@ -13,6 +13,7 @@ enum Bug {
     File(mapped_file::planted::Bug),
     Queue(segment_queue::planted::Bug),
     Log(commitlog::planted::Bug),
+    Store(message_store::planted::Bug),
 }
 
 impl Bug {
@@ -21,10 +22,12 @@ impl Bug {
         mapped_file::planted::activate(None);
         segment_queue::planted::activate(None);
         commitlog::planted::activate(None);
+        message_store::planted::activate(None);
         match bug {
             Some(Bug::File(b)) => mapped_file::planted::activate(Some(b)),
             Some(Bug::Queue(b)) => segment_queue::planted::activate(Some(b)),
             Some(Bug::Log(b)) => commitlog::planted::activate(Some(b)),
+            Some(Bug::Store(b)) => message_store::planted::activate(Some(b)),
             None => {}
         }
     }
@@ -37,9 +40,10 @@ type Case = (Bug, &'static str, fn(u64, Bug) -> bool);
 pub fn run(seed: u64) -> ExitCode {
     use commitlog::planted::Bug as L;
     use mapped_file::planted::Bug as F;
+    use message_store::planted::Bug as S;
     use segment_queue::planted::Bug as Q;
     let t0 = Instant::now();
-    let cases: [Case; 11] = [
+    let cases: [Case; 14] = [
         (Bug::File(F::AckBeforeSync), "power-loss", power_loss_catches),
         (Bug::File(F::AckBeforeSync), "raft-power-loss", raft_power_loss_catches),
         (Bug::File(F::RetryAfterFailedSync), "power-loss", power_loss_catches),
@@ -51,6 +55,9 @@ pub fn run(seed: u64) -> ExitCode {
         (Bug::Log(L::SegmentsUnchecked), "segment-dirs", segment_dirs_catches),
         (Bug::Log(L::NewSegmentUnrecorded), "segment-dirs", segment_dirs_catches),
         (Bug::Log(L::CheckpointUnclamped), "races", races_catches),
+        (Bug::Store(S::DispatchBeforeDurable), "message-store", message_store_catches),
+        (Bug::Store(S::QueueNotCut), "message-store", message_store_catches),
+        (Bug::Store(S::OffsetOutsidePutLock), "message-store", message_store_catches),
     ];
     let mut missed = Vec::new();
     for (bug, layer, catches) in cases {
@@ -63,7 +70,7 @@ pub fn run(seed: u64) -> ExitCode {
         }
     }
     println!(
-        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync, truncation keeping the checkpoint; generations: truncation leaves the tail; segment-dirs: front recorded after deletion, segments unchecked at open, new segment unrecorded; races: checkpoint unclamped) ({:.1?})",
+        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync, truncation keeping the checkpoint; generations: truncation leaves the tail; segment-dirs: front recorded after deletion, segments unchecked at open, new segment unrecorded; races: checkpoint unclamped; message-store: dispatch before durable, queue not cut at recovery, offset outside the put lock) ({:.1?})",
         cases.len() - missed.len(),
         cases.len(),
         t0.elapsed()
@@ -108,4 +115,8 @@ fn segment_dirs_catches(seed: u64, _: Bug) -> bool {
 
 fn races_catches(seed: u64, _: Bug) -> bool {
     races::run(seed, 20).violations() > 0
+}
+
+fn message_store_catches(seed: u64, _: Bug) -> bool {
+    (0..24).any(|s| message_layer::run_seed(seed + 17_000 + s, 4, true).violations() > 0)
 }

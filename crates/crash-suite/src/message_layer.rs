@@ -1,0 +1,284 @@
+//! Layer 2f: the message store under simulated power loss. Producers put
+//! messages on four queues of one topic (two producers share queues, so the put
+//! lock matters), a consumer reads every queue and commits its offsets, all on
+//! `SimStorage`; after every write and sync the storage sends a snapshot, and
+//! crash images of it are opened as message stores and checked:
+//!
+//! - the store opens;
+//! - every queue reads back densely from its first offset to its end, each
+//!   message at the offset it claims (no entry names a missing or different
+//!   record);
+//! - under sync flush, every message acknowledged or consumed before that point
+//!   is at its (queue, offset) with its body (a message a consumer saw was
+//!   durable: dispatch reads only durable data), and every committed consumer
+//!   offset survives;
+//! - a new put on each queue takes the queue's end: no offset is used twice.
+//!
+//! One run in four uses async flush, where the log can lose its tail while the
+//! consume queues kept entries for it: only the structure is checked there.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use commitlog::{CommitLogConfig, FlushDiskType};
+use mapped_file::sim::SimSnapshot;
+use mapped_file::Storage;
+use message_store::{Message, MessageStore, MessageStoreConfig, TagFilter};
+
+use crate::common::*;
+
+const SEGMENT: usize = 16 * 1024;
+const QUEUES: u32 = 4;
+const ROOT: &str = "/sim-message-store";
+
+/// Tally of one run.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Tally {
+    /// Crash images opened.
+    pub states: u64,
+    /// Messages acknowledged.
+    pub acked: u64,
+    /// Messages a consumer read.
+    pub consumed: u64,
+    /// Acknowledged or consumed messages missing after recovery.
+    pub lost: u64,
+    /// Queues that do not read back densely, or entries naming the wrong record.
+    pub garbage: u64,
+    /// Committed consumer offsets that went back.
+    pub offsets_lost: u64,
+    /// New puts that took an offset below the queue's end.
+    pub reused: u64,
+    /// Images that did not open.
+    pub open_errors: u64,
+    /// Reads of a live queue that failed (an entry for a record readers may
+    /// not see yet: dispatched before it was durable).
+    pub read_errors: u64,
+}
+
+impl Tally {
+    /// What must be zero.
+    pub fn violations(&self) -> u64 {
+        self.lost + self.garbage + self.offsets_lost + self.reused + self.open_errors + self.read_errors
+    }
+
+    /// Adds another run's tally.
+    pub fn add(&mut self, o: Tally) {
+        self.states += o.states;
+        self.acked += o.acked;
+        self.consumed += o.consumed;
+        self.lost += o.lost;
+        self.garbage += o.garbage;
+        self.offsets_lost += o.offsets_lost;
+        self.reused += o.reused;
+        self.open_errors += o.open_errors;
+        self.read_errors += o.read_errors;
+    }
+}
+
+/// What was seen to hold at some event: (queue, offset, body) found, or a
+/// committed (queue, offset).
+#[derive(Debug, Default)]
+struct Seen {
+    messages: Vec<(u32, u64, Vec<u8>, u64)>,
+    commits: Vec<(u32, u64, u64)>,
+}
+
+fn store_config(flush: FlushDiskType) -> MessageStoreConfig {
+    // The log's own read limit off: dispatch's durable limit must hold by itself.
+    let log = CommitLogConfig { checkpoint_interval_ms: 1, read_limit_to_flushed: false, ..config(SEGMENT, flush) };
+    MessageStoreConfig {
+        consume_queue_entries_per_segment: 1024,
+        flush_interval_consume_queue_ms: 2,
+        flush_consume_queue_thorough_interval_ms: 5,
+        ..MessageStoreConfig::new(log)
+    }
+}
+
+/// One workload under one seed; `stop_at_first` ends at the first violation.
+pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tally {
+    let flush = if seed % 4 == 3 { FlushDiskType::AsyncFlush } else { FlushDiskType::SyncFlush };
+    let durable = flush == FlushDiskType::SyncFlush;
+    let path = write_without_mmap(seed);
+    let sim = sim_storage(path);
+    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+    let store = MessageStore::open_with_storage(ROOT, store_config(flush), storage).expect("open");
+    // A slow disk: messages stay written but not durable long enough for a
+    // consumer to see them, if dispatch ever let it.
+    sim.set_sync_delay(Duration::from_micros(300));
+    store.create_topic("t", QUEUES).expect("topic");
+    let (tx, rx) = mpsc::sync_channel::<SimSnapshot>(256);
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    sim.set_snapshot_sink(Some(tx));
+
+    let checker = {
+        let (seen, stop) = (Arc::clone(&seen), Arc::clone(&stop));
+        let mut rng = Rng(seed ^ 0x5703E);
+        std::thread::spawn(move || {
+            let mut tally = Tally::default();
+            for snapshot in rx {
+                if stop.load(Ordering::Relaxed) {
+                    continue; // drain so the store never blocks
+                }
+                let (messages, commits) = {
+                    let seen = seen.lock().expect("seen");
+                    let messages: Vec<_> = seen
+                        .messages
+                        .iter()
+                        .filter(|m| m.3 <= snapshot.event)
+                        .map(|(q, o, b, _)| (*q, *o, b.clone()))
+                        .collect();
+                    let commits: Vec<_> =
+                        seen.commits.iter().filter(|c| c.2 <= snapshot.event).map(|(q, o, _)| (*q, *o)).collect();
+                    (messages, commits)
+                };
+                let masks = [0, u64::MAX].into_iter().chain((0..images_per_point).map(|_| rng.next()));
+                for mask in masks {
+                    let image = crash_image(&snapshot, mask, path);
+                    tally.add(check_image(image, flush, durable, &messages, &commits));
+                }
+                if stop_at_first && tally.violations() > 0 {
+                    stop.store(true, Ordering::Relaxed);
+                }
+            }
+            tally
+        })
+    };
+
+    let producers: Vec<_> = (0..3u32)
+        .map(|p| {
+            let (store, sim, seen, stop) = (store.clone(), sim.clone(), Arc::clone(&seen), Arc::clone(&stop));
+            let mut rng = Rng(seed.wrapping_mul(31).wrapping_add(u64::from(p)));
+            std::thread::spawn(move || {
+                let mut acked = 0u64;
+                for seq in 0..30u64 {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    // Producers 0 and 1 share queues 0 and 1; producer 2 has 2 and 3.
+                    let queue = if p < 2 { rng.range(0, 2) } else { rng.range(2, 4) } as u32;
+                    let b = body(p, seq, rng.range(20, 600) as usize);
+                    let Ok(put) = store.put_message(&Message::new("t", queue, b.clone())) else { break };
+                    if put.durability.wait().is_ok() && durable {
+                        // The event first: the storage's lock is never taken under this one.
+                        let event = sim.event_count();
+                        seen.lock().expect("seen").messages.push((queue, put.queue_offset, b, event));
+                        acked += 1;
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    let consumer = {
+        let (store, sim, seen, stop) = (store.clone(), sim.clone(), Arc::clone(&seen), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut next = [0u64; QUEUES as usize];
+            let mut consumed = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let mut progressed = false;
+                for queue in 0..QUEUES {
+                    let q = queue as usize;
+                    let Ok(got) = store.get_messages("g", "t", queue, next[q], 16, u64::MAX, &TagFilter::All) else {
+                        return (consumed, 1);
+                    };
+                    let event = sim.event_count();
+                    for m in &got.messages {
+                        if durable {
+                            seen.lock().expect("seen").messages.push((queue, m.queue_offset, m.body.to_vec(), event));
+                        }
+                        consumed += 1;
+                    }
+                    if got.next_offset > next[q] {
+                        next[q] = got.next_offset;
+                        progressed = true;
+                        if store.commit_offset("g", "t", queue, next[q]).is_ok() && durable {
+                            // The event first: the storage's lock is never taken under this one.
+                            let event = sim.event_count();
+                            seen.lock().expect("seen").commits.push((queue, next[q], event));
+                        }
+                    }
+                }
+                if !progressed && store.wait_for("t", 0, next[0], Duration::from_millis(2)).is_err() {
+                    return (consumed, 1);
+                }
+            }
+            (consumed, 0)
+        })
+    };
+    let acked: u64 = producers.into_iter().map(|p| p.join().expect("producer")).sum();
+    std::thread::sleep(Duration::from_millis(20)); // the consumer catches up
+    stop.store(true, Ordering::Relaxed);
+    let (consumed, read_errors) = consumer.join().expect("consumer");
+    sim.set_snapshot_sink(None);
+    let _ = store.shutdown();
+    drop(store);
+    let mut tally = checker.join().expect("checker");
+    tally.acked = acked;
+    tally.consumed = consumed;
+    tally.read_errors = read_errors;
+    tally
+}
+
+/// Opens `image` as a message store and checks it.
+fn check_image(
+    image: mapped_file::SimStorage,
+    flush: FlushDiskType,
+    durable: bool,
+    messages: &[(u32, u64, Vec<u8>)],
+    commits: &[(u32, u64)],
+) -> Tally {
+    let mut tally = Tally { states: 1, ..Tally::default() };
+    debug_assert!(image.file_bytes(&Path::new(ROOT).join(commitlog::ABORT_FILE)).is_some());
+    let storage: Arc<dyn Storage> = Arc::new(image);
+    let Ok(store) = MessageStore::open_with_storage(ROOT, store_config(flush), storage) else {
+        tally.open_errors += 1;
+        return tally;
+    };
+    for queue in 0..QUEUES {
+        let Ok((min, max)) = store.queue_range("t", queue) else {
+            tally.garbage += 1;
+            continue;
+        };
+        let mut found = Vec::new();
+        let mut offset = min;
+        while offset < max {
+            match store.get_messages("check", "t", queue, offset, 64, u64::MAX, &TagFilter::All) {
+                Ok(got) if !got.messages.is_empty() => {
+                    for m in got.messages {
+                        if m.queue_offset != offset || !is_self_consistent(&m.body) {
+                            tally.garbage += 1;
+                        }
+                        found.push((m.queue_offset, m.body.to_vec()));
+                        offset = m.queue_offset + 1;
+                    }
+                }
+                _ => {
+                    tally.garbage += 1; // an error, or no message where the queue says one is
+                    break;
+                }
+            }
+        }
+        if durable {
+            for (_, o, b) in messages.iter().filter(|m| m.0 == queue) {
+                if !found.iter().any(|(fo, fb)| fo == o && fb == b) {
+                    tally.lost += 1;
+                }
+            }
+            for (_, o) in commits.iter().filter(|c| c.0 == queue) {
+                if store.committed_offset("g", "t", queue).is_none_or(|c| c < *o) {
+                    tally.offsets_lost += 1;
+                }
+            }
+        }
+        match store.put_message(&Message::new("t", queue, body(9, 0, 20))) {
+            Ok(put) if put.queue_offset == max => {}
+            _ => tally.reused += 1,
+        }
+    }
+    let _ = store.shutdown();
+    tally
+}

@@ -1,0 +1,121 @@
+//! The store's configuration, with RocketMQ's knob names where it has them.
+
+use commitlog::{CommitLogConfig, FlushDiskType};
+use consume_queue::{ConsumeQueueConfig, ENTRIES_PER_SEGMENT_MULTIPLE};
+
+use crate::error::StoreError;
+use crate::message::MessageLimits;
+
+/// How far the dispatcher may read the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DispatchLimit {
+    /// Only what is durable: consumers never see a message a crash can take
+    /// back (RocketMQ #8239). Required under sync flush.
+    Durable,
+    /// Everything written (RocketMQ's default under async flush): lower latency;
+    /// after a power loss, messages consumers saw may be gone, and their queue
+    /// offsets given again.
+    Written,
+}
+
+/// Configuration of a [`MessageStore`](crate::MessageStore).
+#[derive(Debug, Clone)]
+pub struct MessageStoreConfig {
+    /// The commit log's configuration (flush mode, segment size, retention, …).
+    pub log: CommitLogConfig,
+    /// How far dispatch reads: `None` picks [`DispatchLimit::Durable`] under
+    /// sync flush and [`DispatchLimit::Written`] under async flush.
+    pub dispatch_limit: Option<DispatchLimit>,
+    /// Entries per consume-queue segment, a multiple of 1,024 (RocketMQ:
+    /// 300,000). Small by default (16,384 entries: 320 KiB) because a store
+    /// holds many queues and each has at least one segment, allocated in full.
+    pub consume_queue_entries_per_segment: usize,
+    /// How often the consume queues are flushed (`flushIntervalConsumeQueue`, 1,000 ms).
+    pub flush_interval_consume_queue_ms: u64,
+    /// Pages that must be dirty before a queue is flushed (`flushConsumeQueueLeastPages`, 2).
+    pub flush_consume_queue_least_pages: usize,
+    /// Every queue is flushed whatever is dirty, and the dispatch point is
+    /// checkpointed, at least this often (`flushConsumeQueueThoroughInterval`;
+    /// RocketMQ: 60,000 ms, here 10,000 ms): the most a recovery re-dispatches.
+    pub flush_consume_queue_thorough_interval_ms: u64,
+    /// Create a topic with [`default_topic_queue_nums`](Self::default_topic_queue_nums)
+    /// queues on its first put (`autoCreateTopicEnable`); off by default.
+    pub auto_create_topics: bool,
+    /// Queues of an auto-created topic (`defaultTopicQueueNums`, 8).
+    pub default_topic_queue_nums: u32,
+    /// The most queues a topic may have.
+    pub max_queues_per_topic: u32,
+    /// Limits on each message.
+    pub limits: MessageLimits,
+    /// The longest a get scans a queue for matching messages: at least this many
+    /// entries (RocketMQ's `maxFilterMessageSize` / 20 = 800) or `max_count`.
+    pub max_filter_entries: u64,
+}
+
+impl MessageStoreConfig {
+    /// The defaults over the commit log configured as `log`.
+    pub fn new(log: CommitLogConfig) -> Self {
+        MessageStoreConfig {
+            limits: MessageLimits::within(log.max_message_size),
+            log,
+            dispatch_limit: None,
+            consume_queue_entries_per_segment: 16 * ENTRIES_PER_SEGMENT_MULTIPLE,
+            flush_interval_consume_queue_ms: 1000,
+            flush_consume_queue_least_pages: 2,
+            flush_consume_queue_thorough_interval_ms: 10_000,
+            auto_create_topics: false,
+            default_topic_queue_nums: 8,
+            max_queues_per_topic: 65_536,
+            max_filter_entries: 800,
+        }
+    }
+
+    /// The dispatch limit in force.
+    pub fn effective_dispatch_limit(&self) -> DispatchLimit {
+        self.dispatch_limit.unwrap_or(match self.log.flush_disk_type {
+            FlushDiskType::SyncFlush => DispatchLimit::Durable,
+            FlushDiskType::AsyncFlush => DispatchLimit::Written,
+        })
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), StoreError> {
+        let bad = |reason: String| Err(StoreError::InvalidConfig { reason });
+        if self.log.flush_disk_type == FlushDiskType::SyncFlush && self.dispatch_limit == Some(DispatchLimit::Written) {
+            return bad("dispatch_limit Written under sync flush would show consumers messages a crash can take back (RocketMQ #8239)".into());
+        }
+        let entries = self.consume_queue_entries_per_segment;
+        if entries == 0 || !entries.is_multiple_of(ENTRIES_PER_SEGMENT_MULTIPLE) {
+            return bad(format!(
+                "consume_queue_entries_per_segment {entries} must be a positive multiple of {ENTRIES_PER_SEGMENT_MULTIPLE}"
+            ));
+        }
+        if self.flush_interval_consume_queue_ms == 0 || self.flush_consume_queue_thorough_interval_ms == 0 {
+            return bad("consume-queue flush intervals must be positive".into());
+        }
+        if self.default_topic_queue_nums == 0 || self.default_topic_queue_nums > self.max_queues_per_topic {
+            return bad(format!(
+                "default_topic_queue_nums {} must be between 1 and max_queues_per_topic {}",
+                self.default_topic_queue_nums, self.max_queues_per_topic
+            ));
+        }
+        let room = self.log.max_message_size;
+        let need = self.limits.max_body_size.saturating_add(self.limits.max_properties_size);
+        if need > room || u32::try_from(need).is_err() {
+            return bad(format!(
+                "max_body_size + max_properties_size ({need}) must fit the log's max_message_size ({room})"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The configuration of each consume queue: flushed by the store, not by a
+    /// thread of its own, and no segment prepared ahead (a store holds many).
+    pub(crate) fn consume_queue(&self) -> ConsumeQueueConfig {
+        ConsumeQueueConfig {
+            own_flush_service: false,
+            owns_storage: false,
+            preallocate_next_segment: false,
+            ..ConsumeQueueConfig::with_entries_per_segment(self.consume_queue_entries_per_segment)
+        }
+    }
+}

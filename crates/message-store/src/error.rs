@@ -1,0 +1,187 @@
+//! The store's errors: typed, naming what was asked.
+
+use std::path::PathBuf;
+
+/// Why a topic or group name is refused (RocketMQ's `TopicValidator` rules).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NameError {
+    /// Empty.
+    #[error("a {kind} name cannot be empty")]
+    Empty {
+        /// "topic" or "group".
+        kind: &'static str,
+    },
+    /// Longer than allowed.
+    #[error("{kind} name {name:?} is {len} bytes long; at most {max}")]
+    TooLong {
+        /// "topic" or "group".
+        kind: &'static str,
+        /// The name.
+        name: String,
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A character outside `[%|a-zA-Z0-9_-]`.
+    #[error("{kind} name {name:?} has {bad:?}; only letters, digits, '%', '|', '_' and '-' are allowed")]
+    BadCharacter {
+        /// "topic" or "group".
+        kind: &'static str,
+        /// The name.
+        name: String,
+        /// The first character refused.
+        bad: char,
+    },
+}
+
+/// Why a message is refused (nothing was appended).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MessageError {
+    /// The topic's name.
+    #[error(transparent)]
+    Topic(#[from] NameError),
+    /// The body is larger than `max_body_size`.
+    #[error("message body of {size} bytes exceeds max_body_size {max}")]
+    BodyTooLarge {
+        /// The body's size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The properties encode to more than `max_properties_size`.
+    #[error("message properties of {size} bytes exceed max_properties_size {max}")]
+    PropertiesTooLarge {
+        /// Their encoded size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A field breaks a rule.
+    #[error("message {field}: {reason}")]
+    Invalid {
+        /// The field.
+        field: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A stored body does not decode as a message.
+    #[error("malformed message: {reason}")]
+    Malformed {
+        /// What is wrong.
+        reason: &'static str,
+    },
+}
+
+/// Errors of a [`MessageStore`](crate::MessageStore).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The configuration cannot work.
+    #[error("invalid message store config: {reason}")]
+    InvalidConfig {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The message is refused; nothing was appended.
+    #[error(transparent)]
+    Message(#[from] MessageError),
+    /// A group name is refused.
+    #[error(transparent)]
+    Name(#[from] NameError),
+    /// The topic does not exist and auto-creation is off.
+    #[error("topic {topic:?} does not exist (create it, or turn auto_create_topics on)")]
+    UnknownTopic {
+        /// The topic.
+        topic: String,
+    },
+    /// The queue id is not below the topic's queue count.
+    #[error("topic {topic:?} has {queues} queues; queue {queue_id} does not exist")]
+    UnknownQueue {
+        /// The topic.
+        topic: String,
+        /// The queue asked for.
+        queue_id: u32,
+        /// The topic's queue count.
+        queues: u32,
+    },
+    /// A topic exists with another queue count.
+    #[error("topic {topic:?} exists with {existing} queues, not {asked}")]
+    TopicExists {
+        /// The topic.
+        topic: String,
+        /// Its queue count.
+        existing: u32,
+        /// The count asked for.
+        asked: u32,
+    },
+    /// A batch to put is empty, or mixes topics or queues.
+    #[error("a batch must be non-empty and for one topic and queue: {reason}")]
+    BadBatch {
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A consumer offset beyond the queue's end: it would skip messages not yet
+    /// stored.
+    #[error(
+        "consumer offset {offset} for group {group:?} on {topic:?} queue {queue_id} is beyond the queue's end {max}"
+    )]
+    OffsetBeyondQueue {
+        /// The group.
+        group: String,
+        /// The topic.
+        topic: String,
+        /// The queue.
+        queue_id: u32,
+        /// The offset asked for.
+        offset: u64,
+        /// The queue's end (the next offset it will take).
+        max: u64,
+    },
+    /// A consume-queue index entry names a record the log does not hold as that
+    /// message: the index and the log disagree.
+    #[error("consume queue {topic:?}/{queue_id} entry {queue_offset} names log offset {log_offset}, which is not that message")]
+    IndexMismatch {
+        /// The topic.
+        topic: String,
+        /// The queue.
+        queue_id: u32,
+        /// The entry.
+        queue_offset: u64,
+        /// The log offset it names.
+        log_offset: u64,
+    },
+    /// A store file is damaged.
+    #[error("{}: {reason}", path.display())]
+    BadFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A file operation failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The store is shut down.
+    #[error("the message store is shut down")]
+    Shutdown,
+    /// The commit log failed.
+    #[error(transparent)]
+    Log(#[from] commitlog::Error),
+    /// A consume queue failed.
+    #[error(transparent)]
+    ConsumeQueue(#[from] consume_queue::CqError),
+}
+
+/// Maps an I/O error on `path` to [`StoreError::Io`].
+pub(crate) fn io_err(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io { path: path.to_path_buf(), source }
+}

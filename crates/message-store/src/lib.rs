@@ -1,0 +1,69 @@
+//! RocketMQ's `DefaultMessageStore` over this project's commit log: topics of
+//! queues, all appended to one log, each queue indexed by its own consume queue.
+//!
+//! - [`MessageStore::put_message`] appends a message to the log with the next
+//!   offset of its queue, assigned under the queue's put lock.
+//! - Dispatch (a background thread, RocketMQ's `ReputMessageService`) reads the
+//!   log and appends each message's 20-byte entry to its queue's consume queue
+//!   (`consumequeue/<topic>/<queue>/`), waking the consumers waiting on it.
+//!   Under sync flush it reads only what is durable.
+//! - Consumers read a queue by offset ([`MessageStore::get_messages`], with
+//!   RocketMQ's statuses and tag filters), wait for new messages
+//!   ([`MessageStore::wait_for`], [`MessageStore::arrival`]), and commit their
+//!   offsets durably ([`MessageStore::commit_offset`]).
+//! - Opening a store makes every consume queue agree with the log: entries past
+//!   the recorded dispatch point are cut and the messages after it dispatched
+//!   again; see `docs/message-store.md`.
+//!
+//! ```
+//! use commitlog::{CommitLogConfig, FlushDiskType};
+//! use message_store::{GetStatus, Message, MessageStore, MessageStoreConfig, TagFilter};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let log = CommitLogConfig::builder()
+//!     .mapped_file_size_commit_log(1 << 20)
+//!     .max_message_size(64 << 10)
+//!     .flush_disk_type(FlushDiskType::SyncFlush)
+//!     .build()?;
+//! let store = MessageStore::open(dir.path(), MessageStoreConfig::new(log))?;
+//! store.create_topic("orders", 4)?;
+//! let put = store.put_message(&Message::new("orders", 2, &b"hello"[..]).with_tags("new"))?;
+//! put.durability.wait()?; // durable, and soon dispatched
+//! assert!(store.wait_for("orders", 2, 0, std::time::Duration::from_secs(5))?);
+//! let got = store.get_messages("readers", "orders", 2, 0, 32, 1 << 20, &TagFilter::parse("new"))?;
+//! assert_eq!(got.status, GetStatus::Found);
+//! assert_eq!(&got.messages[0].body[..], b"hello");
+//! store.commit_offset("readers", "orders", 2, got.next_offset)?;
+//! store.shutdown()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Layout: `store.rs` (open, topics, puts, offsets API, shutdown), `message.rs`
+//! (the encoding inside a log record), `topic.rs` (names, the topic registry),
+//! `queues.rs` (each queue's put lock, consume queue and wait signal),
+//! `dispatch.rs` (dispatch and its checkpoint), `get.rs` (reading a queue),
+//! `poll.rs` (long polling), `offsets.rs` (consumer offsets), `config.rs`,
+//! `error.rs`.
+
+#![forbid(unsafe_code)]
+
+mod config;
+mod dispatch;
+mod error;
+mod get;
+mod message;
+mod offsets;
+#[cfg(planted_bugs)]
+pub mod planted;
+mod poll;
+mod queues;
+mod store;
+mod topic;
+
+pub use config::{DispatchLimit, MessageStoreConfig};
+pub use error::{MessageError, NameError, StoreError};
+pub use get::{GetResult, GetStatus, TagFilter, TimeBound};
+pub use message::{tags_code, Message, MessageLimits, StoredMessage};
+pub use poll::Arrival;
+pub use store::{BatchPutResult, MessageStore, OpenReport, PutResult, QueueStats, StoreStats};
+pub use topic::{validate_group, validate_topic, MAX_GROUP_LEN, MAX_TOPIC_LEN};

@@ -1,0 +1,231 @@
+//! The queues of the store: each one's put lock (which assigns queue offsets),
+//! its consume queue (opened on first use, made consistent with the log then),
+//! and the signal long-polling consumers wait on.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::task::Waker;
+
+use consume_queue::{ConsumeQueue, ConsumeQueueConfig, CqEntry};
+use parking_lot::{Condvar, Mutex, RwLock};
+use store_io::Storage;
+
+use crate::error::StoreError;
+use crate::message::decode_header;
+
+/// The directory of a queue's consume queue: `<root>/consumequeue/<topic>/<queue>`.
+pub(crate) fn queue_dir(root: &Path, topic: &str, queue_id: u32) -> PathBuf {
+    root.join("consumequeue").join(topic).join(queue_id.to_string())
+}
+
+/// Where dispatched messages are announced: the queue's dispatched end, and who
+/// waits for it to pass an offset.
+#[derive(Debug, Default)]
+pub(crate) struct Signal {
+    state: Mutex<SignalState>,
+    arrived: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct SignalState {
+    /// The offset the next dispatched message of the queue gets (its max).
+    dispatched: u64,
+    /// Set at shutdown: waiters return.
+    closed: bool,
+    /// Futures waiting (see [`Arrival`](crate::Arrival)).
+    wakers: Vec<Waker>,
+}
+
+impl Signal {
+    /// Announces that the queue's dispatched end is `end`.
+    pub(crate) fn arrive(&self, end: u64) {
+        let wakers = {
+            let mut state = self.state.lock();
+            if end <= state.dispatched {
+                return;
+            }
+            state.dispatched = end;
+            std::mem::take(&mut state.wakers)
+        };
+        self.arrived.notify_all();
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// Wakes every waiter for good.
+    pub(crate) fn close(&self) {
+        let wakers = {
+            let mut state = self.state.lock();
+            state.closed = true;
+            std::mem::take(&mut state.wakers)
+        };
+        self.arrived.notify_all();
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// Blocks until the dispatched end passes `offset`, the signal closes, or
+    /// `deadline`; returns whether it passed.
+    pub(crate) fn wait_past(&self, offset: u64, deadline: std::time::Instant) -> bool {
+        let mut state = self.state.lock();
+        while state.dispatched <= offset && !state.closed {
+            if self.arrived.wait_until(&mut state, deadline).timed_out() {
+                break;
+            }
+        }
+        state.dispatched > offset
+    }
+
+    /// Polls for the dispatched end passing `offset`: `Some(passed)` when it did
+    /// or the signal closed, else `None` with `waker` registered.
+    pub(crate) fn poll_past(&self, offset: u64, waker: &Waker) -> Option<bool> {
+        let mut state = self.state.lock();
+        if state.dispatched > offset || state.closed {
+            return Some(state.dispatched > offset);
+        }
+        if !state.wakers.iter().any(|w| w.will_wake(waker)) {
+            state.wakers.push(waker.clone());
+        }
+        None
+    }
+}
+
+/// One queue of a topic.
+#[derive(Debug)]
+pub(crate) struct Queue {
+    pub(crate) topic: String,
+    pub(crate) queue_id: u32,
+    /// The put lock: the offset the next message put gets. Held while the
+    /// message is appended, so the log holds a queue's messages in offset order.
+    pub(crate) next_offset: Mutex<Option<u64>>,
+    /// The consume queue, once opened.
+    consume_queue: Mutex<Option<Arc<ConsumeQueue>>>,
+    pub(crate) signal: Signal,
+}
+
+/// What the queues need from the store to open their consume queues.
+#[derive(Debug)]
+pub(crate) struct QueueContext {
+    pub(crate) root: PathBuf,
+    pub(crate) storage: Arc<dyn Storage>,
+    pub(crate) config: ConsumeQueueConfig,
+    /// The dispatch point this open recovered from: entries a consume queue
+    /// holds at or past it when first opened are stale (their records were
+    /// re-dispatched, or lost with the log's tail) and are cut.
+    pub(crate) recovered_from: u64,
+}
+
+impl Queue {
+    fn new(topic: &str, queue_id: u32) -> Self {
+        Queue {
+            topic: topic.to_string(),
+            queue_id,
+            next_offset: Mutex::new(None),
+            consume_queue: Mutex::new(None),
+            signal: Signal::default(),
+        }
+    }
+
+    /// The consume queue, opened (and made consistent with `log`) on first use.
+    pub(crate) fn consume_queue(
+        &self,
+        context: &QueueContext,
+        log: &commitlog::CommitLog,
+    ) -> Result<Arc<ConsumeQueue>, StoreError> {
+        let mut slot = self.consume_queue.lock();
+        if let Some(cq) = &*slot {
+            return Ok(Arc::clone(cq));
+        }
+        let dir = queue_dir(&context.root, &self.topic, self.queue_id);
+        let cq = ConsumeQueue::open(Arc::clone(&context.storage), &dir, context.config.clone())?;
+        self.make_consistent(&cq, context.recovered_from, log)?;
+        let cq = Arc::new(cq);
+        self.signal.arrive(cq.next_index());
+        *slot = Some(Arc::clone(&cq));
+        Ok(cq)
+    }
+
+    /// The consume queue if it is open.
+    pub(crate) fn open_consume_queue(&self) -> Option<Arc<ConsumeQueue>> {
+        self.consume_queue.lock().clone()
+    }
+
+    /// Cuts the entries at or past `from` (stale: see
+    /// [`QueueContext::recovered_from`]), then every last entry that does not
+    /// name this queue's message of its offset in `log` (a torn entry: written
+    /// after the last flush, partly kept), and expires the entries of records
+    /// the log's cleaning deleted.
+    fn make_consistent(&self, cq: &ConsumeQueue, from: u64, log: &commitlog::CommitLog) -> Result<(), StoreError> {
+        #[cfg(planted_bugs)]
+        if crate::planted::is_active(crate::planted::Bug::QueueNotCut) {
+            return Ok(());
+        }
+        let stale = cq.first_index_at_or_after(from)?;
+        if stale < cq.next_index() {
+            tracing::debug!(topic = %self.topic, queue = self.queue_id, from = stale, "consume queue: entries past the dispatch point cut");
+            cq.truncate_from(stale)?;
+        }
+        while let Some((index, entry)) = cq.last()? {
+            if self.names_its_message(log, index, &entry) {
+                break;
+            }
+            tracing::warn!(topic = %self.topic, queue = self.queue_id, index, "consume queue: an entry that does not name its message cut");
+            cq.truncate_from(index)?;
+        }
+        cq.delete_expired(log.min_offset())?;
+        Ok(())
+    }
+
+    /// True when `entry` (entry `index` of this queue) names this queue's
+    /// message `index` in `log`, or a record the log's cleaning deleted.
+    pub(crate) fn names_its_message(&self, log: &commitlog::CommitLog, index: u64, entry: &CqEntry) -> bool {
+        if entry.offset < log.min_offset() {
+            return true; // expired with the log's front; not this check's business
+        }
+        log.read(entry.offset).ok().is_some_and(|record| {
+            record.size == u64::from(entry.size)
+                && decode_header(&record.body)
+                    .is_ok_and(|h| h.topic == self.topic && h.queue_id == self.queue_id && h.queue_offset == index)
+        })
+    }
+
+    /// Flushes and closes the consume queue, and wakes the waiters for good.
+    pub(crate) fn close(&self) -> Result<(), StoreError> {
+        self.signal.close();
+        if let Some(cq) = self.consume_queue.lock().take() {
+            cq.shutdown()?;
+        }
+        Ok(())
+    }
+}
+
+/// The queues of every topic, by topic and id.
+#[derive(Debug, Default)]
+pub(crate) struct Queues {
+    topics: RwLock<HashMap<String, Arc<[Arc<Queue>]>>>,
+}
+
+impl Queues {
+    /// The queue `topic`/`queue_id`, if the topic has it.
+    pub(crate) fn get(&self, topic: &str, queue_id: u32) -> Option<Arc<Queue>> {
+        let topics = self.topics.read();
+        topics.get(topic)?.get(usize::try_from(queue_id).ok()?).cloned()
+    }
+
+    /// The queues of `topic`.
+    pub(crate) fn of_topic(&self, topic: &str) -> Option<Arc<[Arc<Queue>]>> {
+        self.topics.read().get(topic).cloned()
+    }
+
+    /// Adds `topic` with `count` queues (nothing if it is there).
+    pub(crate) fn add_topic(&self, topic: &str, count: u32) {
+        let mut topics = self.topics.write();
+        topics
+            .entry(topic.to_string())
+            .or_insert_with(|| (0..count).map(|id| Arc::new(Queue::new(topic, id))).collect());
+    }
+
+    /// Every queue of every topic.
+    pub(crate) fn all(&self) -> Vec<Arc<Queue>> {
+        self.topics.read().values().flat_map(|queues| queues.iter().cloned()).collect()
+    }
+}

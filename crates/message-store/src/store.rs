@@ -1,0 +1,569 @@
+//! The store: open and recover, topics, puts, consumer offsets, the background
+//! services, shutdown.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use commitlog::{CommitLog, DurabilityHandle, Storage};
+use consume_queue::ConsumeQueue;
+use flush_service::{ServiceState, ServiceThread};
+use parking_lot::Mutex;
+
+use crate::config::{DispatchLimit, MessageStoreConfig};
+use crate::dispatch::{DispatchCheckpoint, Dispatcher};
+use crate::error::{MessageError, StoreError};
+use crate::message::{set_queue_offset, Message};
+use crate::offsets::ConsumerOffsets;
+use crate::queues::{Queue, QueueContext, Queues};
+use crate::topic::{validate_group, Registry};
+
+/// Where a message went.
+#[derive(Debug)]
+pub struct PutResult {
+    /// Its offset in its queue.
+    pub queue_offset: u64,
+    /// The commit-log offset of its record.
+    pub log_offset: u64,
+    /// When it was stored (ms since the Unix epoch).
+    pub store_timestamp_ms: u64,
+    /// Resolves when the message is durable (sync flush; resolved at once
+    /// under async flush).
+    pub durability: DurabilityHandle,
+}
+
+/// Where a batch went: consecutive queue offsets from `first_queue_offset`.
+#[derive(Debug)]
+pub struct BatchPutResult {
+    /// The first message's queue offset; the others follow.
+    pub first_queue_offset: u64,
+    /// The commit-log offset of each message's record.
+    pub log_offsets: Vec<u64>,
+    /// When the batch was stored.
+    pub store_timestamp_ms: u64,
+    /// Resolves when the whole batch is durable.
+    pub durability: DurabilityHandle,
+}
+
+/// One queue as [`MessageStore::queue_stats`] sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueStats {
+    /// The topic.
+    pub topic: String,
+    /// The queue.
+    pub queue_id: u32,
+    /// Its first offset.
+    pub min_offset: u64,
+    /// Its end (the offset its next message gets once dispatched).
+    pub max_offset: u64,
+}
+
+/// What the store's services have done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Where dispatch stands in the log.
+    pub dispatch_point: u64,
+    /// How far dispatch may read now (the log's flushed or written end).
+    pub dispatch_limit: u64,
+    /// The log's end.
+    pub log_max_offset: u64,
+    /// Records skipped by dispatch (not messages of a known queue).
+    pub records_skipped: u64,
+    /// Consume queues rebuilt from the log because entries were missing.
+    pub queues_rebuilt: u64,
+    /// Consume queues open now.
+    pub open_consume_queues: usize,
+    /// Why dispatch is stopped, if it is.
+    pub dispatch_error: Option<String>,
+}
+
+/// What recovery did at open.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenReport {
+    /// The dispatch point recovery started from.
+    pub recovered_from: u64,
+    /// Messages dispatched again.
+    pub redispatched: u64,
+    /// Consumer offsets lowered to their queue's end.
+    pub offsets_lowered: usize,
+}
+
+/// The shared state of a store.
+#[derive(Debug)]
+pub(crate) struct Core {
+    pub(crate) root: PathBuf,
+    pub(crate) config: MessageStoreConfig,
+    pub(crate) storage: Arc<dyn Storage>,
+    pub(crate) log: CommitLog,
+    pub(crate) queues: Arc<Queues>,
+    registry: Mutex<Registry>,
+    pub(crate) dispatcher: Arc<Dispatcher>,
+    checkpoint: DispatchCheckpoint,
+    offsets: ConsumerOffsets,
+    dispatch_wake: Arc<ServiceState>,
+    shut_down: AtomicBool,
+}
+
+/// RocketMQ's `DefaultMessageStore`: topics of queues over one commit log.
+/// Every message of every queue is appended to the log; dispatch builds each
+/// queue's consume queue from it in the background; consumers read a queue by
+/// offset, wait for new messages, and commit their offsets.
+///
+/// Cheap to clone; `Send + Sync`.
+///
+/// **Drop:** when the last clone is dropped without [`shutdown`](Self::shutdown),
+/// the store shuts down then and logs any error through `tracing`.
+#[derive(Debug, Clone)]
+pub struct MessageStore {
+    pub(crate) core: Arc<Core>,
+    life: Arc<Life>,
+    report: OpenReport,
+}
+
+/// The store's services, shut down with the last handle.
+#[derive(Debug)]
+struct Life {
+    core: Arc<Core>,
+    services: Mutex<Vec<ServiceThread>>,
+}
+
+impl Drop for Life {
+    fn drop(&mut self) {
+        if let Err(err) = self.core.shutdown(&self.services) {
+            tracing::error!(root = %self.core.root.display(), %err, "message store shutdown on drop failed");
+        }
+    }
+}
+
+impl MessageStore {
+    /// Opens (or creates) the store in `root`: the commit log in `root` itself
+    /// (`commitlog/`, `checkpoint`, `lock`, `abort`), consume queues in
+    /// `root/consumequeue/<topic>/<queue>/`, topics, consumer offsets and the
+    /// dispatch checkpoint in `root/config/`.
+    pub fn open(root: impl AsRef<Path>, config: MessageStoreConfig) -> Result<Self, StoreError> {
+        config.validate()?;
+        let log = CommitLog::open(root.as_ref(), config.log.clone())?;
+        Self::open_over(log, config)
+    }
+
+    /// [`open`](Self::open) with every file on `storage` (a simulated disk in
+    /// fault-injection tests).
+    pub fn open_with_storage(
+        root: impl AsRef<Path>,
+        config: MessageStoreConfig,
+        storage: Arc<dyn Storage>,
+    ) -> Result<Self, StoreError> {
+        config.validate()?;
+        let log = CommitLog::open_with_storage(root.as_ref(), config.log.clone(), storage)?;
+        Self::open_over(log, config)
+    }
+
+    /// Opens the store over its opened log, on the log's storage.
+    fn open_over(log: CommitLog, config: MessageStoreConfig) -> Result<Self, StoreError> {
+        let root = log.dir().to_path_buf();
+        let storage = Arc::clone(log.storage());
+        let registry = Registry::load(&*storage, &root)?;
+        let queues = Arc::new(Queues::default());
+        for (topic, count) in registry.topics() {
+            queues.add_topic(topic, count);
+        }
+        let checkpoint = DispatchCheckpoint::new(&root);
+        let limit = config.effective_dispatch_limit();
+        if limit == DispatchLimit::Durable {
+            log.flush_all()?; // what recovery found is durable before it is dispatched
+        }
+        // Entries below the recorded point were flushed before it was recorded;
+        // past the log's end (async flush lost its tail) they are stale.
+        let recovered_from = checkpoint.load(&*storage)?.unwrap_or(0).min(log.max_offset()).max(log.min_offset());
+        let context = QueueContext {
+            root: root.clone(),
+            storage: Arc::clone(&storage),
+            config: config.consume_queue(),
+            recovered_from,
+        };
+        let dispatcher = Arc::new(Dispatcher::new(log.clone(), Arc::clone(&queues), context, limit, recovered_from));
+        let redispatched = dispatcher.dispatch_up_to(log.max_offset())?;
+        let offsets = ConsumerOffsets::load(&*storage, &root)?;
+        let core = Arc::new(Core {
+            root,
+            offsets,
+            config,
+            storage,
+            log,
+            queues,
+            registry: Mutex::new(registry),
+            dispatcher,
+            checkpoint,
+            dispatch_wake: ServiceState::new(),
+            shut_down: AtomicBool::new(false),
+        });
+        core.flush_consume_queues(true)?;
+        let offsets_lowered = core.offsets.clamp(&*core.storage, |(_, topic, queue)| {
+            let queue = core.queues.get(topic, *queue)?;
+            match queue.consume_queue(&core.dispatcher.context, &core.log) {
+                Ok(cq) => Some(cq.next_index()),
+                Err(err) => {
+                    tracing::warn!(topic, queue = queue.queue_id, %err, "consumer offsets: queue not checked");
+                    None
+                }
+            }
+        })?;
+        let store = MessageStore {
+            life: Arc::new(Life { core: Arc::clone(&core), services: Mutex::new(Vec::new()) }),
+            report: OpenReport { recovered_from, redispatched, offsets_lowered },
+            core,
+        };
+        store.start_services()?;
+        tracing::info!(root = %store.core.root.display(), recovered_from, redispatched, "message store open");
+        Ok(store)
+    }
+
+    /// Starts dispatch and the consume-queue flush service.
+    fn start_services(&self) -> Result<(), StoreError> {
+        let io = |source| StoreError::Io { path: self.core.root.clone(), source };
+        if self.core.dispatcher_limit() == DispatchLimit::Durable {
+            let wake = Arc::downgrade(&self.core.dispatch_wake);
+            self.core.log.on_flushed(Arc::new(move |_| {
+                if let Some(wake) = wake.upgrade() {
+                    wake.wakeup();
+                }
+            }));
+        }
+        let core = Arc::clone(&self.core);
+        let dispatch =
+            ServiceThread::spawn("ReputMessageService", Arc::clone(&self.core.dispatch_wake), move |state| {
+                loop {
+                    // A failure is kept (`dispatch_error`) and retried: on the next
+                    // wake-up, or within 100 ms.
+                    let _ = core.dispatcher.dispatch_available();
+                    if state.is_stopped() {
+                        return;
+                    }
+                    state.wait_for_running(Duration::from_millis(100), || {});
+                }
+            })
+            .map_err(io)?;
+        let core = Arc::clone(&self.core);
+        let interval = Duration::from_millis(self.core.config.flush_interval_consume_queue_ms);
+        let thorough = Duration::from_millis(self.core.config.flush_consume_queue_thorough_interval_ms);
+        let mut last_thorough = Instant::now();
+        let flush = ServiceThread::spawn_every("FlushConsumeQueueService", interval, move || {
+            let is_thorough = last_thorough.elapsed() >= thorough;
+            match core.flush_consume_queues(is_thorough) {
+                Ok(()) if is_thorough => last_thorough = Instant::now(),
+                Ok(()) => {}
+                Err(err) => tracing::error!(%err, "consume queue flush failed; retrying"),
+            }
+        })
+        .map_err(io)?;
+        self.life.services.lock().extend([dispatch, flush]);
+        Ok(())
+    }
+
+    /// What recovery did when the store was opened.
+    pub fn open_report(&self) -> OpenReport {
+        self.report
+    }
+
+    /// The commit log underneath (to read records, flush, or see its stats).
+    pub fn log(&self) -> &CommitLog {
+        &self.core.log
+    }
+
+    /// Creates `topic` with `queues` queues (no change if it exists with as many).
+    pub fn create_topic(&self, topic: &str, queues: u32) -> Result<(), StoreError> {
+        self.check_open()?;
+        if queues > self.core.config.max_queues_per_topic {
+            return Err(StoreError::InvalidConfig {
+                reason: format!(
+                    "topic {topic:?}: {queues} queues exceed max_queues_per_topic {}",
+                    self.core.config.max_queues_per_topic
+                ),
+            });
+        }
+        self.core.registry.lock().create(&*self.core.storage, topic, queues)?;
+        self.core.queues.add_topic(topic, queues);
+        Ok(())
+    }
+
+    /// Every topic with its queue count.
+    pub fn topics(&self) -> Vec<(String, u32)> {
+        self.core.registry.lock().topics().map(|(t, q)| (t.to_string(), q)).collect()
+    }
+
+    /// Puts `message` on its topic's queue: appended to the log with the queue's
+    /// next offset, assigned under the queue's put lock (the log holds a queue's
+    /// messages in offset order, offsets dense from 0). Nothing is appended, and
+    /// no offset used, if it is refused.
+    pub fn put_message(&self, message: &Message) -> Result<PutResult, StoreError> {
+        let mut encoded = message.encode(&self.core.config.limits, born_or_now(message.born_timestamp_ms))?;
+        let queue = self.queue_for_put(&message.topic, message.queue_id)?;
+        #[cfg(planted_bugs)]
+        if crate::planted::is_active(crate::planted::Bug::OffsetOutsidePutLock) {
+            let offset = {
+                let mut next = queue.next_offset.lock();
+                self.next_offset_locked(&queue, &mut next)?
+            };
+            set_queue_offset(&mut encoded, offset);
+            std::thread::yield_now();
+            let appended = self.core.log.append(&encoded)?;
+            let mut next = queue.next_offset.lock();
+            *next = Some(next.unwrap_or(0).max(offset.saturating_add(1)));
+            drop(next);
+            self.after_put();
+            return Ok(PutResult {
+                queue_offset: offset,
+                log_offset: appended.wrote_offset,
+                store_timestamp_ms: appended.store_timestamp_ms,
+                durability: appended.durability,
+            });
+        }
+        let (queue_offset, appended) = {
+            let mut next = queue.next_offset.lock();
+            let offset = self.next_offset_locked(&queue, &mut next)?;
+            set_queue_offset(&mut encoded, offset);
+            let appended = self.core.log.append(&encoded)?;
+            *next = Some(offset.saturating_add(1));
+            (offset, appended)
+        };
+        self.after_put();
+        Ok(PutResult {
+            queue_offset,
+            log_offset: appended.wrote_offset,
+            store_timestamp_ms: appended.store_timestamp_ms,
+            durability: appended.durability,
+        })
+    }
+
+    /// Puts `messages`, all of one topic and queue, under one lock and in one
+    /// log append: consecutive queue offsets, one durability handle.
+    pub fn put_messages(&self, messages: &[Message]) -> Result<BatchPutResult, StoreError> {
+        let first = messages.first().ok_or(StoreError::BadBatch { reason: "empty" })?;
+        if messages.iter().any(|m| m.topic != first.topic || m.queue_id != first.queue_id) {
+            return Err(StoreError::BadBatch { reason: "messages of several topics or queues" });
+        }
+        let mut encoded = messages
+            .iter()
+            .map(|m| m.encode(&self.core.config.limits, born_or_now(m.born_timestamp_ms)))
+            .collect::<Result<Vec<_>, MessageError>>()?;
+        let queue = self.queue_for_put(&first.topic, first.queue_id)?;
+        let (first_offset, appended) = {
+            let mut next = queue.next_offset.lock();
+            let offset = self.next_offset_locked(&queue, &mut next)?;
+            for (k, body) in encoded.iter_mut().enumerate() {
+                set_queue_offset(body, offset.saturating_add(k as u64));
+            }
+            let appended = self.core.log.append_batch(&encoded)?;
+            *next = Some(offset.saturating_add(messages.len() as u64));
+            (offset, appended)
+        };
+        self.after_put();
+        Ok(BatchPutResult {
+            first_queue_offset: first_offset,
+            log_offsets: appended.offsets,
+            store_timestamp_ms: appended.store_timestamp_ms,
+            durability: appended.durability,
+        })
+    }
+
+    /// The queue's next offset, under its put lock: known, or (first put since
+    /// open) its consume queue's end, which recovery brought up to the log's.
+    fn next_offset_locked(&self, queue: &Queue, next: &mut Option<u64>) -> Result<u64, StoreError> {
+        if let Some(next) = *next {
+            return Ok(next);
+        }
+        let cq = queue.consume_queue(&self.core.dispatcher.context, &self.core.log)?;
+        let offset = cq.next_index();
+        *next = Some(offset);
+        Ok(offset)
+    }
+
+    fn after_put(&self) {
+        #[cfg(planted_bugs)]
+        if crate::planted::is_active(crate::planted::Bug::DispatchBeforeDurable) {
+            // The bug as it would be written: dispatch by the written end, woken by puts.
+            self.core.dispatch_wake.wakeup();
+        }
+        if self.core.dispatcher_limit() == DispatchLimit::Written {
+            self.core.dispatch_wake.wakeup();
+        }
+    }
+
+    /// The queue to put on: the topic exists (or is created, with auto-creation
+    /// on) and has the queue.
+    fn queue_for_put(&self, topic: &str, queue_id: u32) -> Result<Arc<Queue>, StoreError> {
+        self.check_open()?;
+        if self.core.queues.of_topic(topic).is_none() && self.core.config.auto_create_topics {
+            self.create_topic(topic, self.core.config.default_topic_queue_nums)?;
+        }
+        self.queue(topic, queue_id)
+    }
+
+    /// The queue `topic`/`queue_id`, or why there is none.
+    pub(crate) fn queue(&self, topic: &str, queue_id: u32) -> Result<Arc<Queue>, StoreError> {
+        let Some(queues) = self.core.queues.of_topic(topic) else {
+            return Err(StoreError::UnknownTopic { topic: topic.to_string() });
+        };
+        let count = u32::try_from(queues.len()).unwrap_or(u32::MAX);
+        usize::try_from(queue_id).ok().and_then(|i| queues.get(i)).cloned().ok_or(StoreError::UnknownQueue {
+            topic: topic.to_string(),
+            queue_id,
+            queues: count,
+        })
+    }
+
+    /// The consume queue of `topic`/`queue_id`, opened if it was not.
+    pub(crate) fn consume_queue_of(&self, topic: &str, queue_id: u32) -> Result<Arc<ConsumeQueue>, StoreError> {
+        self.check_open()?;
+        let queue = self.queue(topic, queue_id)?;
+        queue.consume_queue(&self.core.dispatcher.context, &self.core.log)
+    }
+
+    /// The first offset and the end of `topic`'s queue.
+    pub fn queue_range(&self, topic: &str, queue_id: u32) -> Result<(u64, u64), StoreError> {
+        let cq = self.consume_queue_of(topic, queue_id)?;
+        Ok((cq.min_index(), cq.next_index()))
+    }
+
+    /// Every queue of every topic with its range (opening each consume queue).
+    pub fn queue_stats(&self) -> Result<Vec<QueueStats>, StoreError> {
+        let mut stats = Vec::new();
+        for (topic, count) in self.topics() {
+            for queue_id in 0..count {
+                let (min_offset, max_offset) = self.queue_range(&topic, queue_id)?;
+                stats.push(QueueStats { topic: topic.clone(), queue_id, min_offset, max_offset });
+            }
+        }
+        Ok(stats)
+    }
+
+    /// Commits `group`'s offset in `topic`'s queue (the next offset it will
+    /// consume); durable when this returns. Refused beyond the queue's end.
+    pub fn commit_offset(&self, group: &str, topic: &str, queue_id: u32, offset: u64) -> Result<(), StoreError> {
+        validate_group(group)?;
+        let (_, max) = self.queue_range(topic, queue_id)?;
+        if offset > max {
+            return Err(StoreError::OffsetBeyondQueue {
+                group: group.to_string(),
+                topic: topic.to_string(),
+                queue_id,
+                offset,
+                max,
+            });
+        }
+        self.core.offsets.commit(&*self.core.storage, (group.to_string(), topic.to_string(), queue_id), offset)
+    }
+
+    /// `group`'s committed offset in `topic`'s queue, if it committed one.
+    pub fn committed_offset(&self, group: &str, topic: &str, queue_id: u32) -> Option<u64> {
+        self.core.offsets.get(&(group.to_string(), topic.to_string(), queue_id))
+    }
+
+    /// Every committed offset: ((group, topic, queue), offset).
+    pub fn committed_offsets(&self) -> Vec<((String, String, u32), u64)> {
+        self.core.offsets.all()
+    }
+
+    /// What the services have done.
+    pub fn stats(&self) -> StoreStats {
+        let dispatcher = &self.core.dispatcher;
+        StoreStats {
+            dispatch_point: dispatcher.point(),
+            dispatch_limit: dispatcher.limit(),
+            log_max_offset: self.core.log.max_offset(),
+            records_skipped: dispatcher.skipped.load(Ordering::Relaxed),
+            queues_rebuilt: dispatcher.rebuilt.load(Ordering::Relaxed),
+            open_consume_queues: self.core.queues.all().iter().filter(|q| q.open_consume_queue().is_some()).count(),
+            dispatch_error: dispatcher.error(),
+        }
+    }
+
+    /// Dispatches everything up to the limit now (what the dispatch thread does
+    /// when woken); returns how many messages.
+    pub fn dispatch_now(&self) -> Result<u64, StoreError> {
+        self.check_open()?;
+        self.core.dispatcher.dispatch_available()
+    }
+
+    /// Why dispatch is stopped, if it is (it retries on its own).
+    pub fn dispatch_error(&self) -> Option<String> {
+        self.core.dispatcher.error()
+    }
+
+    fn check_open(&self) -> Result<(), StoreError> {
+        if self.core.shut_down.load(Ordering::Acquire) {
+            return Err(StoreError::Shutdown);
+        }
+        Ok(())
+    }
+
+    /// Stops the services, dispatches and flushes what is left, records the
+    /// dispatch point and shuts the log down. Waiting consumers return.
+    pub fn shutdown(&self) -> Result<(), StoreError> {
+        self.core.shutdown(&self.life.services)
+    }
+}
+
+impl Core {
+    /// Stops `services`, flushes the log, dispatches what is left, flushes the
+    /// consume queues and records the dispatch point, then shuts the log down.
+    fn shutdown(&self, services: &Mutex<Vec<ServiceThread>>) -> Result<(), StoreError> {
+        if self.shut_down.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        for mut service in services.lock().drain(..) {
+            service.shutdown(Duration::from_secs(30));
+        }
+        let result = (|| {
+            self.log.flush_all()?;
+            self.dispatcher.dispatch_up_to(self.log.flushed_offset())?;
+            self.flush_consume_queues(true)
+        })();
+        // Whatever failed above, the queues close, waiters return and the log shuts down.
+        let closed = self.queues.all().iter().try_for_each(|queue| queue.close());
+        let log = self.log.shutdown();
+        result?;
+        closed?;
+        log?;
+        Ok(())
+    }
+
+    fn dispatcher_limit(&self) -> DispatchLimit {
+        self.config.effective_dispatch_limit()
+    }
+
+    /// Flushes the open consume queues (every dirty byte when `thorough`, else
+    /// those with enough dirty pages); when thorough, then records the dispatch
+    /// point sampled before the flushes and expires entries of deleted log
+    /// segments. Recording after flushing is what makes the point safe to
+    /// recover from (RocketMQ #678 recorded first).
+    pub(crate) fn flush_consume_queues(&self, thorough: bool) -> Result<(), StoreError> {
+        let point = self.dispatcher.point();
+        let least_pages = if thorough { 0 } else { self.config.flush_consume_queue_least_pages };
+        let min_offset = self.log.min_offset();
+        for queue in self.queues.all() {
+            let Some(cq) = queue.open_consume_queue() else { continue };
+            if thorough {
+                cq.delete_expired(min_offset)?;
+            }
+            if cq.is_dirty() {
+                cq.flush_with(least_pages)?;
+            }
+        }
+        if thorough {
+            self.checkpoint.store(&*self.storage, point)?;
+        }
+        Ok(())
+    }
+}
+
+/// `born`, or now if it is 0.
+fn born_or_now(born: u64) -> u64 {
+    if born != 0 {
+        return born;
+    }
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}

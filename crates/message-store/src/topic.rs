@@ -1,0 +1,142 @@
+//! Topics: the name rules and the registry of topics and their queue counts,
+//! kept in `config/topics` (replaced atomically on every change).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use store_io::Storage;
+
+use crate::error::{io_err, NameError, StoreError};
+
+/// The longest topic name (RocketMQ's `TOPIC_MAX_LENGTH`).
+pub const MAX_TOPIC_LEN: usize = 127;
+/// The longest consumer group name (RocketMQ's `GROUP_MAX_LENGTH`).
+pub const MAX_GROUP_LEN: usize = 120;
+
+/// The first line of the registry file.
+const HEADER: &str = "# message-store topics v1: <topic> <queue count>";
+
+fn validate_name(kind: &'static str, name: &str, max: usize) -> Result<(), NameError> {
+    if name.is_empty() {
+        return Err(NameError::Empty { kind });
+    }
+    if name.len() > max {
+        return Err(NameError::TooLong { kind, name: name.to_string(), len: name.len(), max });
+    }
+    if let Some(bad) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '%' | '|' | '_' | '-'))) {
+        return Err(NameError::BadCharacter { kind, name: name.to_string(), bad });
+    }
+    Ok(())
+}
+
+/// Checks a topic name: 1 to 127 characters of `[%|a-zA-Z0-9_-]`.
+pub fn validate_topic(topic: &str) -> Result<(), NameError> {
+    validate_name("topic", topic, MAX_TOPIC_LEN)
+}
+
+/// Checks a consumer group name: 1 to 120 characters of `[%|a-zA-Z0-9_-]`.
+pub fn validate_group(group: &str) -> Result<(), NameError> {
+    validate_name("group", group, MAX_GROUP_LEN)
+}
+
+/// The registry of topics: name → queue count, persisted in `config/topics`.
+#[derive(Debug)]
+pub(crate) struct Registry {
+    path: PathBuf,
+    topics: BTreeMap<String, u32>,
+}
+
+impl Registry {
+    /// Loads the registry of the store in `root` (empty if there is none yet).
+    pub(crate) fn load(storage: &dyn Storage, root: &Path) -> Result<Registry, StoreError> {
+        let path = root.join("config").join("topics");
+        let mut topics = BTreeMap::new();
+        if let Some(bytes) = storage.read_small(&path).map_err(io_err(&path))? {
+            let bad = |reason: String| StoreError::BadFile { path: path.clone(), reason };
+            let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8".into()))?;
+            let mut lines = text.lines();
+            if lines.next() != Some(HEADER) {
+                return Err(bad("unknown header (not a topics file of this version)".into()));
+            }
+            for (n, line) in lines.enumerate() {
+                let parsed = line.split_once(' ').and_then(|(topic, queues)| {
+                    let queues = queues.parse::<u32>().ok().filter(|&q| q > 0)?;
+                    validate_topic(topic).ok().map(|()| (topic.to_string(), queues))
+                });
+                let (topic, queues) = parsed.ok_or_else(|| bad(format!("line {}: {line:?}", n + 2)))?;
+                topics.insert(topic, queues);
+            }
+        }
+        Ok(Registry { path, topics })
+    }
+
+    /// Every topic with its queue count.
+    pub(crate) fn topics(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.topics.iter().map(|(t, q)| (t.as_str(), *q))
+    }
+
+    /// Adds `topic` with `queues` queues and persists the registry; a topic that
+    /// exists with the same count is no change.
+    pub(crate) fn create(&mut self, storage: &dyn Storage, topic: &str, queues: u32) -> Result<(), StoreError> {
+        validate_topic(topic).map_err(crate::error::MessageError::from)?;
+        if queues == 0 {
+            return Err(StoreError::InvalidConfig {
+                reason: format!("topic {topic:?}: a topic has at least one queue"),
+            });
+        }
+        match self.topics.get(topic) {
+            Some(&existing) if existing == queues => return Ok(()),
+            Some(&existing) => {
+                return Err(StoreError::TopicExists { topic: topic.to_string(), existing, asked: queues })
+            }
+            None => {}
+        }
+        self.topics.insert(topic.to_string(), queues);
+        if let Err(err) = self.persist(storage) {
+            self.topics.remove(topic);
+            return Err(err);
+        }
+        Ok(())
+    }
+
+    fn persist(&self, storage: &dyn Storage) -> Result<(), StoreError> {
+        let mut text = String::from(HEADER);
+        text.push('\n');
+        for (topic, queues) in &self.topics {
+            text.push_str(&format!("{topic} {queues}\n"));
+        }
+        let dir = self.path.parent().unwrap_or(&self.path);
+        storage.create_dir_all(dir).map_err(io_err(dir))?;
+        storage.replace_small(&self.path, text.as_bytes()).map_err(io_err(&self.path))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn names_follow_rocketmqs_rules() {
+        assert!(validate_topic("Orders_2024-%RETRY%|x").is_ok());
+        assert!(matches!(validate_topic(""), Err(NameError::Empty { .. })));
+        assert!(matches!(validate_topic(&"t".repeat(128)), Err(NameError::TooLong { len: 128, .. })));
+        assert!(validate_topic(&"t".repeat(127)).is_ok());
+        assert!(matches!(validate_topic("a/b"), Err(NameError::BadCharacter { bad: '/', .. })));
+        assert!(matches!(validate_topic("é"), Err(NameError::BadCharacter { .. })));
+        assert!(matches!(validate_group(&"g".repeat(121)), Err(NameError::TooLong { max: 120, .. })));
+    }
+
+    #[test]
+    fn the_registry_survives_a_reload_and_refuses_a_changed_count() {
+        let storage: Arc<dyn Storage> = Arc::new(store_io::sim::SimStorage::new());
+        let root = Path::new("/store");
+        let mut registry = Registry::load(&*storage, root).unwrap();
+        registry.create(&*storage, "a", 4).unwrap();
+        registry.create(&*storage, "b", 1).unwrap();
+        registry.create(&*storage, "a", 4).unwrap();
+        assert!(matches!(registry.create(&*storage, "a", 8), Err(StoreError::TopicExists { existing: 4, .. })));
+        let reloaded = Registry::load(&*storage, root).unwrap();
+        assert_eq!(reloaded.topics().collect::<Vec<_>>(), vec![("a", 4), ("b", 1)]);
+    }
+}

@@ -1,0 +1,59 @@
+//! Helpers shared by the message store's tests.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use commitlog::{CommitLogConfig, FlushDiskType, Storage};
+use message_store::{MessageStore, MessageStoreConfig};
+use store_io::sim::SimStorage;
+
+/// The store's root in a simulated disk.
+pub const ROOT: &str = "/store";
+
+/// A small store: 64 KiB log segments, 1,024-entry consume-queue segments,
+/// fast consume-queue flushes.
+pub fn config(flush: FlushDiskType) -> MessageStoreConfig {
+    let log = CommitLogConfig {
+        disk_space_warning_level_ratio: 100,
+        disk_max_used_space_ratio: 100,
+        clean_file_forcibly_enable: false,
+        ..CommitLogConfig::builder()
+            .mapped_file_size_commit_log(64 << 10)
+            .max_message_size(4096)
+            .flush_disk_type(flush)
+            .build()
+            .unwrap()
+    };
+    MessageStoreConfig {
+        consume_queue_entries_per_segment: 1024,
+        flush_interval_consume_queue_ms: 10,
+        flush_consume_queue_thorough_interval_ms: 50,
+        ..MessageStoreConfig::new(log)
+    }
+}
+
+/// Opens the store at [`ROOT`] on `sim`.
+pub fn open(sim: &SimStorage, config: MessageStoreConfig) -> MessageStore {
+    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+    MessageStore::open_with_storage(ROOT, config, storage).unwrap()
+}
+
+/// The bodies of `topic`'s queue from its first offset, with their offsets.
+pub fn read_queue(store: &MessageStore, topic: &str, queue_id: u32) -> Vec<(u64, Vec<u8>)> {
+    let (mut offset, _) = store.queue_range(topic, queue_id).unwrap();
+    let mut out = Vec::new();
+    loop {
+        let got =
+            store.get_messages("check", topic, queue_id, offset, 64, u64::MAX, &message_store::TagFilter::All).unwrap();
+        if got.messages.is_empty() && got.next_offset == offset {
+            return out;
+        }
+        for message in got.messages {
+            assert_eq!(message.topic, topic);
+            assert_eq!(message.queue_id, queue_id);
+            out.push((message.queue_offset, message.body.to_vec()));
+        }
+        offset = got.next_offset;
+    }
+}

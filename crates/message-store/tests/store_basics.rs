@@ -1,0 +1,322 @@
+//! Puts, gets, statuses, filters, validation, batches, long polling and
+//! consumer offsets.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use commitlog::FlushDiskType;
+use common::{config, open, read_queue};
+use message_store::{
+    DispatchLimit, GetStatus, Message, MessageError, MessageStoreConfig, StoreError, TagFilter, TimeBound,
+};
+use store_io::sim::SimStorage;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+#[test]
+fn messages_get_dense_offsets_per_queue_and_read_back_by_them() {
+    let sim = SimStorage::new();
+    let store = open(&sim, config(FlushDiskType::SyncFlush));
+    store.create_topic("orders", 3).unwrap();
+    for i in 0..30u32 {
+        let put = store.put_message(&Message::new("orders", i % 3, format!("m{i}").into_bytes())).unwrap();
+        assert_eq!(put.queue_offset, u64::from(i / 3), "dense from 0 in each queue");
+        put.durability.wait().unwrap();
+    }
+    for queue in 0..3 {
+        assert!(store.wait_for("orders", queue, 9, WAIT).unwrap());
+        let read = read_queue(&store, "orders", queue);
+        let expected: Vec<(u64, Vec<u8>)> =
+            (0..10u32).map(|k| (u64::from(k), format!("m{}", k * 3 + queue).into_bytes())).collect();
+        assert_eq!(read, expected);
+        assert_eq!(store.queue_range("orders", queue).unwrap(), (0, 10));
+    }
+    store.shutdown().unwrap();
+}
+
+#[test]
+fn statuses_follow_rocketmqs_order_of_checks() {
+    let sim = SimStorage::new();
+    let store = open(&sim, config(FlushDiskType::AsyncFlush));
+    store.create_topic("t", 2).unwrap();
+    let get = |queue, offset| store.get_messages("g", "t", queue, offset, 8, u64::MAX, &TagFilter::All).unwrap();
+    let empty = get(0, 0);
+    assert_eq!((empty.status, empty.next_offset), (GetStatus::NoMessageInQueue, 0));
+    for i in 0..5u8 {
+        store.put_message(&Message::new("t", 0, vec![i; 10])).unwrap();
+    }
+    assert!(store.wait_for("t", 0, 4, WAIT).unwrap());
+    let found = get(0, 1);
+    assert_eq!(found.status, GetStatus::Found);
+    assert_eq!(found.messages.iter().map(|m| m.queue_offset).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
+    assert_eq!((found.next_offset, found.min_offset, found.max_offset), (5, 0, 5));
+    let at_end = get(0, 5);
+    assert_eq!((at_end.status, at_end.next_offset), (GetStatus::NoNewMessage, 5));
+    let past = get(0, 9);
+    assert_eq!((past.status, past.next_offset), (GetStatus::OffsetOverflow, 5));
+    // At most max_count, and max_bytes once one message is in.
+    let two = store.get_messages("g", "t", 0, 0, 2, u64::MAX, &TagFilter::All).unwrap();
+    assert_eq!((two.messages.len(), two.next_offset), (2, 2));
+    let one = store.get_messages("g", "t", 0, 0, 8, 1, &TagFilter::All).unwrap();
+    assert_eq!((one.messages.len(), one.next_offset), (1, 1), "one message even over max_bytes");
+    assert!(matches!(
+        store.get_messages("g", "t", 2, 0, 8, 1, &TagFilter::All),
+        Err(StoreError::UnknownQueue { queue_id: 2, queues: 2, .. })
+    ));
+    assert!(matches!(
+        store.get_messages("g", "nope", 0, 0, 8, 1, &TagFilter::All),
+        Err(StoreError::UnknownTopic { .. })
+    ));
+    store.shutdown().unwrap();
+}
+
+#[test]
+fn tag_filters_compare_strings_after_hashes_so_collisions_never_leak() {
+    let sim = SimStorage::new();
+    let store = open(&sim, config(FlushDiskType::AsyncFlush));
+    store.create_topic("t", 1).unwrap();
+    // "Aa" and "BB" have the same Java hash (the tags code in the queue).
+    assert_eq!(message_store::tags_code("Aa"), message_store::tags_code("BB"));
+    for tag in ["Aa", "BB", "C", "Aa"] {
+        store.put_message(&Message::new("t", 0, tag.as_bytes().to_vec()).with_tags(tag)).unwrap();
+    }
+    store.put_message(&Message::new("t", 0, &b"untagged"[..])).unwrap();
+    assert!(store.wait_for("t", 0, 4, WAIT).unwrap());
+    let aa = store.get_messages("g", "t", 0, 0, 10, u64::MAX, &TagFilter::parse("Aa")).unwrap();
+    assert_eq!(aa.messages.iter().map(|m| m.queue_offset).collect::<Vec<_>>(), vec![0, 3]);
+    assert_eq!(aa.next_offset, 5, "filtered entries advance the next offset");
+    let either = store.get_messages("g", "t", 0, 0, 10, u64::MAX, &TagFilter::parse(" BB || C ")).unwrap();
+    assert_eq!(either.messages.iter().map(|m| m.queue_offset).collect::<Vec<_>>(), vec![1, 2]);
+    let none = store.get_messages("g", "t", 0, 4, 10, u64::MAX, &TagFilter::parse("Z")).unwrap();
+    assert_eq!((none.status, none.next_offset), (GetStatus::NoMatchedMessage, 5));
+    assert_eq!(TagFilter::parse("*"), TagFilter::All);
+    store.shutdown().unwrap();
+}
+
+#[test]
+fn refused_messages_append_nothing_and_use_no_offset() {
+    let sim = SimStorage::new();
+    let store = open(&sim, config(FlushDiskType::AsyncFlush));
+    store.create_topic("t", 2).unwrap();
+    let end = store.log().max_offset();
+    let refusals = [
+        store.put_message(&Message::new("unknown", 0, &b"x"[..])).unwrap_err(),
+        store.put_message(&Message::new("t", 2, &b"x"[..])).unwrap_err(),
+        store.put_message(&Message::new("bad/topic", 0, &b"x"[..])).unwrap_err(),
+        store.put_message(&Message::new("t", 0, vec![0u8; 4000])).unwrap_err(),
+        store.put_message(&Message::new("t", 0, &b"x"[..]).with_property("p", "v".repeat(600))).unwrap_err(),
+        store.put_messages(&[]).unwrap_err(),
+        store.put_messages(&[Message::new("t", 0, &b"x"[..]), Message::new("t", 1, &b"x"[..])]).unwrap_err(),
+    ];
+    assert!(matches!(refusals[0], StoreError::UnknownTopic { .. }));
+    assert!(matches!(refusals[1], StoreError::UnknownQueue { .. }));
+    assert!(matches!(refusals[2], StoreError::Message(MessageError::Topic(_))));
+    assert!(matches!(refusals[3], StoreError::Message(MessageError::BodyTooLarge { .. })));
+    assert!(matches!(refusals[4], StoreError::Message(MessageError::PropertiesTooLarge { .. })));
+    assert!(matches!(refusals[5], StoreError::BadBatch { .. }));
+    assert!(matches!(refusals[6], StoreError::BadBatch { .. }));
+    assert_eq!(store.log().max_offset(), end, "nothing appended");
+    assert_eq!(store.put_message(&Message::new("t", 0, &b"ok"[..])).unwrap().queue_offset, 0);
+    store.shutdown().unwrap();
+}
+
+#[test]
+fn auto_created_topics_get_the_default_queue_count() {
+    let sim = SimStorage::new();
+    let store = open(&sim, MessageStoreConfig { auto_create_topics: true, ..config(FlushDiskType::AsyncFlush) });
+    store.put_message(&Message::new("fresh", 7, &b"x"[..])).unwrap();
+    assert_eq!(store.topics(), vec![("fresh".to_string(), 8)]);
+    assert!(matches!(store.put_message(&Message::new("fresh", 8, &b"x"[..])), Err(StoreError::UnknownQueue { .. })));
+    store.shutdown().unwrap();
+}
+
+#[test]
+fn a_batch_takes_consecutive_offsets_in_one_append() {
+    let sim = SimStorage::new();
+    let store = open(&sim, config(FlushDiskType::SyncFlush));
+    store.create_topic("t", 1).unwrap();
+    store.put_message(&Message::new("t", 0, &b"first"[..])).unwrap().durability.wait().unwrap();
+    let batch: Vec<Message> = (0..5u8).map(|i| Message::new("t", 0, vec![i; 3]).with_key(format!("k{i}"))).collect();
+    let put = store.put_messages(&batch).unwrap();
+    put.durability.wait().unwrap();
+    assert_eq!(put.first_queue_offset, 1);
+    assert_eq!(put.log_offsets.len(), 5);
+    assert!(store.wait_for("t", 0, 5, WAIT).unwrap());
+    let got = store.get_messages("g", "t", 0, 1, 10, u64::MAX, &TagFilter::All).unwrap();
+    assert_eq!(got.messages.iter().map(|m| m.log_offset).collect::<Vec<_>>(), put.log_offsets);
+    assert_eq!(got.messages[2].keys, vec!["k2".to_string()]);
+    store.shutdown().unwrap();
+}
+
+#[test]
+fn concurrent_producers_on_one_queue_get_offsets_in_log_order() {
+    let sim = SimStorage::new();
+    let store = open(&sim, config(FlushDiskType::SyncFlush));
+    store.create_topic("t", 1).unwrap();
+    let threads: Vec<_> = (0..4u8)
+        .map(|p| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for i in 0..50u8 {
+                    let put = store.put_message(&Message::new("t", 0, vec![p, i])).unwrap();
+                    put.durability.wait().unwrap();
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    assert!(store.wait_for("t", 0, 199, WAIT).unwrap());
+    let got = store.get_messages("g", "t", 0, 0, 200, u64::MAX, &TagFilter::All).unwrap();
+    assert_eq!(got.messages.len(), 200);
+    for (k, pair) in got.messages.windows(2).enumerate() {
+        assert_eq!(pair[0].queue_offset, k as u64);
+        assert!(pair[0].log_offset < pair[1].log_offset, "queue order is log order");
+    }
+    store.shutdown().unwrap();
+}
+
+#[test]
+fn dispatch_under_the_durable_limit_waits_for_the_flush_and_is_woken_by_it() {
+    let sim = SimStorage::new();
+    let mut config = config(FlushDiskType::AsyncFlush);
+    config.dispatch_limit = Some(DispatchLimit::Durable);
+    config.log.flush.flush_interval_commit_log_ms = 3_600_000; // no periodic flush in this test
+    let store = open(&sim, config);
+    store.create_topic("t", 1).unwrap();
+    store.put_message(&Message::new("t", 0, &b"not durable yet"[..])).unwrap();
+    store.dispatch_now().unwrap();
+    assert_eq!(store.queue_range("t", 0).unwrap(), (0, 0), "nothing dispatched before the flush");
+    assert!(!store.wait_for("t", 0, 0, Duration::from_millis(50)).unwrap());
+    let waiter = {
+        let store = store.clone();
+        std::thread::spawn(move || store.wait_for("t", 0, 0, WAIT).unwrap())
+    };
+    std::thread::sleep(Duration::from_millis(20));
+    store.log().flush_all().unwrap();
+    assert!(waiter.join().unwrap(), "the flush woke dispatch, and dispatch the waiter");
+    store.shutdown().unwrap();
+}
+
+#[test]
+fn written_dispatch_under_sync_flush_is_refused() {
+    let mut config = config(FlushDiskType::SyncFlush);
+    config.dispatch_limit = Some(DispatchLimit::Written);
+    let sim = SimStorage::new();
+    let storage: Arc<dyn commitlog::Storage> = Arc::new(sim);
+    let err = message_store::MessageStore::open_with_storage(common::ROOT, config, storage).unwrap_err();
+    assert!(matches!(err, StoreError::InvalidConfig { .. }), "{err}");
+}
+
+#[test]
+fn long_polls_wake_on_arrival_and_time_out_otherwise() {
+    let sim = SimStorage::new();
+    let store = open(&sim, config(FlushDiskType::AsyncFlush));
+    store.create_topic("t", 2).unwrap();
+    let started = Instant::now();
+    assert!(!store.wait_for("t", 0, 0, Duration::from_millis(100)).unwrap(), "nothing came");
+    assert!(started.elapsed() >= Duration::from_millis(100));
+    let waiter = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            (store.wait_for("t", 1, 0, WAIT).unwrap(), started.elapsed())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    store.put_message(&Message::new("t", 1, &b"hello"[..])).unwrap();
+    let (arrived, waited) = waiter.join().unwrap();
+    assert!(arrived);
+    assert!(waited < Duration::from_secs(5), "woken by the arrival, not the timeout ({waited:?})");
+    // The future: ready at once when a message is there; woken later otherwise.
+    assert!(block_on(store.arrival("t", 1, 0).unwrap()));
+    let future = store.arrival("t", 0, 0).unwrap();
+    let putter = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            store.put_message(&Message::new("t", 0, &b"later"[..])).unwrap();
+        })
+    };
+    assert!(block_on(future));
+    putter.join().unwrap();
+    // Shutdown releases waiters.
+    let waiter = {
+        let store = store.clone();
+        std::thread::spawn(move || store.wait_for("t", 0, 5, WAIT).unwrap())
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let started = Instant::now();
+    store.shutdown().unwrap();
+    assert!(!waiter.join().unwrap());
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// Runs a future to completion on this thread.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park_timeout(Duration::from_secs(10));
+    }
+}
+
+#[test]
+fn consumer_offsets_are_durable_and_never_beyond_the_queue() {
+    let sim = SimStorage::new();
+    let store = open(&sim, config(FlushDiskType::SyncFlush));
+    store.create_topic("t", 2).unwrap();
+    for _ in 0..3 {
+        store.put_message(&Message::new("t", 1, &b"x"[..])).unwrap().durability.wait().unwrap();
+    }
+    assert!(store.wait_for("t", 1, 2, WAIT).unwrap());
+    store.commit_offset("g", "t", 1, 2).unwrap();
+    store.commit_offset("g", "t", 1, 3).unwrap();
+    assert!(matches!(store.commit_offset("g", "t", 1, 4), Err(StoreError::OffsetBeyondQueue { max: 3, .. })));
+    assert!(matches!(store.commit_offset("bad group", "t", 1, 0), Err(StoreError::Name(_))));
+    assert!(matches!(store.commit_offset("g", "t", 5, 0), Err(StoreError::UnknownQueue { .. })));
+    assert_eq!(store.committed_offset("g", "t", 1), Some(3));
+    // A power cut right after the commit returned: it survives.
+    let image = sim.snapshot().crash_image(|_| false);
+    store.shutdown().unwrap();
+    let reopened = open(&image, config(FlushDiskType::SyncFlush));
+    assert_eq!(reopened.committed_offset("g", "t", 1), Some(3));
+    assert_eq!(reopened.committed_offset("g", "t", 0), None);
+    reopened.shutdown().unwrap();
+}
+
+#[test]
+fn offsets_by_store_time_pick_the_bounds() {
+    let sim = SimStorage::new();
+    let store = open(&sim, config(FlushDiskType::AsyncFlush));
+    store.create_topic("t", 1).unwrap();
+    let mut times = Vec::new();
+    for i in 0..6u8 {
+        times.push(store.put_message(&Message::new("t", 0, vec![i])).unwrap().store_timestamp_ms);
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    assert!(store.wait_for("t", 0, 5, WAIT).unwrap());
+    let lower = |ts| store.offset_by_time("t", 0, ts, TimeBound::Lower).unwrap();
+    let upper = |ts| store.offset_by_time("t", 0, ts, TimeBound::Upper).unwrap();
+    assert_eq!(lower(0), 0);
+    assert_eq!(lower(u64::MAX), 6, "after every message: the end");
+    assert_eq!(upper(u64::MAX), 5);
+    for (k, &t) in times.iter().enumerate() {
+        let first_at = times.iter().position(|&x| x >= t).unwrap() as u64;
+        let last_at = times.iter().rposition(|&x| x <= t).unwrap() as u64;
+        assert_eq!(lower(t), first_at, "message {k}");
+        assert_eq!(upper(t), last_at, "message {k}");
+    }
+    store.shutdown().unwrap();
+}

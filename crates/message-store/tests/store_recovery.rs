@@ -1,0 +1,187 @@
+//! Recovery: after a power cut at any point, every acknowledged message is found
+//! at its (topic, queue, offset), no entry names a missing or different record,
+//! offsets are dense and go on from the end, and consume queues that ran ahead of
+//! the log or lost files are made to agree with it.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use commitlog::{FlushDiskType, Storage};
+use common::{config, open, read_queue, ROOT};
+use message_store::{Message, MessageStore, MessageStoreConfig};
+use parking_lot::Mutex;
+use store_io::sim::SimStorage;
+use test_support::Rng;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// Acknowledged messages: (queue, offset, body).
+type Acked = Arc<Mutex<Vec<(u32, u64, Vec<u8>)>>>;
+
+/// Checks that `store` holds every message of `acked` at its offset, that every
+/// queue reads back densely from its first offset, and that a new put goes on
+/// from each queue's end.
+fn check(store: &MessageStore, acked: &[(u32, u64, Vec<u8>)], queues: u32) {
+    for queue in 0..queues {
+        let read = read_queue(store, "t", queue);
+        let (min, max) = store.queue_range("t", queue).unwrap();
+        assert_eq!(read.len() as u64, max - min, "queue {queue} reads densely from {min} to {max}");
+        for (k, (offset, _)) in read.iter().enumerate() {
+            assert_eq!(*offset, min + k as u64, "queue {queue}: offsets dense");
+        }
+        for (q, offset, body) in acked.iter().filter(|(q, ..)| *q == queue) {
+            let found = read.iter().find(|(o, _)| o == offset);
+            assert_eq!(found.map(|(_, b)| b), Some(body), "acknowledged message {q}/{offset} is found");
+        }
+        let next = store.put_message(&Message::new("t", queue, &b"after"[..])).unwrap();
+        assert_eq!(next.queue_offset, max, "queue {queue}: the next offset is the end, never one used");
+    }
+}
+
+#[test]
+fn power_cuts_at_any_point_keep_every_acknowledged_message_at_its_offset() {
+    for seed in 0..12u64 {
+        let sim = SimStorage::new();
+        let store = open(&sim, config(FlushDiskType::SyncFlush));
+        store.create_topic("t", 3).unwrap();
+        let acked: Acked = Arc::new(Mutex::new(Vec::new()));
+        let producers: Vec<_> = (0..2u8)
+            .map(|p| {
+                let (store, acked) = (store.clone(), Arc::clone(&acked));
+                std::thread::spawn(move || {
+                    let mut rng = Rng(seed * 31 + u64::from(p));
+                    for i in 0..150u32 {
+                        let queue = rng.range(0, 3) as u32;
+                        let body = format!("{seed}-{p}-{i}").into_bytes();
+                        let Ok(put) = store.put_message(&Message::new("t", queue, body.clone())) else { return };
+                        if put.durability.wait().is_ok() {
+                            acked.lock().push((queue, put.queue_offset, body));
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut rng = Rng(seed);
+        let mut images = Vec::new();
+        for _ in 0..3 {
+            std::thread::sleep(Duration::from_millis(rng.range(1, 15)));
+            // Everything acknowledged so far was durable before this instant.
+            let list = acked.lock();
+            let snapshot = sim.snapshot();
+            images.push((snapshot, list.clone()));
+        }
+        producers.into_iter().for_each(|t| t.join().unwrap());
+        store.shutdown().unwrap();
+        for (n, (snapshot, list)) in images.into_iter().enumerate() {
+            let mut keep = Rng(seed ^ n as u64);
+            let image = snapshot.crash_image(|_| keep.next() & 1 == 1);
+            let reopened = open(&image, config(FlushDiskType::SyncFlush));
+            check(&reopened, &list, 3);
+            reopened.shutdown().unwrap();
+        }
+    }
+}
+
+#[test]
+fn consume_queues_ahead_of_a_log_that_lost_its_tail_are_cut_and_offsets_go_on_from_the_log() {
+    let sim = SimStorage::new();
+    let mut config = config(FlushDiskType::AsyncFlush);
+    config.log.flush.flush_interval_commit_log_ms = 3_600_000; // the log is never flushed in the background
+    let store = open(&sim, config.clone());
+    store.create_topic("t", 2).unwrap();
+    for i in 0..10u8 {
+        store.put_message(&Message::new("t", u32::from(i % 2), vec![i; 8])).unwrap();
+    }
+    store.log().flush_all().unwrap();
+    for i in 10..40u8 {
+        store.put_message(&Message::new("t", u32::from(i % 2), vec![i; 8])).unwrap();
+    }
+    assert!(store.wait_for("t", 0, 19, WAIT).unwrap() && store.wait_for("t", 1, 19, WAIT).unwrap());
+    // Let the consume-queue service flush the entries and record the point.
+    std::thread::sleep(Duration::from_millis(200));
+    let snapshot = sim.snapshot();
+    store.shutdown().unwrap();
+    // The power cut keeps every consume-queue byte and none of the log's unflushed tail.
+    let image = snapshot.crash_image(|_| false);
+    let mut entries_on_disk = 0;
+    for queue in 0..2 {
+        let dir = Path::new(ROOT).join("consumequeue/t").join(queue.to_string());
+        entries_on_disk += image.list(&dir).unwrap().len();
+    }
+    assert!(entries_on_disk > 0, "the consume queues were flushed");
+    let reopened = open(&image, config);
+    for queue in 0..2 {
+        assert_eq!(store_range(&reopened, queue), (0, 5), "queue {queue} cut to what the log holds");
+    }
+    let expected: Vec<(u32, u64, Vec<u8>)> =
+        (0..10u8).map(|i| (u32::from(i % 2), u64::from(i / 2), vec![i; 8])).collect();
+    check(&reopened, &expected, 2);
+    reopened.shutdown().unwrap();
+}
+
+fn store_range(store: &MessageStore, queue: u32) -> (u64, u64) {
+    store.queue_range("t", queue).unwrap()
+}
+
+#[test]
+fn a_consume_queue_that_lost_its_files_is_rebuilt_from_the_log() {
+    let sim = SimStorage::new();
+    let config =
+        MessageStoreConfig { flush_consume_queue_thorough_interval_ms: 3_600_000, ..config(FlushDiskType::SyncFlush) };
+    let mut store = open(&sim, config.clone());
+    store.create_topic("t", 1).unwrap();
+    let mut expected = Vec::new();
+    for i in 0..30u8 {
+        if i == 25 {
+            // A clean restart records the dispatch point past the first 25.
+            store.shutdown().unwrap();
+            store = open(&sim, config.clone());
+        }
+        let put = store.put_message(&Message::new("t", 0, vec![i; 4])).unwrap();
+        put.durability.wait().unwrap();
+        expected.push((0, put.queue_offset, vec![i; 4]));
+    }
+    let snapshot = sim.snapshot();
+    store.shutdown().unwrap();
+    let image = snapshot.crash_image(|_| true);
+    let dir = Path::new(ROOT).join("consumequeue/t/0");
+    for file in image.list(&dir).unwrap() {
+        image.remove(&dir.join(file.name)).unwrap();
+    }
+    let reopened = open(&image, config);
+    assert_eq!(reopened.stats().queues_rebuilt, 1);
+    check(&reopened, &expected, 1);
+    reopened.shutdown().unwrap();
+}
+
+#[test]
+fn a_clean_reopen_on_a_real_disk_dispatches_nothing_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(FlushDiskType::SyncFlush);
+    let store = MessageStore::open(dir.path(), config.clone()).unwrap();
+    store.create_topic("t", 2).unwrap();
+    let mut expected = Vec::new();
+    for i in 0..20u8 {
+        let put = store.put_message(&Message::new("t", u32::from(i % 2), vec![i; 16])).unwrap();
+        put.durability.wait().unwrap();
+        expected.push((u32::from(i % 2), put.queue_offset, vec![i; 16]));
+    }
+    store.commit_offset("g", "t", 0, 4).unwrap_or_else(|_| {
+        // Not dispatched yet: wait, then commit.
+        assert!(store.wait_for("t", 0, 3, WAIT).unwrap());
+        store.commit_offset("g", "t", 0, 4).unwrap();
+    });
+    store.shutdown().unwrap();
+    let reopened = MessageStore::open(dir.path(), config.clone()).unwrap();
+    assert_eq!(reopened.open_report().redispatched, 0, "the point was recorded at shutdown");
+    assert_eq!(reopened.committed_offset("g", "t", 0), Some(4));
+    check(&reopened, &expected, 2);
+    // Dropped without shutdown: the last handle shuts it down.
+    drop(reopened);
+    let again = MessageStore::open(dir.path(), config).unwrap();
+    assert_eq!(again.queue_range("t", 0).unwrap(), (0, 11));
+    again.shutdown().unwrap();
+}
