@@ -31,6 +31,7 @@ macro_rules! outln {
 mod args;
 mod bench;
 mod inspect_cmds;
+mod messages;
 mod produce;
 mod table;
 
@@ -38,7 +39,11 @@ mod table;
 const DEFAULT_SEGMENT_SIZE: usize = 64 << 20;
 
 #[derive(Parser)]
-#[command(name = "commitlog", version, about = "A RocketMQ-style commit log: benchmark it, write to it, inspect it")]
+#[command(
+    name = "commitlog",
+    version,
+    about = "A RocketMQ-style commit log: benchmark it, write to it, inspect it; and a message store over it"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -62,6 +67,15 @@ enum Command {
     ForgetDir(inspect_cmds::ForgetDirArgs),
     /// Print segments, offsets and checkpoint contents (read-only).
     Stat(inspect_cmds::StatArgs),
+    /// Message store: put stdin lines on a topic's queue; print
+    /// `QUEUE_OFFSET<TAB>LOG_OFFSET` for each once acknowledged.
+    Send(messages::SendArgs),
+    /// Message store: print a queue's messages as a consumer group, from its
+    /// committed offset to the queue's end, committing as it goes.
+    Receive(messages::ReceiveArgs),
+    /// Message store: topics and queues with their offsets, dispatch lag and each
+    /// group's lag (read-only).
+    Topics(messages::TopicsArgs),
 }
 
 /// When appends are acknowledged.
@@ -77,6 +91,7 @@ enum FlushArg {
 #[derive(Debug)]
 enum CliError {
     Log(commitlog::Error),
+    Store(message_store::StoreError),
     Io {
         context: String,
         source: std::io::Error,
@@ -92,6 +107,7 @@ impl std::fmt::Display for CliError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CliError::Log(e) => write!(f, "{e}"),
+            CliError::Store(e) => write!(f, "{e}"),
             CliError::Io { context, source } => write!(f, "{context}: {source}"),
             CliError::Input(message) | CliError::Usage(message) => write!(f, "{message}"),
             CliError::Problems(n) => write!(f, "{n} problem(s) found"),
@@ -195,6 +211,9 @@ fn main() -> ExitCode {
         Command::Recover(args) => inspect_cmds::recover(args),
         Command::ForgetDir(args) => inspect_cmds::forget_dir(args),
         Command::Stat(args) => inspect_cmds::stat(args),
+        Command::Send(args) => messages::send(args),
+        Command::Receive(args) => messages::receive(args),
+        Command::Topics(args) => messages::topics(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -683,3 +683,62 @@ fn every_subcommand_ends_quietly_on_a_closed_pipe() {
         assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn messages_go_in_with_send_come_out_with_receive_and_topics_shows_the_lag_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let d = store.to_str().unwrap();
+    let sent = run_in(
+        &[
+            "send",
+            "--dir",
+            d,
+            "--segment-size",
+            SEGMENT,
+            "--topic",
+            "orders",
+            "--queue",
+            "1",
+            "--create-queues",
+            "2",
+            "--tags",
+            "new",
+        ],
+        b"first\nsecond\nthird\n",
+    );
+    assert!(sent.status.success(), "{}", text(&sent.stderr));
+    let offsets: Vec<u64> =
+        text(&sent.stdout).lines().map(|l| l.split('\t').next().unwrap().parse().unwrap()).collect();
+    assert_eq!(offsets, vec![0, 1, 2]);
+    let first = run(&["receive", "--dir", d, "--topic", "orders", "--queue", "1", "--group", "g", "--max", "2"]);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    assert_eq!(text(&first.stdout), "0\tfirst\n1\tsecond\n");
+    // The group goes on from its committed offset; a filter for another tag finds nothing.
+    let rest = run(&["receive", "--dir", d, "--topic", "orders", "--queue", "1", "--group", "g", "--json"]);
+    let line: serde_json::Value = serde_json::from_str(text(&rest.stdout).trim()).unwrap();
+    assert_eq!((line["queue_offset"].as_u64(), line["body"].as_str()), (Some(2), Some("third")));
+    let other = run(&["receive", "--dir", d, "--topic", "orders", "--queue", "1", "--group", "h", "--tags", "old"]);
+    assert!(other.status.success() && other.stdout.is_empty(), "{}", text(&other.stderr));
+    let before = tree(&store);
+    let listing = run(&["topics", "--dir", d, "--json"]);
+    assert!(listing.status.success(), "{}", text(&listing.stderr));
+    assert_eq!(tree(&store), before, "topics is read-only");
+    let report: serde_json::Value = serde_json::from_slice(&listing.stdout).unwrap();
+    assert_eq!(report["dispatch_lag_bytes"].as_u64(), Some(0));
+    let queue = &report["queues"][1];
+    assert_eq!((queue["min_offset"].as_u64(), queue["max_offset"].as_u64()), (Some(0), Some(3)));
+    let group = report["groups"].as_array().unwrap().iter().find(|g| g["group"] == "g").unwrap();
+    assert_eq!((group["offset"].as_u64(), group["lag"].as_u64()), (Some(3), Some(0)));
+    let h = report["groups"].as_array().unwrap().iter().find(|g| g["group"] == "h").unwrap();
+    assert_eq!(h["offset"].as_u64(), Some(3), "filtered messages are consumed too");
+    // Refusals: one line, nothing written.
+    assert_clean_failure(&run_in(&["send", "--dir", d, "--topic", "nope"], b"x\n"), 1, "does not exist");
+    assert_clean_failure(
+        &run(&["receive", "--dir", d, "--topic", "orders", "--queue", "7", "--group", "g"]),
+        1,
+        "queue 7",
+    );
+    assert_clean_failure(&run(&["receive", "--dir", d, "--topic", "orders", "--group", "bad group"]), 2, "group");
+    assert_clean_failure(&run(&["topics", "--dir", dir.path().join("missing").to_str().unwrap()]), 1, "does not exist");
+}

@@ -210,26 +210,38 @@ pub(crate) struct DispatchCheckpoint {
     path: PathBuf,
 }
 
+/// Parses the dispatch checkpoint at `path`.
+pub(crate) fn parse_point(path: &Path, bytes: &[u8]) -> Result<u64, StoreError> {
+    let bad = |reason: &str| StoreError::BadFile { path: path.to_path_buf(), reason: reason.to_string() };
+    if bytes.len() != 20 || &bytes[..8] != CHECKPOINT_MAGIC {
+        return Err(bad("not a dispatch checkpoint of this version"));
+    }
+    let crc = u32::from_le_bytes(bytes[16..20].try_into().unwrap_or_default());
+    if crc32c::crc32c(&bytes[..16]) != crc {
+        return Err(bad("checksum mismatch"));
+    }
+    Ok(u64::from_le_bytes(bytes[8..16].try_into().unwrap_or_default()))
+}
+
+/// Where the dispatch checkpoint of the store in `root` is.
+pub(crate) fn checkpoint_path(root: &Path) -> PathBuf {
+    root.join("config").join("dispatch")
+}
+
 /// The checkpoint file's first bytes.
 const CHECKPOINT_MAGIC: &[u8; 8] = b"MSDISP01";
 
 impl DispatchCheckpoint {
     pub(crate) fn new(root: &Path) -> Self {
-        DispatchCheckpoint { path: root.join("config").join("dispatch") }
+        DispatchCheckpoint { path: checkpoint_path(root) }
     }
 
     /// The point recorded, or `None` if none was.
     pub(crate) fn load(&self, storage: &dyn Storage) -> Result<Option<u64>, StoreError> {
-        let Some(bytes) = storage.read_small(&self.path).map_err(io_err(&self.path))? else { return Ok(None) };
-        let bad = |reason: &str| StoreError::BadFile { path: self.path.clone(), reason: reason.to_string() };
-        if bytes.len() != 20 || &bytes[..8] != CHECKPOINT_MAGIC {
-            return Err(bad("not a dispatch checkpoint of this version"));
+        match storage.read_small(&self.path).map_err(io_err(&self.path))? {
+            Some(bytes) => parse_point(&self.path, &bytes).map(Some),
+            None => Ok(None),
         }
-        let crc = u32::from_le_bytes(bytes[16..20].try_into().unwrap_or_default());
-        if crc32c::crc32c(&bytes[..16]) != crc {
-            return Err(bad("checksum mismatch"));
-        }
-        Ok(Some(u64::from_le_bytes(bytes[8..16].try_into().unwrap_or_default())))
     }
 
     /// Records `point` (atomically: a crash leaves the old point or this one).

@@ -51,6 +51,7 @@ mod config;
 mod dispatch;
 mod error;
 mod get;
+pub mod inspect;
 mod message;
 mod offsets;
 #[cfg(planted_bugs)]

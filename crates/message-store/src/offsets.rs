@@ -16,6 +16,36 @@ use crate::topic::{validate_group, validate_topic};
 /// The first line of the offsets file.
 const HEADER: &str = "# message-store consumer offsets v1: <group> <topic> <queue> <offset>";
 
+/// Where the offsets of the store in `root` are.
+pub(crate) fn offsets_path(root: &Path) -> PathBuf {
+    root.join("config").join("consumer_offsets")
+}
+
+/// Parses the offsets file at `path`.
+pub(crate) fn parse_offsets(path: &Path, bytes: Vec<u8>) -> Result<BTreeMap<OffsetKey, u64>, StoreError> {
+    let bad = |reason: String| StoreError::BadFile { path: path.to_path_buf(), reason };
+    let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8".into()))?;
+    let mut lines = text.lines();
+    if lines.next() != Some(HEADER) {
+        return Err(bad("unknown header (not a consumer offsets file of this version)".into()));
+    }
+    let mut offsets = BTreeMap::new();
+    for (n, line) in lines.enumerate() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let parsed = match fields[..] {
+            [group, topic, queue, offset] if validate_group(group).is_ok() && validate_topic(topic).is_ok() => queue
+                .parse::<u32>()
+                .ok()
+                .zip(offset.parse::<u64>().ok())
+                .map(|(queue, offset)| ((group.to_string(), topic.to_string(), queue), offset)),
+            _ => None,
+        };
+        let (key, offset) = parsed.ok_or_else(|| bad(format!("line {}: {line:?}", n + 2)))?;
+        offsets.insert(key, offset);
+    }
+    Ok(offsets)
+}
+
 /// (group, topic, queue id).
 pub(crate) type OffsetKey = (String, String, u32);
 
@@ -41,31 +71,11 @@ pub(crate) struct ConsumerOffsets {
 impl ConsumerOffsets {
     /// Loads the offsets of the store in `root` (none if there is no file yet).
     pub(crate) fn load(storage: &dyn Storage, root: &Path) -> Result<Self, StoreError> {
-        let path = root.join("config").join("consumer_offsets");
-        let mut offsets = BTreeMap::new();
-        if let Some(bytes) = storage.read_small(&path).map_err(io_err(&path))? {
-            let bad = |reason: String| StoreError::BadFile { path: path.clone(), reason };
-            let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8".into()))?;
-            let mut lines = text.lines();
-            if lines.next() != Some(HEADER) {
-                return Err(bad("unknown header (not a consumer offsets file of this version)".into()));
-            }
-            for (n, line) in lines.enumerate() {
-                let fields: Vec<&str> = line.split(' ').collect();
-                let parsed = match fields[..] {
-                    [group, topic, queue, offset] if validate_group(group).is_ok() && validate_topic(topic).is_ok() => {
-                        queue
-                            .parse::<u32>()
-                            .ok()
-                            .zip(offset.parse::<u64>().ok())
-                            .map(|(queue, offset)| ((group.to_string(), topic.to_string(), queue), offset))
-                    }
-                    _ => None,
-                };
-                let (key, offset) = parsed.ok_or_else(|| bad(format!("line {}: {line:?}", n + 2)))?;
-                offsets.insert(key, offset);
-            }
-        }
+        let path = offsets_path(root);
+        let offsets = match storage.read_small(&path).map_err(io_err(&path))? {
+            Some(bytes) => parse_offsets(&path, bytes)?,
+            None => BTreeMap::new(),
+        };
         Ok(ConsumerOffsets { path, table: Mutex::new(Table { offsets, ..Table::default() }), written: Condvar::new() })
     }
 

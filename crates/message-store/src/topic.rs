@@ -39,6 +39,31 @@ pub fn validate_group(group: &str) -> Result<(), NameError> {
     validate_name("group", group, MAX_GROUP_LEN)
 }
 
+/// Where the registry of the store in `root` is.
+pub(crate) fn topics_path(root: &Path) -> PathBuf {
+    root.join("config").join("topics")
+}
+
+/// Parses the registry file at `path`.
+pub(crate) fn parse_topics(path: &Path, bytes: Vec<u8>) -> Result<BTreeMap<String, u32>, StoreError> {
+    let bad = |reason: String| StoreError::BadFile { path: path.to_path_buf(), reason };
+    let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8".into()))?;
+    let mut lines = text.lines();
+    if lines.next() != Some(HEADER) {
+        return Err(bad("unknown header (not a topics file of this version)".into()));
+    }
+    let mut topics = BTreeMap::new();
+    for (n, line) in lines.enumerate() {
+        let parsed = line.split_once(' ').and_then(|(topic, queues)| {
+            let queues = queues.parse::<u32>().ok().filter(|&q| q > 0)?;
+            validate_topic(topic).ok().map(|()| (topic.to_string(), queues))
+        });
+        let (topic, queues) = parsed.ok_or_else(|| bad(format!("line {}: {line:?}", n + 2)))?;
+        topics.insert(topic, queues);
+    }
+    Ok(topics)
+}
+
 /// The registry of topics: name → queue count, persisted in `config/topics`.
 #[derive(Debug)]
 pub(crate) struct Registry {
@@ -49,24 +74,11 @@ pub(crate) struct Registry {
 impl Registry {
     /// Loads the registry of the store in `root` (empty if there is none yet).
     pub(crate) fn load(storage: &dyn Storage, root: &Path) -> Result<Registry, StoreError> {
-        let path = root.join("config").join("topics");
-        let mut topics = BTreeMap::new();
-        if let Some(bytes) = storage.read_small(&path).map_err(io_err(&path))? {
-            let bad = |reason: String| StoreError::BadFile { path: path.clone(), reason };
-            let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8".into()))?;
-            let mut lines = text.lines();
-            if lines.next() != Some(HEADER) {
-                return Err(bad("unknown header (not a topics file of this version)".into()));
-            }
-            for (n, line) in lines.enumerate() {
-                let parsed = line.split_once(' ').and_then(|(topic, queues)| {
-                    let queues = queues.parse::<u32>().ok().filter(|&q| q > 0)?;
-                    validate_topic(topic).ok().map(|()| (topic.to_string(), queues))
-                });
-                let (topic, queues) = parsed.ok_or_else(|| bad(format!("line {}: {line:?}", n + 2)))?;
-                topics.insert(topic, queues);
-            }
-        }
+        let path = topics_path(root);
+        let topics = match storage.read_small(&path).map_err(io_err(&path))? {
+            Some(bytes) => parse_topics(&path, bytes)?,
+            None => BTreeMap::new(),
+        };
         Ok(Registry { path, topics })
     }
 

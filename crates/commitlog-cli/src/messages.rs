@@ -1,0 +1,274 @@
+//! The message-store commands: `send` (stdin lines to a topic's queue), `receive`
+//! (a queue as a consumer group, committing its offset) and `topics` (topics,
+//! queues, dispatch lag and each group's lag; read-only).
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::sync::mpsc;
+
+use clap::Args;
+use message_store::{inspect, Message, MessageStore, MessageStoreConfig, TagFilter};
+
+use crate::{io, log_config, CliError, FlushArg};
+
+/// Messages waiting for their acknowledgement at once.
+const IN_FLIGHT: usize = 4096;
+
+impl From<message_store::StoreError> for CliError {
+    fn from(e: message_store::StoreError) -> Self {
+        CliError::Store(e)
+    }
+}
+
+/// Where the store is and how to open it.
+#[derive(Args)]
+pub struct StoreArgs {
+    /// Store directory (created if missing, recovered otherwise).
+    #[arg(long)]
+    dir: PathBuf,
+    /// When a message counts as acknowledged.
+    #[arg(long, value_enum, default_value = "sync")]
+    flush: FlushArg,
+    /// Segment size for a new log (existing logs keep theirs).
+    #[arg(long, value_name = "BYTES", value_parser = crate::args::segment_size)]
+    segment_size: Option<usize>,
+}
+
+impl StoreArgs {
+    fn open(&self) -> Result<MessageStore, CliError> {
+        let log = log_config(&self.dir, self.flush, false, self.segment_size, &crate::SegmentPathArgs::default())?;
+        Ok(MessageStore::open(&self.dir, MessageStoreConfig::new(log))?)
+    }
+}
+
+#[derive(Args)]
+pub struct SendArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// The topic.
+    #[arg(long)]
+    topic: String,
+    /// The queue of the topic.
+    #[arg(long, default_value_t = 0)]
+    queue: u32,
+    /// Create the topic with this many queues if it does not exist.
+    #[arg(long, value_name = "N")]
+    create_queues: Option<u32>,
+    /// The tag of every message.
+    #[arg(long)]
+    tags: Option<String>,
+    /// A key of every message (repeat for several).
+    #[arg(long = "key")]
+    keys: Vec<String>,
+}
+
+/// Puts each stdin line (without its newline) on the queue and prints
+/// `QUEUE_OFFSET<TAB>LOG_OFFSET` in input order once acknowledged.
+pub fn send(args: SendArgs) -> Result<(), CliError> {
+    let store = args.store.open()?;
+    let result = send_lines(&store, &args);
+    let shutdown = store.shutdown().map_err(CliError::from);
+    result.and(shutdown)
+}
+
+fn send_lines(store: &MessageStore, args: &SendArgs) -> Result<(), CliError> {
+    if let Some(queues) = args.create_queues {
+        store.create_topic(&args.topic, queues)?;
+    }
+    let (tx, rx) = mpsc::sync_channel::<message_store::PutResult>(IN_FLIGHT);
+    let printer = std::thread::spawn(move || -> Result<(), CliError> {
+        let stdout = std::io::stdout();
+        let mut out = stdout.lock();
+        for put in rx {
+            let (queue_offset, log_offset) = (put.queue_offset, put.log_offset);
+            put.durability.wait().map_err(|e| {
+                CliError::Input(format!("message at queue offset {queue_offset} was not acknowledged: {e}"))
+            })?;
+            writeln!(out, "{queue_offset}\t{log_offset}")
+                .and_then(|()| out.flush())
+                .map_err(io("writing to stdout"))?;
+        }
+        Ok(())
+    });
+    let mut result = Ok(());
+    for (number, line) in std::io::stdin().lock().split(b'\n').enumerate() {
+        let line = match line {
+            Ok(line) => line,
+            Err(e) => {
+                result = Err(CliError::Io { context: "reading stdin".into(), source: e });
+                break;
+            }
+        };
+        let mut message = Message::new(args.topic.clone(), args.queue, line);
+        message.tags = args.tags.clone();
+        message.keys = args.keys.clone();
+        match store.put_message(&message) {
+            Ok(put) => {
+                if tx.send(put).is_err() {
+                    break; // the printer stopped on an error; it reports it
+                }
+            }
+            Err(e @ message_store::StoreError::UnknownTopic { .. }) => {
+                result = Err(CliError::Input(format!("{e}; pass --create-queues N to create it")));
+                break;
+            }
+            Err(e) => {
+                result = Err(CliError::Input(format!("line {}: {e}", number + 1)));
+                break;
+            }
+        }
+    }
+    drop(tx);
+    let printed = printer.join().map_err(|_| CliError::Input("the output thread panicked".into()))?;
+    result.and(printed)
+}
+
+#[derive(Args)]
+pub struct ReceiveArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// The topic.
+    #[arg(long)]
+    topic: String,
+    /// The queue of the topic.
+    #[arg(long, default_value_t = 0)]
+    queue: u32,
+    /// The consumer group: reading starts at its committed offset (else the
+    /// queue's first), and its offset is committed after each batch.
+    #[arg(long)]
+    group: String,
+    /// Start here instead of the group's offset.
+    #[arg(long)]
+    from: Option<u64>,
+    /// RocketMQ's subscription expression: `*`, or tags separated by `||`.
+    #[arg(long, default_value = "*")]
+    tags: String,
+    /// Stop after this many messages.
+    #[arg(long, value_parser = crate::args::count_in::<usize>(1 << 40))]
+    max: Option<usize>,
+    /// One JSON object per message.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Prints the queue's messages from the group's offset to the queue's end
+/// (`OFFSET<TAB>BODY`, or JSON lines), committing the group's offset as it goes.
+pub fn receive(args: ReceiveArgs) -> Result<(), CliError> {
+    message_store::validate_group(&args.group).map_err(|e| CliError::Usage(e.to_string()))?;
+    let store = args.store.open()?;
+    let result = receive_messages(&store, &args);
+    let shutdown = store.shutdown().map_err(CliError::from);
+    result.and(shutdown)
+}
+
+fn receive_messages(store: &MessageStore, args: &ReceiveArgs) -> Result<(), CliError> {
+    let filter = TagFilter::parse(&args.tags);
+    let (min, _) = store.queue_range(&args.topic, args.queue)?;
+    let mut offset = args.from.or_else(|| store.committed_offset(&args.group, &args.topic, args.queue)).unwrap_or(min);
+    let mut left = args.max.unwrap_or(usize::MAX);
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    while left > 0 {
+        let got = store.get_messages(&args.group, &args.topic, args.queue, offset, left.min(256), 4 << 20, &filter)?;
+        use message_store::GetStatus as S;
+        match got.status {
+            S::Found | S::NoMatchedMessage => {}
+            S::OffsetTooSmall => {
+                eprintln!("commitlog: warning: offsets before {} expired; going on from there", got.next_offset);
+            }
+            S::NoMessageInQueue | S::NoNewMessage => break,
+            S::OffsetOverflow => {
+                return Err(CliError::Usage(format!("offset {offset} is past the queue's end {}", got.max_offset)))
+            }
+        }
+        for message in &got.messages {
+            if args.json {
+                let line = serde_json::json!({
+                    "queue_offset": message.queue_offset,
+                    "log_offset": message.log_offset,
+                    "store_timestamp_ms": message.store_timestamp_ms,
+                    "tags": message.tags,
+                    "keys": message.keys,
+                    "body": String::from_utf8_lossy(&message.body),
+                });
+                writeln!(out, "{line}").map_err(io("writing to stdout"))?;
+            } else {
+                write!(out, "{}\t", message.queue_offset)
+                    .and_then(|()| out.write_all(&message.body))
+                    .and_then(|()| out.write_all(b"\n"))
+                    .map_err(io("writing to stdout"))?;
+            }
+        }
+        left = left.saturating_sub(got.messages.len());
+        offset = got.next_offset;
+        out.flush().map_err(io("writing to stdout"))?;
+        // Committed once printed: a reader that dies re-reads, never skips.
+        store.commit_offset(&args.group, &args.topic, args.queue, offset)?;
+    }
+    out.flush().map_err(io("writing to stdout"))
+}
+
+#[derive(Args)]
+pub struct TopicsArgs {
+    /// Store directory.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Lists topics and queues with their offsets, the dispatch lag and each
+/// group's lag, from the files (read-only: safe beside a running store).
+pub fn topics(args: TopicsArgs) -> Result<(), CliError> {
+    crate::existing_dir(&args.dir)?;
+    let mut queues = Vec::new();
+    for (topic, count) in inspect::topics(&args.dir)? {
+        for queue_id in 0..count {
+            queues.push(inspect::queue(&args.dir, &topic, queue_id)?);
+        }
+    }
+    let groups = inspect::consumer_offsets(&args.dir)?;
+    let dispatch_point = inspect::dispatch_point(&args.dir)?;
+    let durable_end = commitlog::inspect::store_files(&args.dir).checkpoint.map(|c| c.flushed_offset);
+    let dispatch_lag = durable_end.zip(dispatch_point).map(|(end, point)| end.saturating_sub(point));
+    let lag_of = |g: &inspect::GroupOffset| {
+        queues
+            .iter()
+            .find(|q| q.topic == g.topic && q.queue_id == g.queue_id)
+            .map_or(0, |q| q.max_offset.saturating_sub(g.offset))
+    };
+    if args.json {
+        let report = serde_json::json!({
+            "dispatch_point": dispatch_point,
+            "log_durable_end": durable_end,
+            "dispatch_lag_bytes": dispatch_lag,
+            "queues": queues.iter().map(|q| serde_json::json!({
+                "topic": q.topic, "queue": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset,
+                "files": q.files,
+            })).collect::<Vec<_>>(),
+            "groups": groups.iter().map(|g| serde_json::json!({
+                "group": g.group, "topic": g.topic, "queue": g.queue_id, "offset": g.offset, "lag": lag_of(g),
+            })).collect::<Vec<_>>(),
+        });
+        return outln!("{}", serde_json::to_string_pretty(&report).expect("serialisable"));
+    }
+    let show = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
+    outln!(
+        "dispatch point {} of durable log end {} (lag {} bytes, as of the last checkpoints)",
+        show(dispatch_point),
+        show(durable_end),
+        show(dispatch_lag)
+    )?;
+    outln!("{:<24} {:>6} {:>12} {:>12}", "TOPIC", "QUEUE", "MIN", "MAX")?;
+    for q in &queues {
+        outln!("{:<24} {:>6} {:>12} {:>12}", q.topic, q.queue_id, q.min_offset, q.max_offset)?;
+    }
+    if !groups.is_empty() {
+        outln!("{:<24} {:<24} {:>6} {:>12} {:>12}", "GROUP", "TOPIC", "QUEUE", "OFFSET", "LAG")?;
+        for g in &groups {
+            outln!("{:<24} {:<24} {:>6} {:>12} {:>12}", g.group, g.topic, g.queue_id, g.offset, lag_of(g))?;
+        }
+    }
+    Ok(())
+}
