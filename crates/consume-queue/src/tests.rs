@@ -292,3 +292,23 @@ fn a_torn_entry_past_the_expired_front_expires_nothing_it_should_not() {
     cq.shutdown().unwrap();
     log.shutdown().unwrap();
 }
+
+#[test]
+fn a_queue_truncated_to_its_start_reopens_empty() {
+    let sim = SimStorage::new();
+    let cq = open(&sim);
+    cq.put(0, entry(0)).unwrap();
+    drop(cq);
+    let cq = open(&sim);
+    assert_eq!((cq.min_index(), cq.next_index()), (0, 1));
+    cq.truncate_from(0).unwrap();
+    assert_eq!(cq.next_index(), 0);
+    drop(cq);
+    let cq = open(&sim);
+    assert_eq!((cq.min_index(), cq.next_index()), (0, 0), "the cut entry stays cut");
+    cq.put(1, entry(1)).unwrap();
+    drop(cq);
+    let cq = open(&sim);
+    assert_eq!(cq.get(0).unwrap(), None);
+    assert_eq!((cq.min_index(), cq.next_index()), (1, 2));
+}

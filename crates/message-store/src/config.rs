@@ -27,8 +27,9 @@ pub struct MessageStoreConfig {
     /// sync flush and [`DispatchLimit::Written`] under async flush.
     pub dispatch_limit: Option<DispatchLimit>,
     /// Entries per consume-queue segment, a multiple of 1,024 (RocketMQ:
-    /// 300,000). Small by default (16,384 entries: 320 KiB) because a store
-    /// holds many queues and each has at least one segment, allocated in full.
+    /// 300,000). Small by default (4,096 entries: 80 KiB) because a store
+    /// holds many queues and each has at least one segment, allocated in full
+    /// (50,000 queues: 4 GiB).
     pub consume_queue_entries_per_segment: usize,
     /// How often the consume queues are flushed (`flushIntervalConsumeQueue`, 1,000 ms).
     pub flush_interval_consume_queue_ms: u64,
@@ -47,6 +48,11 @@ pub struct MessageStoreConfig {
     pub max_queues_per_topic: u32,
     /// Limits on each message.
     pub limits: MessageLimits,
+    /// The most consume queues open at once. Each open one holds a file and a
+    /// mapping per segment; beyond the budget the least recently used idle
+    /// ones are flushed and closed (reopened on their next use), so a store of
+    /// many queues stays within `ulimit -n` and `vm.max_map_count`.
+    pub max_open_consume_queues: usize,
     /// The longest a get scans a queue for matching messages: at least this many
     /// entries (RocketMQ's `maxFilterMessageSize` / 20 = 800) or `max_count`.
     pub max_filter_entries: u64,
@@ -59,7 +65,7 @@ impl MessageStoreConfig {
             limits: MessageLimits::within(log.max_message_size),
             log,
             dispatch_limit: None,
-            consume_queue_entries_per_segment: 16 * ENTRIES_PER_SEGMENT_MULTIPLE,
+            consume_queue_entries_per_segment: 4 * ENTRIES_PER_SEGMENT_MULTIPLE,
             flush_interval_consume_queue_ms: 1000,
             flush_consume_queue_least_pages: 2,
             flush_consume_queue_thorough_interval_ms: 10_000,
@@ -67,6 +73,7 @@ impl MessageStoreConfig {
             default_topic_queue_nums: 8,
             max_queues_per_topic: 65_536,
             max_filter_entries: 800,
+            max_open_consume_queues: 512,
         }
     }
 
@@ -88,6 +95,9 @@ impl MessageStoreConfig {
             return bad(format!(
                 "consume_queue_entries_per_segment {entries} must be a positive multiple of {ENTRIES_PER_SEGMENT_MULTIPLE}"
             ));
+        }
+        if self.max_open_consume_queues == 0 {
+            return bad("max_open_consume_queues must be positive".into());
         }
         if self.flush_interval_consume_queue_ms == 0 || self.flush_consume_queue_thorough_interval_ms == 0 {
             return bad("consume-queue flush intervals must be positive".into());

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Waker;
 
@@ -97,8 +98,12 @@ pub(crate) struct Queue {
     /// The put lock: the offset the next message put gets. Held while the
     /// message is appended, so the log holds a queue's messages in offset order.
     pub(crate) next_offset: Mutex<Option<u64>>,
-    /// The consume queue, once opened.
+    /// The consume queue while it is open.
     consume_queue: Mutex<Option<Arc<ConsumeQueue>>>,
+    /// When it was last used (the context's clock), for closing idle ones.
+    last_used: AtomicU64,
+    /// Made consistent with the log (at its first open in this process).
+    checked: AtomicBool,
     pub(crate) signal: Signal,
 }
 
@@ -112,6 +117,47 @@ pub(crate) struct QueueContext {
     /// holds at or past it when first opened are stale (their records were
     /// re-dispatched, or lost with the log's tail) and are cut.
     pub(crate) recovered_from: u64,
+    /// Every queue, to close idle ones from.
+    pub(crate) queues: Arc<Queues>,
+    /// The most consume queues open at once (each holds a file and a mapping
+    /// per segment): beyond it the least recently used idle ones are closed.
+    pub(crate) budget: usize,
+    /// Consume queues open now.
+    pub(crate) open: AtomicUsize,
+    /// A counter that orders uses.
+    pub(crate) clock: AtomicU64,
+    /// Consume queues closed to keep within the budget.
+    pub(crate) closed_idle: AtomicU64,
+}
+
+impl QueueContext {
+    /// Closes the least recently used consume queues no one is using until at
+    /// most nine tenths of the budget are open (a batch, so that the scan over
+    /// every queue is paid once per many opens). Queues in use are skipped.
+    fn trim(&self) -> Result<(), StoreError> {
+        if self.open.load(Ordering::Acquire) <= self.budget {
+            return Ok(());
+        }
+        let mut candidates: Vec<(u64, Arc<Queue>)> = self
+            .queues
+            .all()
+            .into_iter()
+            .filter(|q| q.is_open())
+            .map(|q| (q.last_used.load(Ordering::Relaxed), q))
+            .collect();
+        candidates.sort_unstable_by_key(|(used, _)| *used);
+        let target = self.budget.saturating_mul(9) / 10;
+        for (_, queue) in candidates {
+            if self.open.load(Ordering::Acquire) <= target {
+                break;
+            }
+            if queue.close_if_idle()? {
+                self.open.fetch_sub(1, Ordering::AcqRel);
+                self.closed_idle.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Queue {
@@ -121,32 +167,67 @@ impl Queue {
             queue_id,
             next_offset: Mutex::new(None),
             consume_queue: Mutex::new(None),
+            last_used: AtomicU64::new(0),
+            checked: AtomicBool::new(false),
             signal: Signal::default(),
         }
     }
 
-    /// The consume queue, opened (and made consistent with `log`) on first use.
+    /// The consume queue, opened if it is not (and made consistent with `log`
+    /// at its first open in this process), then others closed if more than
+    /// the budget are open.
     pub(crate) fn consume_queue(
         &self,
         context: &QueueContext,
         log: &commitlog::CommitLog,
     ) -> Result<Arc<ConsumeQueue>, StoreError> {
-        let mut slot = self.consume_queue.lock();
-        if let Some(cq) = &*slot {
-            return Ok(Arc::clone(cq));
-        }
-        let dir = queue_dir(&context.root, &self.topic, self.queue_id);
-        let cq = ConsumeQueue::open(Arc::clone(&context.storage), &dir, context.config.clone())?;
-        self.make_consistent(&cq, context.recovered_from, log)?;
-        let cq = Arc::new(cq);
-        self.signal.arrive(cq.next_index());
-        *slot = Some(Arc::clone(&cq));
+        self.last_used.store(context.clock.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        let cq = {
+            let mut slot = self.consume_queue.lock();
+            if let Some(cq) = &*slot {
+                return Ok(Arc::clone(cq));
+            }
+            let dir = queue_dir(&context.root, &self.topic, self.queue_id);
+            let cq = ConsumeQueue::open(Arc::clone(&context.storage), &dir, context.config.clone())?;
+            // Later opens (after an idle close) find what this process wrote:
+            // nothing to cut then.
+            if !self.checked.load(Ordering::Acquire) {
+                self.make_consistent(&cq, context.recovered_from, log)?;
+                self.checked.store(true, Ordering::Release);
+            }
+            let cq = Arc::new(cq);
+            self.signal.arrive(cq.next_index());
+            *slot = Some(Arc::clone(&cq));
+            context.open.fetch_add(1, Ordering::AcqRel);
+            cq
+        };
+        context.trim()?;
         Ok(cq)
     }
 
     /// The consume queue if it is open.
     pub(crate) fn open_consume_queue(&self) -> Option<Arc<ConsumeQueue>> {
         self.consume_queue.lock().clone()
+    }
+
+    fn is_open(&self) -> bool {
+        self.consume_queue.try_lock().is_some_and(|slot| slot.is_some())
+    }
+
+    /// Flushes and closes the consume queue if it is open and no one else
+    /// holds it (nor its slot); returns whether it closed. Flushed under the
+    /// slot's lock: the flush service, which records the dispatch point after
+    /// flushing every open queue, either flushes it itself or waits for this.
+    fn close_if_idle(&self) -> Result<bool, StoreError> {
+        let Some(mut slot) = self.consume_queue.try_lock() else { return Ok(false) };
+        match &*slot {
+            Some(cq) if Arc::strong_count(cq) == 1 => {
+                cq.flush()?;
+                *slot = None; // dropped here: its segments are unmapped and closed
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     /// Cuts the entries at or past `from` (stale: see

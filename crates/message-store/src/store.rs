@@ -2,7 +2,7 @@
 //! services, shutdown.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -74,6 +74,8 @@ pub struct StoreStats {
     pub queues_rebuilt: u64,
     /// Consume queues open now.
     pub open_consume_queues: usize,
+    /// Consume queues closed because more than `max_open_consume_queues` were open.
+    pub consume_queues_closed_idle: u64,
     /// Why dispatch is stopped, if it is.
     pub dispatch_error: Option<String>,
 }
@@ -181,6 +183,11 @@ impl MessageStore {
             storage: Arc::clone(&storage),
             config: config.consume_queue(),
             recovered_from,
+            queues: Arc::clone(&queues),
+            budget: config.max_open_consume_queues,
+            open: AtomicUsize::new(0),
+            clock: AtomicU64::new(0),
+            closed_idle: AtomicU64::new(0),
         };
         let dispatcher = Arc::new(Dispatcher::new(log.clone(), Arc::clone(&queues), context, limit, recovered_from));
         let redispatched = dispatcher.dispatch_up_to(log.max_offset())?;
@@ -474,7 +481,8 @@ impl MessageStore {
             log_max_offset: self.core.log.max_offset(),
             records_skipped: dispatcher.skipped.load(Ordering::Relaxed),
             queues_rebuilt: dispatcher.rebuilt.load(Ordering::Relaxed),
-            open_consume_queues: self.core.queues.all().iter().filter(|q| q.open_consume_queue().is_some()).count(),
+            open_consume_queues: dispatcher.context.open.load(Ordering::Relaxed),
+            consume_queues_closed_idle: dispatcher.context.closed_idle.load(Ordering::Relaxed),
             dispatch_error: dispatcher.error(),
         }
     }

@@ -320,3 +320,34 @@ fn offsets_by_store_time_pick_the_bounds() {
     }
     store.shutdown().unwrap();
 }
+
+#[test]
+fn many_queues_stay_within_the_budget_of_open_consume_queues_and_reopen_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = MessageStoreConfig { max_open_consume_queues: 8, ..config(FlushDiskType::AsyncFlush) };
+    let store = message_store::MessageStore::open(dir.path(), config.clone()).unwrap();
+    store.create_topic("wide", 100).unwrap();
+    for round in 0..3u8 {
+        for queue in 0..100u32 {
+            store.put_message(&Message::new("wide", queue, vec![round; 8])).unwrap();
+            assert!(store.stats().open_consume_queues <= 9, "{:?}", store.stats());
+        }
+    }
+    for queue in 0..100u32 {
+        assert!(store.wait_for("wide", queue, 2, WAIT).unwrap());
+        // Read after its consume queue was closed and reopened: nothing cut.
+        let got = store.get_messages("g", "wide", queue, 0, 10, u64::MAX, &TagFilter::All).unwrap();
+        let bodies: Vec<Vec<u8>> = got.messages.iter().map(|m| m.body.to_vec()).collect();
+        assert_eq!(bodies, vec![vec![0u8; 8], vec![1; 8], vec![2; 8]], "queue {queue}");
+        assert!(store.stats().open_consume_queues <= 9);
+    }
+    let stats = store.stats();
+    assert!(stats.consume_queues_closed_idle >= 90, "{stats:?}");
+    assert_eq!(stats.queues_rebuilt, 0, "a reopened queue keeps what this process wrote: no rebuild");
+    store.shutdown().unwrap();
+    let reopened = message_store::MessageStore::open(dir.path(), config).unwrap();
+    for queue in (0..100u32).step_by(7) {
+        assert_eq!(reopened.queue_range("wide", queue).unwrap(), (0, 3));
+    }
+    reopened.shutdown().unwrap();
+}

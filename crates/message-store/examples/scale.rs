@@ -1,0 +1,140 @@
+//! Many queues in one store: creates a topic of `--queues` queues (50,000 by
+//! default) on a real disk, puts `--rounds` messages on every queue (1 KiB,
+//! round-robin, async flush), reads every queue back, and reports throughput,
+//! the process's resident memory, open files and mappings (against
+//! `ulimit -n` and `vm.max_map_count`), disk use, and memory per idle queue.
+//! `cargo xtask scale` runs it; docs/message-store.md quotes it.
+//!
+//! ```text
+//! cargo run --release -p message-store --example scale -- [--queues N] [--rounds R] [--dir DIR]
+//! ```
+
+use std::path::Path;
+use std::time::Instant;
+
+use commitlog::{CommitLogConfig, FlushDiskType};
+use message_store::{Message, MessageStore, MessageStoreConfig, TagFilter};
+
+fn arg(args: &[String], name: &str, default: u64) -> u64 {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// A field of `/proc/self/status` in KiB (`VmRSS`), 0 where there is none.
+fn status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+fn count(path: &str) -> usize {
+    std::fs::read_dir(path).map_or(0, |d| d.count())
+}
+
+fn mappings() -> usize {
+    std::fs::read_to_string("/proc/self/maps").map_or(0, |s| s.lines().count())
+}
+
+fn disk_kib(dir: &Path) -> u64 {
+    let out = std::process::Command::new("du").arg("-sk").arg(dir).output();
+    out.ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+fn limit(path: &str) -> String {
+    std::fs::read_to_string(path).map_or_else(|_| "?".into(), |s| s.trim().to_string())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let queues = u32::try_from(arg(&args, "--queues", 50_000))?;
+    let rounds = arg(&args, "--rounds", 2);
+    let scratch = tempfile::tempdir()?;
+    let dir = args
+        .iter()
+        .position(|a| a == "--dir")
+        .and_then(|i| args.get(i + 1))
+        .map_or_else(|| scratch.path().to_path_buf(), std::path::PathBuf::from);
+    let nofile = std::process::Command::new("sh").args(["-c", "ulimit -n"]).output()?;
+    println!(
+        "scale: {queues} queues x {rounds} messages of 1 KiB; ulimit -n {}, vm.max_map_count {}",
+        String::from_utf8_lossy(&nofile.stdout).trim(),
+        limit("/proc/sys/vm/max_map_count")
+    );
+    let log = CommitLogConfig::builder()
+        .mapped_file_size_commit_log(256 << 20)
+        .flush_disk_type(FlushDiskType::AsyncFlush)
+        .build()?;
+    let config = MessageStoreConfig::new(log);
+    let budget = config.max_open_consume_queues;
+    let rss_before = status_kib("VmRSS");
+    let started = Instant::now();
+    let store = MessageStore::open(&dir, config)?;
+    store.create_topic("wide", queues)?;
+    let rss_topic = status_kib("VmRSS");
+    println!(
+        "topic created in {:.2?}: {:.0} bytes of memory per queue never used",
+        started.elapsed(),
+        (rss_topic.saturating_sub(rss_before) * 1024) as f64 / f64::from(queues)
+    );
+    let body = vec![b'x'; 1024];
+    let started = Instant::now();
+    let mut peak_files = 0;
+    let mut peak_maps = 0;
+    for round in 0..rounds {
+        for queue in 0..queues {
+            store.put_message(&Message::new("wide", queue, body.clone()))?;
+            if queue % 5000 == 0 {
+                peak_files = peak_files.max(count("/proc/self/fd"));
+                peak_maps = peak_maps.max(mappings());
+            }
+        }
+        println!("round {round}: {:.2?}", started.elapsed());
+    }
+    let puts = u64::from(queues) * rounds;
+    let put_secs = started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    for queue in (0..queues).rev() {
+        if !store.wait_for("wide", queue, rounds - 1, std::time::Duration::from_secs(60))? {
+            return Err(format!("queue {queue} was not dispatched within a minute").into());
+        }
+    }
+    let dispatch_secs = started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let mut read = 0u64;
+    for queue in 0..queues {
+        let got = store.get_messages("g", "wide", queue, 0, 64, u64::MAX, &TagFilter::All)?;
+        read += got.messages.len() as u64;
+        if queue % 5000 == 0 {
+            peak_files = peak_files.max(count("/proc/self/fd"));
+            peak_maps = peak_maps.max(mappings());
+        }
+    }
+    assert_eq!(read, puts, "every message read back");
+    let read_secs = started.elapsed().as_secs_f64();
+    let stats = store.stats();
+    let rss_after = status_kib("VmRSS");
+    println!(
+        "puts: {puts} in {put_secs:.2}s ({:.0}/s); dispatch caught up {dispatch_secs:.2}s after; reads: {read} in {read_secs:.2}s ({:.0}/s)",
+        puts as f64 / put_secs,
+        read as f64 / read_secs
+    );
+    println!(
+        "open consume queues {} (budget {budget}), {} closed when idle; peak open files {peak_files}, peak mappings {peak_maps}",
+        stats.open_consume_queues, stats.consume_queues_closed_idle
+    );
+    println!(
+        "resident memory {} MiB ({:.0} bytes per queue, its consume queue closed), disk {} MiB",
+        rss_after / 1024,
+        (rss_after.saturating_sub(rss_before) * 1024) as f64 / f64::from(queues),
+        disk_kib(&dir) / 1024
+    );
+    store.shutdown()?;
+    Ok(())
+}
