@@ -194,13 +194,14 @@ fn main() -> ExitCode {
         report(
             m.violations() == 0 && m.states >= 5_000 * scale as u64,
             format!(
-                "message-store (puts on shared queues, a consumer committing offsets; one run in four async): {} crash states over {runs} runs, {} acked, {} consumed, {} acked or consumed lost, {} garbage, {} committed offsets lost, {} offsets reused, {} failed opens, {} failed reads ({:.1?})",
+                "message-store (puts on shared queues, a consumer committing offsets; one run in four async): {} crash states over {runs} runs, {} acked, {} consumed, {} acked or consumed lost, {} garbage, {} committed offsets lost, {} keys not found, {} offsets reused, {} failed opens, {} failed reads ({:.1?})",
                 m.states,
                 m.acked,
                 m.consumed,
                 m.lost,
                 m.garbage,
                 m.offsets_lost,
+                m.keys_lost,
                 m.reused,
                 m.open_errors,
                 m.read_errors,

@@ -12,6 +12,7 @@
 //!   is at its (queue, offset) with its body (a message a consumer saw was
 //!   durable: dispatch reads only durable data), and every committed consumer
 //!   offset survives;
+//! - every acknowledged key is found by the index (sync flush);
 //! - a new put on each queue takes the queue's end: no offset is used twice.
 //!
 //! One run in four uses async flush, where the log can lose its tail while the
@@ -49,6 +50,8 @@ pub struct Tally {
     pub garbage: u64,
     /// Committed consumer offsets that went back.
     pub offsets_lost: u64,
+    /// Acknowledged keys the index did not find.
+    pub keys_lost: u64,
     /// New puts that took an offset below the queue's end.
     pub reused: u64,
     /// Images that did not open.
@@ -61,7 +64,13 @@ pub struct Tally {
 impl Tally {
     /// What must be zero.
     pub fn violations(&self) -> u64 {
-        self.lost + self.garbage + self.offsets_lost + self.reused + self.open_errors + self.read_errors
+        self.lost
+            + self.garbage
+            + self.offsets_lost
+            + self.keys_lost
+            + self.reused
+            + self.open_errors
+            + self.read_errors
     }
 
     /// Adds another run's tally.
@@ -72,6 +81,7 @@ impl Tally {
         self.lost += o.lost;
         self.garbage += o.garbage;
         self.offsets_lost += o.offsets_lost;
+        self.keys_lost += o.keys_lost;
         self.reused += o.reused;
         self.open_errors += o.open_errors;
         self.read_errors += o.read_errors;
@@ -84,6 +94,8 @@ impl Tally {
 struct Seen {
     messages: Vec<(u32, u64, Vec<u8>, u64)>,
     commits: Vec<(u32, u64, u64)>,
+    /// Acknowledged keys: (key, body, event).
+    keys: Vec<(String, Vec<u8>, u64)>,
 }
 
 fn store_config(flush: FlushDiskType) -> MessageStoreConfig {
@@ -93,6 +105,9 @@ fn store_config(flush: FlushDiskType) -> MessageStoreConfig {
         consume_queue_entries_per_segment: 1024,
         flush_interval_consume_queue_ms: 2,
         flush_consume_queue_thorough_interval_ms: 5,
+        // Small index files (a simulated disk copies every file at each event),
+        // two slots (chains long and shared), rolled every 32 keys.
+        index: message_store::IndexConfig { hash_slots: 2, max_items: 32 },
         ..MessageStoreConfig::new(log)
     }
 }
@@ -123,7 +138,7 @@ pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tall
                 if stop.load(Ordering::Relaxed) {
                     continue; // drain so the store never blocks
                 }
-                let (messages, commits) = {
+                let (messages, commits, keys) = {
                     let seen = seen.lock().expect("seen");
                     let messages: Vec<_> = seen
                         .messages
@@ -133,12 +148,18 @@ pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tall
                         .collect();
                     let commits: Vec<_> =
                         seen.commits.iter().filter(|c| c.2 <= snapshot.event).map(|(q, o, _)| (*q, *o)).collect();
-                    (messages, commits)
+                    let keys: Vec<_> = seen
+                        .keys
+                        .iter()
+                        .filter(|k| k.2 <= snapshot.event)
+                        .map(|(k, b, _)| (k.clone(), b.clone()))
+                        .collect();
+                    (messages, commits, keys)
                 };
                 let masks = [0, u64::MAX].into_iter().chain((0..images_per_point).map(|_| rng.next()));
                 for mask in masks {
                     let image = crash_image(&snapshot, mask, path);
-                    tally.add(check_image(image, flush, durable, &messages, &commits));
+                    tally.add(check_image(image, flush, durable, &messages, &commits, &keys));
                 }
                 if stop_at_first && tally.violations() > 0 {
                     stop.store(true, Ordering::Relaxed);
@@ -161,11 +182,14 @@ pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tall
                     // Producers 0 and 1 share queues 0 and 1; producer 2 has 2 and 3.
                     let queue = if p < 2 { rng.range(0, 2) } else { rng.range(2, 4) } as u32;
                     let b = body(p, seq, rng.range(20, 600) as usize);
-                    let Ok(put) = store.put_message(&Message::new("t", queue, b.clone())) else { break };
+                    let key = format!("k{p}-{seq}");
+                    let Ok(put) = store.put_message(&Message::new("t", queue, b.clone()).with_key(key)) else { break };
                     if put.durability.wait().is_ok() && durable {
                         // The event first: the storage's lock is never taken under this one.
                         let event = sim.event_count();
-                        seen.lock().expect("seen").messages.push((queue, put.queue_offset, b, event));
+                        let mut seen = seen.lock().expect("seen");
+                        seen.keys.push((format!("k{p}-{seq}"), b.clone(), event));
+                        seen.messages.push((queue, put.queue_offset, b, event));
                         acked += 1;
                     }
                 }
@@ -230,6 +254,7 @@ fn check_image(
     durable: bool,
     messages: &[(u32, u64, Vec<u8>)],
     commits: &[(u32, u64)],
+    keys: &[(String, Vec<u8>)],
 ) -> Tally {
     let mut tally = Tally { states: 1, ..Tally::default() };
     debug_assert!(image.file_bytes(&Path::new(ROOT).join(commitlog::ABORT_FILE)).is_some());
@@ -277,6 +302,14 @@ fn check_image(
         match store.put_message(&Message::new("t", queue, body(9, 0, 20))) {
             Ok(put) if put.queue_offset == max => {}
             _ => tally.reused += 1,
+        }
+    }
+    if durable {
+        for (key, body) in keys {
+            match store.query_by_key("t", key, 0, u64::MAX, 4) {
+                Ok(found) if found.iter().any(|m| m.body[..] == body[..]) => {}
+                _ => tally.keys_lost += 1,
+            }
         }
     }
     let _ = store.shutdown();

@@ -43,7 +43,7 @@ pub fn run(seed: u64) -> ExitCode {
     use message_store::planted::Bug as S;
     use segment_queue::planted::Bug as Q;
     let t0 = Instant::now();
-    let cases: [Case; 14] = [
+    let cases: [Case; 15] = [
         (Bug::File(F::AckBeforeSync), "power-loss", power_loss_catches),
         (Bug::File(F::AckBeforeSync), "raft-power-loss", raft_power_loss_catches),
         (Bug::File(F::RetryAfterFailedSync), "power-loss", power_loss_catches),
@@ -58,6 +58,7 @@ pub fn run(seed: u64) -> ExitCode {
         (Bug::Store(S::DispatchBeforeDurable), "message-store", message_store_catches),
         (Bug::Store(S::QueueNotCut), "message-store", message_store_catches),
         (Bug::Store(S::OffsetOutsidePutLock), "message-store", message_store_catches),
+        (Bug::Store(S::IndexNotFlushed), "message-store", message_store_catches),
     ];
     let mut missed = Vec::new();
     for (bug, layer, catches) in cases {
@@ -70,7 +71,7 @@ pub fn run(seed: u64) -> ExitCode {
         }
     }
     println!(
-        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync, truncation keeping the checkpoint; generations: truncation leaves the tail; segment-dirs: front recorded after deletion, segments unchecked at open, new segment unrecorded; races: checkpoint unclamped; message-store: dispatch before durable, queue not cut at recovery, offset outside the put lock) ({:.1?})",
+        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync, truncation keeping the checkpoint; generations: truncation leaves the tail; segment-dirs: front recorded after deletion, segments unchecked at open, new segment unrecorded; races: checkpoint unclamped; message-store: dispatch before durable, queue not cut at recovery, offset outside the put lock, index not flushed before the dispatch point) ({:.1?})",
         cases.len() - missed.len(),
         cases.len(),
         t0.elapsed()

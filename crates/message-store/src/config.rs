@@ -4,6 +4,7 @@ use commitlog::{CommitLogConfig, FlushDiskType};
 use consume_queue::{ConsumeQueueConfig, ENTRIES_PER_SEGMENT_MULTIPLE};
 
 use crate::error::StoreError;
+use crate::index::IndexConfig;
 use crate::message::MessageLimits;
 
 /// How far the dispatcher may read the log.
@@ -48,6 +49,11 @@ pub struct MessageStoreConfig {
     pub max_queues_per_topic: u32,
     /// Limits on each message.
     pub limits: MessageLimits,
+    /// Build the key index (`messageIndexEnable`, on): messages with keys are
+    /// found by [`MessageStore::query_by_key`](crate::MessageStore::query_by_key).
+    pub message_index_enable: bool,
+    /// The index files' shape.
+    pub index: IndexConfig,
     /// The most consume queues open at once. Each open one holds a file and a
     /// mapping per segment; beyond the budget the least recently used idle
     /// ones are flushed and closed (reopened on their next use), so a store of
@@ -74,6 +80,8 @@ impl MessageStoreConfig {
             max_queues_per_topic: 65_536,
             max_filter_entries: 800,
             max_open_consume_queues: 512,
+            message_index_enable: true,
+            index: IndexConfig::default(),
         }
     }
 
@@ -95,6 +103,9 @@ impl MessageStoreConfig {
             return bad(format!(
                 "consume_queue_entries_per_segment {entries} must be a positive multiple of {ENTRIES_PER_SEGMENT_MULTIPLE}"
             ));
+        }
+        if self.index.hash_slots == 0 || self.index.max_items == 0 {
+            return bad("index hash_slots and max_items must be positive".into());
         }
         if self.max_open_consume_queues == 0 {
             return bad("max_open_consume_queues must be positive".into());

@@ -21,6 +21,7 @@ use store_io::Storage;
 
 use crate::config::DispatchLimit;
 use crate::error::{io_err, StoreError};
+use crate::index::{key_hash, Index};
 use crate::message::decode_header;
 use crate::queues::{Queue, QueueContext, Queues};
 
@@ -31,6 +32,8 @@ pub(crate) struct Dispatcher {
     pub(crate) queues: Arc<Queues>,
     pub(crate) context: QueueContext,
     limit: DispatchLimit,
+    /// The key index, if built.
+    pub(crate) index: Option<Arc<Index>>,
     /// Where the next message to dispatch starts.
     point: AtomicU64,
     /// One dispatch at a time (the thread, and recovery before it starts).
@@ -50,12 +53,14 @@ impl Dispatcher {
         context: QueueContext,
         limit: DispatchLimit,
         point: u64,
+        index: Option<Arc<Index>>,
     ) -> Self {
         Dispatcher {
             log,
             queues,
             context,
             limit,
+            index,
             point: AtomicU64::new(point),
             running: Mutex::new(()),
             error: Mutex::new(None),
@@ -157,6 +162,12 @@ impl Dispatcher {
             // The queue has this offset already: fine if it names this record
             // (dispatched before), else the log and the index disagree.
             if cq.get(header.queue_offset)?.is_some_and(|e| e.offset == record.offset) {
+                // Its entry is there; its keys may not be (a retry after the
+                // index failed): the index skips what it holds.
+                if let Some(index) = self.index.as_ref().filter(|_| !header.keys.is_empty()) {
+                    let hashes: Vec<u64> = header.keys.iter().map(|k| key_hash(&header.topic, k)).collect();
+                    index.put(&hashes, record.offset, record.store_timestamp_ms)?;
+                }
                 return Ok(());
             }
             return Err(StoreError::IndexMismatch {
@@ -172,6 +183,10 @@ impl Dispatcher {
             self.rebuild(&queue, record.offset)?;
         }
         cq.put(header.queue_offset, entry)?;
+        if let Some(index) = self.index.as_ref().filter(|_| !header.keys.is_empty()) {
+            let hashes: Vec<u64> = header.keys.iter().map(|k| key_hash(&header.topic, k)).collect();
+            index.put(&hashes, record.offset, record.store_timestamp_ms)?;
+        }
         queue.signal.arrive(header.queue_offset.saturating_add(1));
         Ok(())
     }

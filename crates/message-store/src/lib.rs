@@ -11,6 +11,8 @@
 //!   RocketMQ's statuses and tag filters), wait for new messages
 //!   ([`MessageStore::wait_for`], [`MessageStore::arrival`]), and commit their
 //!   offsets durably ([`MessageStore::commit_offset`]).
+//! - The index finds messages by key within a time range
+//!   ([`MessageStore::query_by_key`]), built by the same dispatch.
 //! - Opening a store makes every consume queue agree with the log: entries past
 //!   the recorded dispatch point are cut and the messages after it dispatched
 //!   again; see `docs/message-store.md`.
@@ -41,7 +43,7 @@
 //! Layout: `store.rs` (open, topics, puts, offsets API, shutdown), `message.rs`
 //! (the encoding inside a log record), `topic.rs` (names, the topic registry),
 //! `queues.rs` (each queue's put lock, consume queue and wait signal),
-//! `dispatch.rs` (dispatch and its checkpoint), `get.rs` (reading a queue),
+//! `dispatch.rs` (dispatch and its checkpoint), `index.rs` (the key index), `get.rs` (reading a queue),
 //! `poll.rs` (long polling), `offsets.rs` (consumer offsets), `config.rs`,
 //! `error.rs`.
 
@@ -51,6 +53,7 @@ mod config;
 mod dispatch;
 mod error;
 mod get;
+mod index;
 pub mod inspect;
 mod message;
 mod offsets;
@@ -64,6 +67,7 @@ mod topic;
 pub use config::{DispatchLimit, MessageStoreConfig};
 pub use error::{MessageError, NameError, StoreError};
 pub use get::{GetResult, GetStatus, TagFilter, TimeBound};
+pub use index::IndexConfig;
 pub use message::{tags_code, Message, MessageLimits, StoredMessage};
 pub use poll::Arrival;
 pub use store::{BatchPutResult, MessageStore, OpenReport, PutResult, QueueStats, StoreStats};

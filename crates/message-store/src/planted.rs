@@ -18,6 +18,9 @@ pub enum Bug {
     /// A put takes its queue offset under the queue's lock but appends after
     /// releasing it: two producers can take one offset, or append out of order.
     OffsetOutsidePutLock = 4,
+    /// The dispatch point is recorded without flushing the index first: after
+    /// a power cut, keys of messages below the point are gone from the index.
+    IndexNotFlushed = 8,
 }
 
 static ACTIVE: AtomicU16 = AtomicU16::new(0);

@@ -55,8 +55,10 @@ fn power_cuts_at_any_point_keep_every_acknowledged_message_at_its_offset() {
                     let mut rng = Rng(seed * 31 + u64::from(p));
                     for i in 0..150u32 {
                         let queue = rng.range(0, 3) as u32;
-                        let body = format!("{seed}-{p}-{i}").into_bytes();
-                        let Ok(put) = store.put_message(&Message::new("t", queue, body.clone())) else { return };
+                        let key = format!("{seed}-{p}-{i}");
+                        let body = key.clone().into_bytes();
+                        let message = Message::new("t", queue, body.clone()).with_key(key);
+                        let Ok(put) = store.put_message(&message) else { return };
                         if put.durability.wait().is_ok() {
                             acked.lock().push((queue, put.queue_offset, body));
                         }
@@ -80,6 +82,11 @@ fn power_cuts_at_any_point_keep_every_acknowledged_message_at_its_offset() {
             let image = snapshot.crash_image(|_| keep.next() & 1 == 1);
             let reopened = open(&image, config(FlushDiskType::SyncFlush));
             check(&reopened, &list, 3);
+            for (_, _, body) in &list {
+                let key = String::from_utf8(body.clone()).unwrap();
+                let found = reopened.query_by_key("t", &key, 0, u64::MAX, 4).unwrap();
+                assert_eq!(found.len(), 1, "acknowledged key {key} is found by the index (seed {seed})");
+            }
             reopened.shutdown().unwrap();
         }
     }

@@ -29,6 +29,7 @@ pub fn config(flush: FlushDiskType) -> MessageStoreConfig {
         consume_queue_entries_per_segment: 1024,
         flush_interval_consume_queue_ms: 10,
         flush_consume_queue_thorough_interval_ms: 50,
+        index: message_store::IndexConfig { hash_slots: 64, max_items: 1024 },
         ..MessageStoreConfig::new(log)
     }
 }

@@ -1,0 +1,395 @@
+//! The index (RocketMQ's `IndexService`): messages found by key within a time
+//! range. Built by dispatch, in log order, into fixed-size files in `index/`
+//! (one [`SegmentQueue`] whose segments are the index files).
+//!
+//! An index file is written front to back and never rewritten, so it rides on
+//! the segments' append-only protocol (no random writes, no `unsafe`):
+//!
+//! | bytes | what |
+//! | --- | --- |
+//! | 64 | header: magic `MSIDX001`, slot count u32, item capacity u32 |
+//! | 28 × capacity | items, numbered from 1: key hash u64, log offset u64, store time u64, previous item of the same slot u32 (0: none) |
+//! | 4 × slots | the slot table, written when the file is full: each slot's newest item |
+//! | to the end | zeros, then a 64-byte footer: magic `MSIDXEND`, item count u32, first and last store time and log offset u64, CRC32C |
+//!
+//! The live (last) file's slot table is kept in memory and rebuilt at open from
+//! its items, which are cut at the recovered dispatch point (dispatch adds them
+//! again) and checked against the log. A key is `topic#key` hashed with 64-bit
+//! FNV-1a; a lookup compares each candidate's topic and keys in the log record,
+//! so a hash collision never returns another key's message (RocketMQ #3613 left
+//! that to the client).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use mapped_file::{Appended, MappedFile};
+use parking_lot::Mutex;
+use segment_queue::{QueueConfig, SegmentQueue};
+use store_io::Storage;
+
+use crate::error::StoreError;
+use crate::message::decode_header;
+
+const HEADER: usize = 64;
+const ITEM: usize = 28;
+const FOOTER: usize = 64;
+const MAGIC: &[u8; 8] = b"MSIDX001";
+const END_MAGIC: &[u8; 8] = b"MSIDXEND";
+
+/// The index's shape: slots and items per file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexConfig {
+    /// Hash slots per file (RocketMQ's `maxHashSlotNum`, 5,000,000; here 200,000).
+    pub hash_slots: u32,
+    /// Items per file (RocketMQ's `maxIndexNum`, 20,000,000; here 800,000): a
+    /// file is about 23 MiB.
+    pub max_items: u32,
+}
+
+impl Default for IndexConfig {
+    fn default() -> Self {
+        IndexConfig { hash_slots: 200_000, max_items: 800_000 }
+    }
+}
+
+impl IndexConfig {
+    /// Bytes of one index file.
+    fn file_size(&self) -> usize {
+        let raw = HEADER + ITEM * self.max_items as usize + 4 * self.hash_slots as usize + FOOTER;
+        raw.div_ceil(4096) * 4096
+    }
+
+    fn slots_at(&self) -> usize {
+        HEADER + ITEM * self.max_items as usize
+    }
+}
+
+/// The hash of `topic#key`.
+pub(crate) fn key_hash(topic: &str, key: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in topic.bytes().chain(std::iter::once(b'#')).chain(key.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Item {
+    hash: u64,
+    offset: u64,
+    time: u64,
+    prev: u32,
+}
+
+impl Item {
+    fn encode(&self) -> [u8; ITEM] {
+        let mut b = [0u8; ITEM];
+        b[..8].copy_from_slice(&self.hash.to_le_bytes());
+        b[8..16].copy_from_slice(&self.offset.to_le_bytes());
+        b[16..24].copy_from_slice(&self.time.to_le_bytes());
+        b[24..].copy_from_slice(&self.prev.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> Item {
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
+        Item {
+            hash: u64_at(0),
+            offset: u64_at(8),
+            time: u64_at(16),
+            prev: u32::from_le_bytes(b[24..28].try_into().unwrap_or_default()),
+        }
+    }
+}
+
+/// What a file holds (a sealed file's footer, or the live file's running figures).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Span {
+    count: u32,
+    first_time: u64,
+    last_time: u64,
+    first_offset: u64,
+    last_offset: u64,
+}
+
+impl Span {
+    fn add(&mut self, item: &Item) {
+        if self.count == 0 {
+            self.first_time = item.time;
+            self.first_offset = item.offset;
+        }
+        self.count += 1;
+        self.last_time = item.time;
+        self.last_offset = item.offset;
+    }
+
+    fn footer(&self) -> [u8; FOOTER] {
+        let mut b = [0u8; FOOTER];
+        b[..8].copy_from_slice(END_MAGIC);
+        b[8..12].copy_from_slice(&self.count.to_le_bytes());
+        for (i, v) in [self.first_time, self.last_time, self.first_offset, self.last_offset].iter().enumerate() {
+            b[16 + 8 * i..24 + 8 * i].copy_from_slice(&v.to_le_bytes());
+        }
+        let crc = crc32c::crc32c(&b[..48]);
+        b[48..52].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    fn from_footer(b: &[u8]) -> Option<Span> {
+        if b.len() < FOOTER || &b[..8] != END_MAGIC {
+            return None;
+        }
+        let crc = u32::from_le_bytes(b[48..52].try_into().ok()?);
+        if crc32c::crc32c(&b[..48]) != crc {
+            return None;
+        }
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
+        Some(Span {
+            count: u32::from_le_bytes(b[8..12].try_into().ok()?),
+            first_time: u64_at(16),
+            last_time: u64_at(24),
+            first_offset: u64_at(32),
+            last_offset: u64_at(40),
+        })
+    }
+
+    fn overlaps(&self, begin: u64, end: u64) -> bool {
+        self.count > 0 && self.first_time <= end && self.last_time >= begin
+    }
+}
+
+/// The live file: its segment, its span and its slot table.
+#[derive(Debug)]
+struct Live {
+    file: Arc<MappedFile>,
+    span: Span,
+    slots: Vec<u32>,
+}
+
+/// The index of a store.
+#[derive(Debug)]
+pub(crate) struct Index {
+    config: IndexConfig,
+    queue: Arc<SegmentQueue>,
+    /// Sealed files: their segment and span, oldest first.
+    sealed: Mutex<Vec<(Arc<MappedFile>, Span)>>,
+    live: Mutex<Option<Live>>,
+}
+
+impl Index {
+    /// Opens the index in `root/index`: sealed files whose items all lie below
+    /// `recovered_from` stay; the first file that is not sealed or reaches past
+    /// it becomes the live file, cut at its first item not below it (dispatch
+    /// adds the rest again) and at its last item that does not name a message
+    /// with that key in `log`; files after it are deleted.
+    pub(crate) fn open(
+        storage: Arc<dyn Storage>,
+        root: &Path,
+        config: IndexConfig,
+        recovered_from: u64,
+        log: &commitlog::CommitLog,
+    ) -> Result<Index, StoreError> {
+        let queue_config = QueueConfig { preallocate_next_segment: false, ..QueueConfig::new(config.file_size()) };
+        let queue = Arc::new(
+            SegmentQueue::load(storage, &root.join("index"), queue_config, None).map_err(commitlog::Error::from)?,
+        );
+        let index = Index { config, queue, sealed: Mutex::new(Vec::new()), live: Mutex::new(None) };
+        let segments = index.queue.segments();
+        let mut live_at = None;
+        for (k, file) in segments.iter().enumerate() {
+            let footer = file.read(config.file_size() - FOOTER, FOOTER).map_err(commitlog::Error::from)?;
+            match Span::from_footer(&footer) {
+                Some(span) if span.last_offset < recovered_from && span.count == config.max_items => {
+                    index.sealed.lock().push((Arc::clone(file), span));
+                }
+                _ => {
+                    live_at = Some(k);
+                    break;
+                }
+            }
+        }
+        if let Some(k) = live_at {
+            let file = Arc::clone(&segments[k]);
+            let items = file.read(HEADER, ITEM * config.max_items as usize).map_err(commitlog::Error::from)?;
+            let mut span = Span::default();
+            let mut kept = Vec::new();
+            for chunk in items.chunks_exact(ITEM) {
+                let item = Item::decode(chunk);
+                let grows = span.count == 0 || item.offset > span.last_offset;
+                if item.hash == 0 && item.offset == 0 && item.time == 0 || !grows || item.offset >= recovered_from {
+                    break;
+                }
+                span.add(&item);
+                kept.push(item);
+            }
+            // A torn last item (written after the last flush, partly kept).
+            while let Some(last) = kept.last() {
+                if names_a_key(log, last) {
+                    break;
+                }
+                kept.pop();
+            }
+            drop(items);
+            let end = file.file_from_offset() + (HEADER + ITEM * kept.len()) as u64;
+            index.queue.truncate_dirty_files(end).map_err(commitlog::Error::from)?;
+            let mut span = Span::default();
+            let mut slots = vec![0u32; config.hash_slots as usize];
+            for (n, item) in kept.iter().enumerate() {
+                span.add(item);
+                slots[(item.hash % u64::from(config.hash_slots)) as usize] = n as u32 + 1;
+            }
+            let file = index.queue.last_mapped_file().unwrap_or(file);
+            *index.live.lock() = Some(Live { file, span, slots });
+        }
+        Ok(index)
+    }
+
+    /// The log offset after the last indexed message (dispatch skips what is below).
+    pub(crate) fn indexed_to(&self) -> u64 {
+        let live = self.live.lock();
+        match &*live {
+            Some(live) if live.span.count > 0 => live.span.last_offset + 1,
+            _ => self.sealed.lock().last().map_or(0, |(_, s)| s.last_offset + 1),
+        }
+    }
+
+    /// Adds `keys` (already `topic#key` hashed) of the message at `offset`.
+    pub(crate) fn put(&self, hashes: &[u64], offset: u64, time: u64) -> Result<(), StoreError> {
+        if offset < self.indexed_to() {
+            return Ok(()); // indexed before (re-dispatch after a restart)
+        }
+        let mut live = self.live.lock();
+        for &hash in hashes {
+            if live.as_ref().is_none_or(|l| l.span.count == self.config.max_items) {
+                self.roll(&mut live)?;
+            }
+            let live = live.as_mut().expect("rolled above");
+            let slot = (hash % u64::from(self.config.hash_slots)) as usize;
+            let item = Item { hash, offset, time, prev: live.slots[slot] };
+            match live.file.append_bytes(time, &item.encode()).map_err(commitlog::Error::from)? {
+                Appended::Written { .. } => {}
+                Appended::DoesNotFit { .. } => unreachable!("an item fits until the file holds max_items"),
+            }
+            live.span.add(&item);
+            live.slots[slot] = live.span.count;
+        }
+        Ok(())
+    }
+
+    /// Seals the live file (slot table and footer) and starts the next.
+    fn roll(&self, live: &mut Option<Live>) -> Result<(), StoreError> {
+        if let Some(full) = live.take() {
+            let mut tail = vec![0u8; self.config.file_size() - self.config.slots_at()];
+            for (k, slot) in full.slots.iter().enumerate() {
+                tail[4 * k..4 * k + 4].copy_from_slice(&slot.to_le_bytes());
+            }
+            let footer_at = tail.len() - FOOTER;
+            tail[footer_at..].copy_from_slice(&full.span.footer());
+            full.file.append_bytes(full.span.last_time, &tail).map_err(commitlog::Error::from)?;
+            self.sealed.lock().push((Arc::clone(&full.file), full.span));
+        }
+        let start = self.queue.max_offset();
+        let file = self.queue.roll_to_writable_segment(start).map_err(commitlog::Error::from)?;
+        let mut header = [0u8; HEADER];
+        header[..8].copy_from_slice(MAGIC);
+        header[8..12].copy_from_slice(&self.config.hash_slots.to_le_bytes());
+        header[12..16].copy_from_slice(&self.config.max_items.to_le_bytes());
+        file.append_bytes(0, &header).map_err(commitlog::Error::from)?;
+        *live = Some(Live { file, span: Span::default(), slots: vec![0; self.config.hash_slots as usize] });
+        Ok(())
+    }
+
+    /// Log offsets of messages whose hash is `hash` stored within
+    /// `[begin, end]` ms, newest first, at most `max`.
+    pub(crate) fn candidates(&self, hash: u64, begin: u64, end: u64, max: usize) -> Result<Vec<u64>, StoreError> {
+        let mut out = Vec::new();
+        let slot = (hash % u64::from(self.config.hash_slots)) as usize;
+        {
+            let live = self.live.lock();
+            if let Some(live) = live.as_ref().filter(|l| l.span.overlaps(begin, end)) {
+                self.walk(&live.file, live.slots[slot], live.span.count, hash, begin, end, max, &mut out)?;
+            }
+        }
+        let sealed = self.sealed.lock().clone();
+        for (file, span) in sealed.iter().rev() {
+            if out.len() >= max {
+                break;
+            }
+            if !span.overlaps(begin, end) {
+                continue;
+            }
+            let at = self.config.slots_at() + 4 * slot;
+            let bytes = file.read(at, 4).map_err(commitlog::Error::from)?;
+            let first = u32::from_le_bytes(bytes[..4].try_into().unwrap_or_default());
+            self.walk(file, first, span.count, hash, begin, end, max, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn walk(
+        &self,
+        file: &MappedFile,
+        mut n: u32,
+        count: u32,
+        hash: u64,
+        begin: u64,
+        end: u64,
+        max: usize,
+        out: &mut Vec<u64>,
+    ) -> Result<(), StoreError> {
+        // Items point only at earlier ones: a chain ends within `count` steps.
+        let mut steps = 0;
+        while n > 0 && n <= count && out.len() < max && steps < count {
+            let bytes = file.read(HEADER + ITEM * (n as usize - 1), ITEM).map_err(commitlog::Error::from)?;
+            let item = Item::decode(&bytes);
+            if item.time < begin {
+                break; // older still along the chain
+            }
+            if item.hash == hash && item.time <= end {
+                out.push(item.offset);
+            }
+            if item.prev >= n {
+                break;
+            }
+            n = item.prev;
+            steps += 1;
+        }
+        Ok(())
+    }
+
+    /// Flushes what is written (at least `least_pages` pages; 0: all).
+    pub(crate) fn flush(&self, least_pages: usize) -> Result<(), StoreError> {
+        self.queue.flush(least_pages).map_err(commitlog::Error::from)?;
+        Ok(())
+    }
+
+    /// Deletes the sealed files whose messages all lie below `log_min_offset`.
+    pub(crate) fn delete_expired(&self, log_min_offset: u64) -> Result<usize, StoreError> {
+        let mut sealed = self.sealed.lock();
+        let gone = sealed.iter().take_while(|(_, span)| span.last_offset < log_min_offset).count();
+        if gone == 0 {
+            return Ok(0);
+        }
+        let boundary = sealed[gone - 1].0.file_end();
+        let deleted = self.queue.delete_expired_file_by_offset(boundary, gone).map_err(commitlog::Error::from)?;
+        sealed.drain(..deleted.min(gone));
+        Ok(deleted)
+    }
+
+    /// Flushes and closes.
+    pub(crate) fn close(&self) -> Result<(), StoreError> {
+        self.flush(0)?;
+        self.queue.drop_segments();
+        Ok(())
+    }
+}
+
+/// True when `item` names a message of the log one of whose keys hashes to it.
+fn names_a_key(log: &commitlog::CommitLog, item: &Item) -> bool {
+    log.read(item.offset).ok().is_some_and(|record| {
+        record.store_timestamp_ms == item.time
+            && decode_header(&record.body).is_ok_and(|h| h.keys.iter().any(|k| key_hash(&h.topic, k) == item.hash))
+    })
+}
