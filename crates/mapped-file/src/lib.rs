@@ -569,7 +569,10 @@ impl MappedFile {
 
     /// Appends `data` as is, if it fits.
     pub fn append_bytes(&self, store_timestamp_ms: u64, data: &[u8]) -> Result<Appended<()>, MappedFileError> {
-        self.append_with(store_timestamp_ms, |_, tail| {
+        // Sized: on the path written without mmap the tail handed out is staged
+        // in a buffer, so handing out the whole rest of a large segment for a
+        // small append would copy it every time.
+        self.append_sized(store_timestamp_ms, data.len(), |_, tail| {
             if data.len() > tail.len() {
                 return AppendStatus::DoesNotFit;
             }
