@@ -21,6 +21,9 @@
 //!                                        leader N times (20, the CI-sized run in ci), then count committed entries lost
 //! cargo xtask raft-bench [--seconds S]   committed entries/s of that cluster with the commit-log store and with an
 //!                                        in-memory log store, 3 interleaved rounds; writes its section of docs/benchmarks.md
+//! cargo xtask scale [--queues N]         the message store with N queues (50,000) on a real disk: throughput, memory,
+//!                                        open files and mappings (docs/message-store.md)
+//! cargo xtask index-lookup [--keys N]    query_by_key latency (p50/p99) over N keys (10,000,000) on a real disk
 //! ```
 //!
 //! Dependencies: none beyond std, so it builds in seconds.
@@ -33,7 +36,7 @@ use std::process::{exit, Command};
 use std::time::Instant;
 
 const USAGE: &str =
-    "usage: cargo xtask <ci | release-check | test | proptest --cases N [--seed S] | loom | miri | crash [--soak] | fuzz --seconds N | msrv | bench-compare [--quick] | raft-kill [--kills N] | raft-bench [--seconds S]>";
+    "usage: cargo xtask <ci | release-check | test | proptest --cases N [--seed S] | loom | miri | crash [--soak] | fuzz --seconds N | msrv | bench-compare [--quick] | raft-kill [--kills N] | raft-bench [--seconds S] | scale [--queues N] | index-lookup [--keys N]>";
 
 fn main() {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -50,6 +53,10 @@ fn main() {
         Some("bench-compare") => bench_compare(args.iter().any(|a| a == "--quick")),
         Some("raft-kill") => number_arg(&args[1..], "--kills", 20).and_then(raft_kill),
         Some("raft-bench") => number_arg(&args[1..], "--seconds", 5).and_then(raft_bench),
+        Some("scale") => number_arg(&args[1..], "--queues", 50_000)
+            .and_then(|n| message_store_example("scale", &["--queues", &n.to_string()])),
+        Some("index-lookup") => number_arg(&args[1..], "--keys", 10_000_000)
+            .and_then(|n| message_store_example("index_lookup", &["--keys", &n.to_string()])),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
@@ -412,6 +419,13 @@ fn raft_kill(kills: u64) -> Result<(), String> {
     } else {
         Err(format!("raft-kill: {line}"))
     }
+}
+
+/// Runs one of the message store's measuring examples (release build, real disk).
+fn message_store_example(name: &str, args: &[&str]) -> Result<(), String> {
+    let mut all = vec!["run", "--release", "--quiet", "-p", "message-store", "--example", name, "--"];
+    all.extend_from_slice(args);
+    cargo(&all, &[])
 }
 
 /// Committed entries/s of the 3-node cluster, both stores, interleaved; the
