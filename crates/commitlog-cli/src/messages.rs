@@ -41,8 +41,9 @@ impl StoreArgs {
     }
 }
 
+/// A queue of a topic in a store.
 #[derive(Args)]
-pub struct SendArgs {
+pub struct QueueArgs {
     #[command(flatten)]
     store: StoreArgs,
     /// The topic.
@@ -51,6 +52,12 @@ pub struct SendArgs {
     /// The queue of the topic.
     #[arg(long, default_value_t = 0)]
     queue: u32,
+}
+
+#[derive(Args)]
+pub struct SendArgs {
+    #[command(flatten)]
+    queue: QueueArgs,
     /// Create the topic with this many queues if it does not exist.
     #[arg(long, value_name = "N")]
     create_queues: Option<u32>,
@@ -65,7 +72,7 @@ pub struct SendArgs {
 /// Puts each stdin line (without its newline) on the queue and prints
 /// `QUEUE_OFFSET<TAB>LOG_OFFSET` in input order once acknowledged.
 pub fn send(args: SendArgs) -> Result<(), CliError> {
-    let store = args.store.open()?;
+    let store = args.queue.store.open()?;
     let result = send_lines(&store, &args);
     let shutdown = store.shutdown().map_err(CliError::from);
     result.and(shutdown)
@@ -73,7 +80,7 @@ pub fn send(args: SendArgs) -> Result<(), CliError> {
 
 fn send_lines(store: &MessageStore, args: &SendArgs) -> Result<(), CliError> {
     if let Some(queues) = args.create_queues {
-        store.create_topic(&args.topic, queues)?;
+        store.create_topic(&args.queue.topic, queues)?;
     }
     let (tx, rx) = mpsc::sync_channel::<message_store::PutResult>(IN_FLIGHT);
     let printer = std::thread::spawn(move || -> Result<(), CliError> {
@@ -99,7 +106,7 @@ fn send_lines(store: &MessageStore, args: &SendArgs) -> Result<(), CliError> {
                 break;
             }
         };
-        let mut message = Message::new(args.topic.clone(), args.queue, line);
+        let mut message = Message::new(args.queue.topic.clone(), args.queue.queue, line);
         message.tags = args.tags.clone();
         message.keys = args.keys.clone();
         match store.put_message(&message) {
@@ -126,13 +133,7 @@ fn send_lines(store: &MessageStore, args: &SendArgs) -> Result<(), CliError> {
 #[derive(Args)]
 pub struct ReceiveArgs {
     #[command(flatten)]
-    store: StoreArgs,
-    /// The topic.
-    #[arg(long)]
-    topic: String,
-    /// The queue of the topic.
-    #[arg(long, default_value_t = 0)]
-    queue: u32,
+    queue: QueueArgs,
     /// The consumer group: reading starts at its committed offset (else the
     /// queue's first), and its offset is committed after each batch.
     #[arg(long)]
@@ -155,7 +156,7 @@ pub struct ReceiveArgs {
 /// (`OFFSET<TAB>BODY`, or JSON lines), committing the group's offset as it goes.
 pub fn receive(args: ReceiveArgs) -> Result<(), CliError> {
     message_store::validate_group(&args.group).map_err(|e| CliError::Usage(e.to_string()))?;
-    let store = args.store.open()?;
+    let store = args.queue.store.open()?;
     let result = receive_messages(&store, &args);
     let shutdown = store.shutdown().map_err(CliError::from);
     result.and(shutdown)
@@ -163,13 +164,14 @@ pub fn receive(args: ReceiveArgs) -> Result<(), CliError> {
 
 fn receive_messages(store: &MessageStore, args: &ReceiveArgs) -> Result<(), CliError> {
     let filter = TagFilter::parse(&args.tags);
-    let (min, _) = store.queue_range(&args.topic, args.queue)?;
-    let mut offset = args.from.or_else(|| store.committed_offset(&args.group, &args.topic, args.queue)).unwrap_or(min);
+    let (topic, queue) = (&args.queue.topic, args.queue.queue);
+    let (min, _) = store.queue_range(topic, queue)?;
+    let mut offset = args.from.or_else(|| store.committed_offset(&args.group, topic, queue)).unwrap_or(min);
     let mut left = args.max.unwrap_or(usize::MAX);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     while left > 0 {
-        let got = store.get_messages(&args.group, &args.topic, args.queue, offset, left.min(256), 4 << 20, &filter)?;
+        let got = store.get_messages(&args.group, topic, queue, offset, left.min(256), 4 << 20, &filter)?;
         use message_store::GetStatus as S;
         match got.status {
             S::Found | S::NoMatchedMessage => {}
@@ -203,7 +205,7 @@ fn receive_messages(store: &MessageStore, args: &ReceiveArgs) -> Result<(), CliE
         offset = got.next_offset;
         out.flush().map_err(io("writing to stdout"))?;
         // Committed once printed: a reader that dies re-reads, never skips.
-        store.commit_offset(&args.group, &args.topic, args.queue, offset)?;
+        store.commit_offset(&args.group, topic, queue, offset)?;
     }
     out.flush().map_err(io("writing to stdout"))
 }

@@ -194,7 +194,7 @@ fn main() -> ExitCode {
         report(
             m.violations() == 0 && m.states >= 5_000 * scale as u64,
             format!(
-                "message-store (puts on shared queues, a consumer committing offsets; one run in four async): {} crash states over {runs} runs, {} acked, {} consumed, {} acked or consumed lost, {} garbage, {} committed offsets lost, {} keys not found, {} offsets reused, {} failed opens, {} failed reads ({:.1?})",
+                "message-store (puts on shared queues, a consumer committing offsets; one run in four async, every other with two consume queues open at most): {} crash states over {runs} runs, {} acked, {} consumed, {} acked or consumed lost, {} garbage, {} committed offsets lost, {} keys not found, {} offsets reused, {} failed opens, {} failed reads ({:.1?})",
                 m.states,
                 m.acked,
                 m.consumed,

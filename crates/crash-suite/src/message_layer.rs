@@ -15,7 +15,8 @@
 //! - every acknowledged key is found by the index (sync flush);
 //! - a new put on each queue takes the queue's end: no offset is used twice.
 //!
-//! One run in four uses async flush, where the log can lose its tail while the
+//! In every other run at most two consume queues are open at once, so idle
+//! ones are closed and reopened throughout. One run in four uses async flush, where the log can lose its tail while the
 //! consume queues kept entries for it: only the structure is checked there.
 
 use std::path::Path;
@@ -98,7 +99,7 @@ struct Seen {
     keys: Vec<(String, Vec<u8>, u64)>,
 }
 
-fn store_config(flush: FlushDiskType) -> MessageStoreConfig {
+fn store_config(flush: FlushDiskType, budget: usize) -> MessageStoreConfig {
     // The log's own read limit off: dispatch's durable limit must hold by itself.
     let log = CommitLogConfig { checkpoint_interval_ms: 1, read_limit_to_flushed: false, ..config(SEGMENT, flush) };
     MessageStoreConfig {
@@ -108,6 +109,7 @@ fn store_config(flush: FlushDiskType) -> MessageStoreConfig {
         // Small index files (a simulated disk copies every file at each event),
         // two slots (chains long and shared), rolled every 32 keys.
         index: message_store::IndexConfig { hash_slots: 2, max_items: 32 },
+        max_open_consume_queues: budget,
         ..MessageStoreConfig::new(log)
     }
 }
@@ -119,7 +121,8 @@ pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tall
     let path = write_without_mmap(seed);
     let sim = sim_storage(path);
     let storage: Arc<dyn Storage> = Arc::new(sim.clone());
-    let store = MessageStore::open_with_storage(ROOT, store_config(flush), storage).expect("open");
+    let budget = if seed % 2 == 1 { 2 } else { 512 };
+    let store = MessageStore::open_with_storage(ROOT, store_config(flush, budget), storage).expect("open");
     // A slow disk: messages stay written but not durable long enough for a
     // consumer to see them, if dispatch ever let it.
     sim.set_sync_delay(Duration::from_micros(300));
@@ -159,7 +162,7 @@ pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tall
                 let masks = [0, u64::MAX].into_iter().chain((0..images_per_point).map(|_| rng.next()));
                 for mask in masks {
                     let image = crash_image(&snapshot, mask, path);
-                    tally.add(check_image(image, flush, durable, &messages, &commits, &keys));
+                    tally.add(check_image(image, flush, budget, durable, &messages, &commits, &keys));
                 }
                 if stop_at_first && tally.violations() > 0 {
                     stop.store(true, Ordering::Relaxed);
@@ -251,6 +254,7 @@ pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tall
 fn check_image(
     image: mapped_file::SimStorage,
     flush: FlushDiskType,
+    budget: usize,
     durable: bool,
     messages: &[(u32, u64, Vec<u8>)],
     commits: &[(u32, u64)],
@@ -259,7 +263,7 @@ fn check_image(
     let mut tally = Tally { states: 1, ..Tally::default() };
     debug_assert!(image.file_bytes(&Path::new(ROOT).join(commitlog::ABORT_FILE)).is_some());
     let storage: Arc<dyn Storage> = Arc::new(image);
-    let Ok(store) = MessageStore::open_with_storage(ROOT, store_config(flush), storage) else {
+    let Ok(store) = MessageStore::open_with_storage(ROOT, store_config(flush, budget), storage) else {
         tally.open_errors += 1;
         return tally;
     };
