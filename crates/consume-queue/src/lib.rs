@@ -241,6 +241,8 @@ pub struct ConsumeQueue {
     flusher: Option<AsyncFlush>,
     /// Release the storage on close ([`ConsumeQueueConfig::owns_storage`]).
     owns_storage: bool,
+    /// Flush on drop (off after [`ConsumeQueue::close_unflushed`]).
+    flush_on_drop: bool,
     /// Puts, truncation, deletion and repair, one at a time.
     write: Mutex<()>,
     /// The first index holding an entry (entries below it in the first segment
@@ -272,6 +274,24 @@ impl ConsumeQueue {
     /// are flushed lazily, cuts everything after it; [`repair`](Self::repair)
     /// dispatches it again from the log).
     pub fn open(storage: Arc<dyn Storage>, dir: &Path, config: ConsumeQueueConfig) -> Result<Self, CqError> {
+        Self::open_with(storage, dir, config, true)
+    }
+
+    /// [`open`](Self::open) for a queue this process wrote and closed itself
+    /// (closed when idle, say): its files end with its last entry followed by
+    /// zeros, so the positions are set there without the erase and sync of
+    /// the tail that a recovery needs. Whatever it left unsynced stays so:
+    /// the caller that closed it without its flush still owes that sync.
+    pub fn reopen(storage: Arc<dyn Storage>, dir: &Path, config: ConsumeQueueConfig) -> Result<Self, CqError> {
+        Self::open_with(storage, dir, config, false)
+    }
+
+    fn open_with(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        config: ConsumeQueueConfig,
+        recovering: bool,
+    ) -> Result<Self, CqError> {
         config.validate()?;
         let queue_config = QueueConfig {
             preallocate_next_segment: config.preallocate_next_segment,
@@ -279,12 +299,24 @@ impl ConsumeQueue {
         };
         let queue = Arc::new(SegmentQueue::load(storage, dir, queue_config, None)?);
         let range = Self::scan(&queue)?;
-        if let Some((_, next)) = range {
-            let cut = queue.truncate_dirty_files(position(next)?)?;
-            if cut.bytes_dropped_in_place > 0 || cut.segments_deleted > 0 {
-                tracing::warn!(dir = %dir.display(), next, "consume queue: bytes after the last entry erased");
+        match range {
+            Some((_, next)) if recovering => {
+                let cut = queue.truncate_dirty_files(position(next)?)?;
+                if cut.bytes_dropped_in_place > 0 || cut.segments_deleted > 0 {
+                    tracing::warn!(dir = %dir.display(), next, "consume queue: bytes after the last entry erased");
+                }
+                queue.set_committed_where(position(next)?);
             }
-            queue.set_committed_where(position(next)?);
+            Some((_, next)) => {
+                let end = position(next)?;
+                if let Some(last) = queue.last_mapped_file() {
+                    let pos = last.position_of(end).unwrap_or(last.file_size());
+                    last.set_positions(pos)?;
+                }
+                queue.set_committed_where(end);
+                queue.set_flushed_where(queue.flushed_where().min(end));
+            }
+            None => {}
         }
         let flusher = if config.own_flush_service {
             let target = Arc::new(QueueTarget::new(Arc::clone(&queue)));
@@ -300,6 +332,7 @@ impl ConsumeQueue {
             queue,
             flusher,
             owns_storage: config.owns_storage,
+            flush_on_drop: true,
             write: Mutex::new(()),
             range: Mutex::new(range),
             unverified_from,
@@ -735,6 +768,14 @@ impl ConsumeQueue {
         Ok(report)
     }
 
+    /// Closes the queue without its final flush: what was put stays in the
+    /// page cache, and the caller makes it durable another way before relying
+    /// on it (a sync of the whole directory, `Storage::sync_all_under`). One
+    /// sync for many queues closed instead of one each.
+    pub fn close_unflushed(mut self) {
+        self.flush_on_drop = false;
+    }
+
     /// Stops the flush service and flushes everything.
     pub fn shutdown(&self) -> Result<(), CqError> {
         if let Some(flusher) = &self.flusher {
@@ -751,8 +792,10 @@ impl Drop for ConsumeQueue {
         if let Some(flusher) = &self.flusher {
             flusher.shutdown();
         }
-        if let Err(err) = self.queue.flush(0) {
-            tracing::warn!(%err, "consume queue: final flush failed");
+        if self.flush_on_drop {
+            if let Err(err) = self.queue.flush(0) {
+                tracing::warn!(%err, "consume queue: final flush failed");
+            }
         }
         if self.owns_storage {
             self.queue.close();

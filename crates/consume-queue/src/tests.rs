@@ -312,3 +312,25 @@ fn a_queue_truncated_to_its_start_reopens_empty() {
     assert_eq!(cq.get(0).unwrap(), None);
     assert_eq!((cq.min_index(), cq.next_index()), (1, 2));
 }
+
+#[test]
+fn a_queue_closed_unflushed_reopens_where_it_ended_and_goes_on() {
+    let sim = SimStorage::new();
+    let quiet = ConsumeQueueConfig { own_flush_service: false, ..config() };
+    let cq = ConsumeQueue::open(Arc::new(sim.clone()), Path::new("/cq"), quiet.clone()).unwrap();
+    for i in 0..1500u64 {
+        cq.put(i, entry(i)).unwrap();
+    }
+    cq.close_unflushed();
+    assert!(sim.dirty_sectors() > 0, "nothing was synced by the close");
+    let cq = ConsumeQueue::reopen(Arc::new(sim.clone()), Path::new("/cq"), quiet).unwrap();
+    assert_eq!((cq.min_index(), cq.next_index()), (0, 1500));
+    assert_eq!(cq.get(1499).unwrap(), Some(entry(1499)));
+    cq.put(1500, entry(1500)).unwrap();
+    assert!(matches!(cq.put(10, entry(10)), Err(CqError::OutOfOrder { .. })));
+    cq.flush().unwrap();
+    drop(cq);
+    let cq = open(&sim);
+    assert_eq!(cq.next_index(), 1501);
+    assert_eq!(cq.get(1500).unwrap(), Some(entry(1500)));
+}

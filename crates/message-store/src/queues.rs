@@ -128,6 +128,17 @@ pub(crate) struct QueueContext {
     pub(crate) clock: AtomicU64,
     /// Consume queues closed to keep within the budget.
     pub(crate) closed_idle: AtomicU64,
+    /// Idle queues are closed without a sync of their own; the next thorough
+    /// flush syncs them all at once (`Storage::sync_all_under`), before it
+    /// records the dispatch point. Off where the storage cannot: each is
+    /// flushed as it closes.
+    pub(crate) defer_syncs: bool,
+    /// Closes hold it shared; a thorough flush holds it exclusively from its
+    /// flushes to its record of the dispatch point, so every queue is either
+    /// open (and flushed by it) or closed before it (and synced by it).
+    pub(crate) closing: RwLock<()>,
+    /// A queue was closed without a sync since the last thorough flush.
+    pub(crate) unsynced_closes: AtomicBool,
 }
 
 impl QueueContext {
@@ -147,11 +158,12 @@ impl QueueContext {
             .collect();
         candidates.sort_unstable_by_key(|(used, _)| *used);
         let target = self.budget.saturating_mul(9) / 10;
+        let _closing = self.closing.read();
         for (_, queue) in candidates {
             if self.open.load(Ordering::Acquire) <= target {
                 break;
             }
-            if queue.close_if_idle()? {
+            if queue.close_if_idle(self)? {
                 self.open.fetch_sub(1, Ordering::AcqRel);
                 self.closed_idle.fetch_add(1, Ordering::Relaxed);
             }
@@ -188,13 +200,16 @@ impl Queue {
                 return Ok(Arc::clone(cq));
             }
             let dir = queue_dir(&context.root, &self.topic, self.queue_id);
-            let cq = ConsumeQueue::open(Arc::clone(&context.storage), &dir, context.config.clone())?;
             // Later opens (after an idle close) find what this process wrote:
-            // nothing to cut then.
-            if !self.checked.load(Ordering::Acquire) {
+            // nothing to cut or check then.
+            let cq = if self.checked.load(Ordering::Acquire) {
+                ConsumeQueue::reopen(Arc::clone(&context.storage), &dir, context.config.clone())?
+            } else {
+                let cq = ConsumeQueue::open(Arc::clone(&context.storage), &dir, context.config.clone())?;
                 self.make_consistent(&cq, context.recovered_from, log)?;
                 self.checked.store(true, Ordering::Release);
-            }
+                cq
+            };
             let cq = Arc::new(cq);
             self.signal.arrive(cq.next_index());
             *slot = Some(Arc::clone(&cq));
@@ -214,19 +229,34 @@ impl Queue {
         self.consume_queue.try_lock().is_some_and(|slot| slot.is_some())
     }
 
-    /// Flushes and closes the consume queue if it is open and no one else
-    /// holds it (nor its slot); returns whether it closed. Flushed under the
-    /// slot's lock: the flush service, which records the dispatch point after
-    /// flushing every open queue, either flushes it itself or waits for this.
-    fn close_if_idle(&self) -> Result<bool, StoreError> {
+    /// Closes the consume queue if it is open and no one else holds it (nor
+    /// its slot); returns whether it closed. The caller holds
+    /// [`QueueContext::closing`] shared. Unsynced when the context defers syncs
+    /// (marked for the next thorough flush before it closes), else flushed
+    /// under the slot's lock.
+    fn close_if_idle(&self, context: &QueueContext) -> Result<bool, StoreError> {
         let Some(mut slot) = self.consume_queue.try_lock() else { return Ok(false) };
-        match &*slot {
-            Some(cq) if Arc::strong_count(cq) == 1 => {
-                cq.flush()?;
-                *slot = None; // dropped here: its segments are unmapped and closed
+        match slot.take() {
+            Some(cq) if Arc::strong_count(&cq) == 1 => {
+                if context.defer_syncs {
+                    context.unsynced_closes.store(true, Ordering::Release);
+                    match Arc::try_unwrap(cq) {
+                        Ok(cq) => cq.close_unflushed(), // its segments are unmapped and closed
+                        Err(cq) => {
+                            *slot = Some(cq);
+                            return Ok(false);
+                        }
+                    }
+                } else {
+                    cq.flush()?;
+                    drop(cq);
+                }
                 Ok(true)
             }
-            _ => Ok(false),
+            other => {
+                *slot = other;
+                Ok(false)
+            }
         }
     }
 

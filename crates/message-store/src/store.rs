@@ -192,6 +192,9 @@ impl MessageStore {
             open: AtomicUsize::new(0),
             clock: AtomicU64::new(0),
             closed_idle: AtomicU64::new(0),
+            defer_syncs: defer_syncs(&*storage, &root)?,
+            closing: parking_lot::RwLock::new(()),
+            unsynced_closes: AtomicBool::new(false),
         };
         let index = if config.message_index_enable {
             Some(Arc::new(Index::open(Arc::clone(&storage), &root, config.index, recovered_from, &log)?))
@@ -594,6 +597,8 @@ impl Core {
     /// recover from (RocketMQ #678 recorded first).
     pub(crate) fn flush_consume_queues(&self, thorough: bool) -> Result<(), StoreError> {
         let point = self.dispatcher.point();
+        let context = &self.dispatcher.context;
+        let _closing = thorough.then(|| context.closing.write());
         let least_pages = if thorough { 0 } else { self.config.flush_consume_queue_least_pages };
         let min_offset = self.log.min_offset();
         for queue in self.queues.all() {
@@ -603,6 +608,13 @@ impl Core {
             }
             if cq.is_dirty() {
                 cq.flush_with(least_pages)?;
+            }
+        }
+        if thorough && context.unsynced_closes.swap(false, Ordering::AcqRel) {
+            let dir = self.root.join("consumequeue");
+            if let Err(source) = self.storage.sync_all_under(&dir) {
+                context.unsynced_closes.store(true, Ordering::Release);
+                return Err(StoreError::Io { path: dir, source });
             }
         }
         #[cfg(planted_bugs)]
@@ -620,6 +632,18 @@ impl Core {
             self.checkpoint.store(&*self.storage, point)?;
         }
         Ok(())
+    }
+}
+
+/// Whether idle consume queues can close without a sync each: the storage can
+/// sync every file under their directory at once (tried once here).
+fn defer_syncs(storage: &dyn Storage, root: &Path) -> Result<bool, StoreError> {
+    let dir = root.join("consumequeue");
+    storage.create_dir_all(&dir).map_err(|source| StoreError::Io { path: dir.clone(), source })?;
+    match storage.sync_all_under(&dir) {
+        Ok(()) => Ok(true),
+        Err(err) if err.kind() == std::io::ErrorKind::Unsupported => Ok(false),
+        Err(source) => Err(StoreError::Io { path: dir, source }),
     }
 }
 

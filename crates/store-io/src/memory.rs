@@ -244,6 +244,16 @@ pub(crate) fn statvfs(path: &std::path::Path) -> io::Result<(u64, u64, u64)> {
     Ok((blocks.saturating_mul(fragment), free.saturating_mul(fragment), available.saturating_mul(fragment)))
 }
 
+/// `syncfs(fd)`: writes back everything dirty on the file system holding `fd`
+/// and waits for it.
+pub(crate) fn syncfs(fd: std::os::unix::io::RawFd) -> io::Result<()> {
+    // SAFETY: syncfs takes no pointers; an invalid fd is reported as EBADF.
+    if unsafe { libc::syncfs(fd) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `posix_fallocate(fd, 0, len)`; returns 0 or an errno value.
 pub(crate) fn fallocate(fd: std::os::unix::io::RawFd, len: libc::off_t) -> i32 {
     // SAFETY: posix_fallocate takes no pointers; an invalid fd is reported as EBADF.

@@ -357,6 +357,12 @@ impl Storage for MmapStorage {
         rename_durably(from, to)
     }
 
+    fn sync_all_under(&self, dir: &Path) -> io::Result<()> {
+        self.held(dir)?;
+        use std::os::unix::io::AsRawFd;
+        crate::memory::syncfs(File::open(dir)?.as_raw_fd())
+    }
+
     fn disk_space(&self, dir: &Path) -> io::Result<Option<DiskSpace>> {
         self.held(dir)?;
         let (total, free, available) = statvfs(dir)?;

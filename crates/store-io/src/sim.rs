@@ -508,6 +508,28 @@ impl Storage for SimStorage {
         self.state.lock().rename(from, to)
     }
 
+    fn sync_all_under(&self, dir: &Path) -> io::Result<()> {
+        let mut state = self.state.lock();
+        state.syncs += 1;
+        if state.fail_all_syncs {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        for (path, file) in state.files.iter_mut() {
+            if path.starts_with(dir) {
+                for s in dirty_sectors(file).collect::<Vec<_>>() {
+                    if file.poisoned.contains(&s) {
+                        continue;
+                    }
+                    let r = sector_range(s, file.cache.len());
+                    let bytes = file.cache[r.clone()].to_vec();
+                    file.durable[r].copy_from_slice(&bytes);
+                }
+            }
+        }
+        state.event();
+        Ok(())
+    }
+
     fn disk_space(&self, dir: &Path) -> io::Result<Option<crate::DiskSpace>> {
         let state = self.state.lock();
         let of_dir =

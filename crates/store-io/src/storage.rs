@@ -187,6 +187,14 @@ pub trait Storage: Send + Sync + fmt::Debug {
         let _ = dir;
         Ok(None)
     }
+    /// Makes everything written so far to the files under `dir` durable, also
+    /// files no longer open (closed with their data only in the page cache): one
+    /// call instead of a sync per file. The real storage syncs the whole file
+    /// system (`syncfs`). `Unsupported` by default: sync each file instead.
+    fn sync_all_under(&self, dir: &Path) -> io::Result<()> {
+        let _ = dir;
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
     /// Gives the directory up: nothing is created, opened or written through this
     /// storage afterwards (such calls fail). What is still mapped stays valid, and
     /// the directory stays owned until the last mapping is gone. Idempotent.
