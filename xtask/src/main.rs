@@ -24,6 +24,8 @@
 //! cargo xtask scale [--queues N]         the message store with N queues (50,000) on a real disk: throughput, memory,
 //!                                        open files and mappings (docs/message-store.md)
 //! cargo xtask index-lookup [--keys N]    query_by_key latency (p50/p99) over N keys (10,000,000) on a real disk
+//! cargo xtask latency [--rate R]         message store: put-to-consumer lag under async flush at R msgs/s (100,000),
+//!                                        ack and end-to-end latency under sync flush
 //! ```
 //!
 //! Dependencies: none beyond std, so it builds in seconds.
@@ -36,7 +38,7 @@ use std::process::{exit, Command};
 use std::time::Instant;
 
 const USAGE: &str =
-    "usage: cargo xtask <ci | release-check | test | proptest --cases N [--seed S] | loom | miri | crash [--soak] | fuzz --seconds N | msrv | bench-compare [--quick] | raft-kill [--kills N] | raft-bench [--seconds S] | scale [--queues N] | index-lookup [--keys N]>";
+    "usage: cargo xtask <ci | release-check | test | proptest --cases N [--seed S] | loom | miri | crash [--soak] | fuzz --seconds N | msrv | bench-compare [--quick] | raft-kill [--kills N] | raft-bench [--seconds S] | scale [--queues N] | index-lookup [--keys N] | latency [--rate R]>";
 
 fn main() {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -57,6 +59,8 @@ fn main() {
             .and_then(|n| message_store_example("scale", &["--queues", &n.to_string()])),
         Some("index-lookup") => number_arg(&args[1..], "--keys", 10_000_000)
             .and_then(|n| message_store_example("index_lookup", &["--keys", &n.to_string()])),
+        Some("latency") => number_arg(&args[1..], "--rate", 100_000)
+            .and_then(|n| message_store_example("latency", &["--rate", &n.to_string()])),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
