@@ -17,7 +17,7 @@ use crate::error::{MessageError, StoreError};
 use crate::index::{key_hash, Index};
 use crate::message::{decode, set_queue_offset, Message, StoredMessage};
 use crate::offsets::ConsumerOffsets;
-use crate::queues::{Queue, QueueContext, Queues};
+use crate::queues::{queue_dir, Queue, QueueContext, Queues};
 use crate::topic::{validate_group, Registry};
 
 /// The most messages one [`MessageStore::query_by_key`] returns.
@@ -393,8 +393,20 @@ impl MessageStore {
         if let Some(next) = *next {
             return Ok(next);
         }
-        let cq = queue.consume_queue(&self.core.dispatcher.context, &self.core.log)?;
-        let offset = cq.next_index();
+        let context = &self.core.dispatcher.context;
+        // A queue without consume-queue files never had a message this store
+        // holds (recovery has dispatched the whole log): 0, without opening it.
+        let dir = queue_dir(&context.root, &queue.topic, queue.queue_id);
+        let no_files = match context.storage.list(&dir) {
+            Ok(files) => files.is_empty(),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => true,
+            Err(source) => return Err(StoreError::Io { path: dir, source }),
+        };
+        let offset = if no_files && queue.open_consume_queue().is_none() {
+            0
+        } else {
+            queue.consume_queue(context, &self.core.log)?.next_index()
+        };
         *next = Some(offset);
         Ok(offset)
     }
