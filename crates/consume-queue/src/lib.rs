@@ -600,23 +600,14 @@ impl ConsumeQueue {
 
     /// Flushes every entry now; returns the flushed byte position.
     pub fn flush(&self) -> Result<u64, CqError> {
-        Ok(self.queue.flush(0)?.to)
+        self.flush_with(0)
     }
 
     /// Flushes if at least `least_pages` pages are dirty (0: any byte), as a
-    /// flush service would; returns the flushed byte position.
+    /// flush service would (a clean queue costs no system call); returns the
+    /// flushed byte position.
     pub fn flush_with(&self, least_pages: usize) -> Result<u64, CqError> {
         Ok(self.queue.flush(least_pages)?.to)
-    }
-
-    /// True when entries were put that are not flushed yet.
-    pub fn is_dirty(&self) -> bool {
-        self.queue.remain_how_many_data_to_flush() > 0
-    }
-
-    /// The queue's directory.
-    pub fn dir(&self) -> &Path {
-        self.queue.dir()
     }
 
     /// Makes the index agree with `log` (RocketMQ's dispatch after a restart).

@@ -21,15 +21,15 @@ use store_io::Storage;
 
 use crate::config::DispatchLimit;
 use crate::error::{io_err, StoreError};
-use crate::index::{key_hash, Index};
-use crate::message::decode_header;
-use crate::queues::{Queue, QueueContext, Queues};
+use crate::index::Index;
+use crate::message::{decode_header, Header};
+use crate::queues::{Queue, QueueContext};
 
 /// The dispatcher's state, shared by the store and its dispatch thread.
 #[derive(Debug)]
 pub(crate) struct Dispatcher {
     pub(crate) log: CommitLog,
-    pub(crate) queues: Arc<Queues>,
+    /// The queues (`context.queues`) and what opening their consume queues takes.
     pub(crate) context: QueueContext,
     limit: DispatchLimit,
     /// The key index, if built.
@@ -49,7 +49,6 @@ pub(crate) struct Dispatcher {
 impl Dispatcher {
     pub(crate) fn new(
         log: CommitLog,
-        queues: Arc<Queues>,
         context: QueueContext,
         limit: DispatchLimit,
         point: u64,
@@ -57,7 +56,6 @@ impl Dispatcher {
     ) -> Self {
         Dispatcher {
             log,
-            queues,
             context,
             limit,
             index,
@@ -144,7 +142,7 @@ impl Dispatcher {
                 return Ok(());
             }
         };
-        let Some(queue) = self.queues.get(&header.topic, header.queue_id) else {
+        let Some(queue) = self.context.queues.get(&header.topic, header.queue_id) else {
             tracing::warn!(offset = record.offset, topic = %header.topic, queue = header.queue_id, "dispatch: a message of an unknown queue skipped");
             self.skipped.fetch_add(1, Ordering::Relaxed);
             return Ok(());
@@ -164,11 +162,7 @@ impl Dispatcher {
             if cq.get(header.queue_offset)?.is_some_and(|e| e.offset == record.offset) {
                 // Its entry is there; its keys may not be (a retry after the
                 // index failed): the index skips what it holds.
-                if let Some(index) = self.index.as_ref().filter(|_| !header.keys.is_empty()) {
-                    let hashes: Vec<u64> = header.keys.iter().map(|k| key_hash(&header.topic, k)).collect();
-                    index.put(&hashes, record.offset, record.store_timestamp_ms)?;
-                }
-                return Ok(());
+                return self.index_keys(&header, record);
             }
             return Err(StoreError::IndexMismatch {
                 topic: header.topic,
@@ -183,12 +177,17 @@ impl Dispatcher {
             self.rebuild(&queue, record.offset)?;
         }
         cq.put(header.queue_offset, entry)?;
-        if let Some(index) = self.index.as_ref().filter(|_| !header.keys.is_empty()) {
-            let hashes: Vec<u64> = header.keys.iter().map(|k| key_hash(&header.topic, k)).collect();
-            index.put(&hashes, record.offset, record.store_timestamp_ms)?;
-        }
+        self.index_keys(&header, record)?;
         queue.signal.arrive(header.queue_offset.saturating_add(1));
         Ok(())
+    }
+
+    /// Adds the message's keys to the index, if there is one.
+    fn index_keys(&self, header: &Header, record: &Record) -> Result<(), StoreError> {
+        match &self.index {
+            Some(index) => index.put(&header.topic, &header.keys, record.offset, record.store_timestamp_ms),
+            None => Ok(()),
+        }
     }
 
     /// Rebuilds `queue`'s consume queue from the log's records below `upto`.

@@ -3,7 +3,7 @@
 
 use consume_queue::ConsumeQueue;
 
-use crate::message::{decode, tags_code, StoredMessage};
+use crate::message::{tags_code, StoredMessage};
 use crate::{MessageStore, StoreError};
 
 /// What a consumer wants of a queue's messages.
@@ -142,13 +142,7 @@ impl MessageStore {
             if !filter.passes_code(entry.tag) {
                 continue;
             }
-            let record = match self.core.log.read(entry.offset) {
-                Ok(record) => record,
-                // Deleted by the log's cleaning since the entry was read.
-                Err(commitlog::Error::NoRecord { .. }) if entry.offset < self.core.log.min_offset() => continue,
-                Err(err) => return Err(err.into()),
-            };
-            let message = decode(&record)?;
+            let Some(message) = self.core.message_at(entry.offset)? else { continue };
             if message.topic != topic || message.queue_id != queue_id || message.queue_offset != index - 1 {
                 return Err(StoreError::IndexMismatch {
                     topic: topic.to_string(),
@@ -158,7 +152,7 @@ impl MessageStore {
                 });
             }
             if filter.passes(&message) {
-                bytes = bytes.saturating_add(record.size);
+                bytes = bytes.saturating_add(message.log_size);
                 result.messages.push(message);
             }
         }

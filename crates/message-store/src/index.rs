@@ -212,15 +212,13 @@ impl Index {
         if let Some(k) = live_at {
             let file = Arc::clone(&segments[k]);
             let items = file.read(HEADER, ITEM * config.max_items as usize).map_err(commitlog::Error::from)?;
-            let mut span = Span::default();
-            let mut kept = Vec::new();
+            let mut kept: Vec<Item> = Vec::new();
             for chunk in items.chunks_exact(ITEM) {
                 let item = Item::decode(chunk);
-                let grows = span.count == 0 || item.offset > span.last_offset;
+                let grows = kept.last().is_none_or(|last| item.offset > last.offset);
                 if item.hash == 0 && item.offset == 0 && item.time == 0 || !grows || item.offset >= recovered_from {
                     break;
                 }
-                span.add(&item);
                 kept.push(item);
             }
             // A torn last item (written after the last flush, partly kept).
@@ -245,22 +243,23 @@ impl Index {
         Ok(index)
     }
 
-    /// The log offset after the last indexed message (dispatch skips what is below).
-    pub(crate) fn indexed_to(&self) -> u64 {
-        let live = self.live.lock();
-        match &*live {
+    /// The log offset after the last indexed message.
+    fn indexed_to(&self, live: &Option<Live>) -> u64 {
+        match live {
             Some(live) if live.span.count > 0 => live.span.last_offset + 1,
             _ => self.sealed.lock().last().map_or(0, |(_, s)| s.last_offset + 1),
         }
     }
 
-    /// Adds `keys` (already `topic#key` hashed) of the message at `offset`.
-    pub(crate) fn put(&self, hashes: &[u64], offset: u64, time: u64) -> Result<(), StoreError> {
-        if offset < self.indexed_to() {
-            return Ok(()); // indexed before (re-dispatch after a restart)
-        }
+    /// Adds the `keys` of `topic`'s message at `offset`, unless its offset is
+    /// below what is indexed (a re-dispatch after a restart).
+    pub(crate) fn put(&self, topic: &str, keys: &[String], offset: u64, time: u64) -> Result<(), StoreError> {
         let mut live = self.live.lock();
-        for &hash in hashes {
+        if keys.is_empty() || offset < self.indexed_to(&live) {
+            return Ok(());
+        }
+        for key in keys {
+            let hash = key_hash(topic, key);
             if live.as_ref().is_none_or(|l| l.span.count == self.config.max_items) {
                 self.roll(&mut live)?;
             }

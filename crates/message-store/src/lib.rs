@@ -44,7 +44,8 @@
 //! (the encoding inside a log record), `topic.rs` (names, the topic registry),
 //! `queues.rs` (each queue's put lock, consume queue and wait signal),
 //! `dispatch.rs` (dispatch and its checkpoint), `index.rs` (the key index), `get.rs` (reading a queue),
-//! `poll.rs` (long polling), `offsets.rs` (consumer offsets), `config.rs`,
+//! `poll.rs` (long polling), `offsets.rs` (consumer offsets), `textfile.rs` (the
+//! small text files of `config/`), `config.rs`,
 //! `error.rs`.
 
 #![forbid(unsafe_code)]
@@ -62,6 +63,7 @@ pub mod planted;
 mod poll;
 mod queues;
 mod store;
+mod textfile;
 mod topic;
 
 pub use config::{DispatchLimit, MessageStoreConfig};

@@ -282,9 +282,19 @@ pub(crate) struct Header {
     pub keys: Vec<String>,
 }
 
-/// Decodes the header fields of an encoded message.
-pub(crate) fn decode_header(body: &[u8]) -> Result<Header, MessageError> {
-    let mut r = Reader { bytes: body, at: 0 };
+/// The fields before the properties, decoded once for both readers below.
+struct Prefix {
+    flag: u32,
+    queue_id: u32,
+    queue_offset: u64,
+    born_timestamp_ms: u64,
+    topic: String,
+    tags: String,
+    keys: Vec<String>,
+}
+
+/// Decodes the fields before the properties, leaving `r` at the properties.
+fn decode_prefix(r: &mut Reader<'_>) -> Result<Prefix, MessageError> {
     let (magic, version) = match r.take(2)? {
         [m, v] => (*m, *v),
         _ => unreachable!("take(2) returns two bytes"),
@@ -292,10 +302,10 @@ pub(crate) fn decode_header(body: &[u8]) -> Result<Header, MessageError> {
     if magic != MAGIC || version != VERSION {
         return Err(MessageError::Malformed { reason: "not a message (magic or version)" });
     }
-    let _flag = r.u32()?;
+    let flag = r.u32()?;
     let queue_id = r.u32()?;
     let queue_offset = r.u64()?;
-    let _born = r.u64()?;
+    let born_timestamp_ms = r.u64()?;
     let topic_len = usize::from(r.take(1)?[0]);
     let topic = r.string(topic_len)?;
     let tags_len = usize::from(r.u16()?);
@@ -306,25 +316,20 @@ pub(crate) fn decode_header(body: &[u8]) -> Result<Header, MessageError> {
         let len = usize::from(r.u16()?);
         keys.push(r.string(len)?);
     }
-    Ok(Header { topic, queue_id, queue_offset, tags_code: if tags.is_empty() { 0 } else { tags_code(&tags) }, keys })
+    Ok(Prefix { flag, queue_id, queue_offset, born_timestamp_ms, topic, tags, keys })
+}
+
+/// Decodes the header fields of an encoded message.
+pub(crate) fn decode_header(body: &[u8]) -> Result<Header, MessageError> {
+    let p = decode_prefix(&mut Reader { bytes: body, at: 0 })?;
+    let tags_code = if p.tags.is_empty() { 0 } else { tags_code(&p.tags) };
+    Ok(Header { topic: p.topic, queue_id: p.queue_id, queue_offset: p.queue_offset, tags_code, keys: p.keys })
 }
 
 /// Decodes a whole message from its record.
 pub(crate) fn decode(record: &commitlog::Record) -> Result<StoredMessage, MessageError> {
-    let header = decode_header(&record.body)?;
-    let mut r = Reader { bytes: &record.body, at: 2 };
-    let flag = r.u32()?;
-    r.take(12)?; // queue id and offset, decoded above
-    let born_timestamp_ms = r.u64()?;
-    let topic_len = usize::from(r.take(1)?[0]);
-    r.take(topic_len)?;
-    let tags_len = usize::from(r.u16()?);
-    let tags = r.string(tags_len)?;
-    let key_count = r.u16()?;
-    for _ in 0..key_count {
-        let len = usize::from(r.u16()?);
-        r.take(len)?;
-    }
+    let mut r = Reader { bytes: &record.body, at: 0 };
+    let prefix = decode_prefix(&mut r)?;
     let properties_len = r.u32()? as usize;
     let mut p = Reader { bytes: r.take(properties_len)?, at: 0 };
     let mut properties = Vec::new();
@@ -341,16 +346,16 @@ pub(crate) fn decode(record: &commitlog::Record) -> Result<StoredMessage, Messag
         return Err(MessageError::Malformed { reason: "bytes after the body" });
     }
     Ok(StoredMessage {
-        topic: header.topic,
-        queue_id: header.queue_id,
-        queue_offset: header.queue_offset,
+        topic: prefix.topic,
+        queue_id: prefix.queue_id,
+        queue_offset: prefix.queue_offset,
         log_offset: record.offset,
         log_size: record.size,
         store_timestamp_ms: record.store_timestamp_ms,
-        born_timestamp_ms,
-        flag,
-        tags: (!tags.is_empty()).then_some(tags),
-        keys: header.keys,
+        born_timestamp_ms: prefix.born_timestamp_ms,
+        flag: prefix.flag,
+        tags: (!prefix.tags.is_empty()).then_some(prefix.tags),
+        keys: prefix.keys,
         properties,
         body: record.body.slice(start..start.saturating_add(body_len)),
     })

@@ -11,6 +11,7 @@ use parking_lot::{Condvar, Mutex};
 use store_io::Storage;
 
 use crate::error::{io_err, StoreError};
+use crate::textfile;
 use crate::topic::{validate_group, validate_topic};
 
 /// The first line of the offsets file.
@@ -23,27 +24,16 @@ pub(crate) fn offsets_path(root: &Path) -> PathBuf {
 
 /// Parses the offsets file at `path`.
 pub(crate) fn parse_offsets(path: &Path, bytes: Vec<u8>) -> Result<BTreeMap<OffsetKey, u64>, StoreError> {
-    let bad = |reason: String| StoreError::BadFile { path: path.to_path_buf(), reason };
-    let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8".into()))?;
-    let mut lines = text.lines();
-    if lines.next() != Some(HEADER) {
-        return Err(bad("unknown header (not a consumer offsets file of this version)".into()));
-    }
-    let mut offsets = BTreeMap::new();
-    for (n, line) in lines.enumerate() {
+    let offsets = textfile::parse(path, bytes, HEADER, "consumer offsets", |line| {
         let fields: Vec<&str> = line.split(' ').collect();
-        let parsed = match fields[..] {
-            [group, topic, queue, offset] if validate_group(group).is_ok() && validate_topic(topic).is_ok() => queue
-                .parse::<u32>()
-                .ok()
-                .zip(offset.parse::<u64>().ok())
-                .map(|(queue, offset)| ((group.to_string(), topic.to_string(), queue), offset)),
-            _ => None,
-        };
-        let (key, offset) = parsed.ok_or_else(|| bad(format!("line {}: {line:?}", n + 2)))?;
-        offsets.insert(key, offset);
-    }
-    Ok(offsets)
+        let [group, topic, queue, offset] = fields[..] else { return None };
+        if validate_group(group).is_err() || validate_topic(topic).is_err() {
+            return None;
+        }
+        let (queue, offset) = (queue.parse::<u32>().ok()?, offset.parse::<u64>().ok()?);
+        Some(((group.to_string(), topic.to_string(), queue), offset))
+    })?;
+    Ok(offsets.into_iter().collect())
 }
 
 /// (group, topic, queue id).
@@ -146,13 +136,11 @@ impl ConsumerOffsets {
         }
         table.writing = true;
         let version = table.version;
-        let text = render(&table.offsets);
+        let lines =
+            table.offsets.iter().map(|((group, topic, queue), offset)| format!("{group} {topic} {queue} {offset}"));
+        let text = textfile::render(HEADER, lines);
         drop(table);
-        let result = (|| {
-            let dir = self.path.parent().unwrap_or(&self.path);
-            storage.create_dir_all(dir).map_err(io_err(dir))?;
-            storage.replace_small(&self.path, text.as_bytes()).map_err(io_err(&self.path))
-        })();
+        let result = textfile::write(storage, &self.path, &text);
         let mut table = self.table.lock();
         table.writing = false;
         if result.is_ok() {
@@ -163,15 +151,6 @@ impl ConsumerOffsets {
         self.written.notify_all();
         result
     }
-}
-
-fn render(offsets: &BTreeMap<OffsetKey, u64>) -> String {
-    let mut text = String::from(HEADER);
-    text.push('\n');
-    for ((group, topic, queue), offset) in offsets {
-        text.push_str(&format!("{group} {topic} {queue} {offset}\n"));
-    }
-    text
 }
 
 #[cfg(test)]

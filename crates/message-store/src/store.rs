@@ -201,8 +201,7 @@ impl MessageStore {
         } else {
             None
         };
-        let dispatcher =
-            Arc::new(Dispatcher::new(log.clone(), Arc::clone(&queues), context, limit, recovered_from, index));
+        let dispatcher = Arc::new(Dispatcher::new(log.clone(), context, limit, recovered_from, index));
         let redispatched = dispatcher.dispatch_up_to(log.max_offset())?;
         let offsets = ConsumerOffsets::load(&*storage, &root)?;
         let core = Arc::new(Core {
@@ -519,12 +518,7 @@ impl MessageStore {
             if found.len() >= max {
                 break;
             }
-            let record = match self.core.log.read(offset) {
-                Ok(record) => record,
-                Err(commitlog::Error::NoRecord { .. }) if offset < self.core.log.min_offset() => continue,
-                Err(err) => return Err(err.into()),
-            };
-            let message = decode(&record)?;
+            let Some(message) = self.core.message_at(offset)? else { continue };
             if message.topic == topic && message.keys.iter().any(|k| k == key) {
                 found.push(message);
             }
@@ -574,6 +568,16 @@ impl MessageStore {
 }
 
 impl Core {
+    /// The message at log `offset`, or `None` if the log's cleaning deleted its
+    /// record (an index entry read before the deletion).
+    pub(crate) fn message_at(&self, offset: u64) -> Result<Option<StoredMessage>, StoreError> {
+        match self.log.read(offset) {
+            Ok(record) => Ok(Some(decode(&record)?)),
+            Err(commitlog::Error::NoRecord { .. }) if offset < self.log.min_offset() => Ok(None),
+            Err(err) => Err(err.into()),
+        }
+    }
+
     /// Stops `services`, flushes the log, dispatches what is left, flushes the
     /// consume queues and records the dispatch point, then shuts the log down.
     fn shutdown(&self, services: &Mutex<Vec<ServiceThread>>) -> Result<(), StoreError> {
@@ -618,9 +622,7 @@ impl Core {
             if thorough {
                 cq.delete_expired(min_offset)?;
             }
-            if cq.is_dirty() {
-                cq.flush_with(least_pages)?;
-            }
+            cq.flush_with(least_pages)?;
         }
         if thorough && context.unsynced_closes.swap(false, Ordering::AcqRel) {
             let dir = self.root.join("consumequeue");
@@ -664,7 +666,5 @@ fn born_or_now(born: u64) -> u64 {
     if born != 0 {
         return born;
     }
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    store_io::epoch_ms(std::time::SystemTime::now())
 }

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use store_io::Storage;
 
 use crate::error::{io_err, NameError, StoreError};
+use crate::textfile;
 
 /// The longest topic name (RocketMQ's `TOPIC_MAX_LENGTH`).
 pub const MAX_TOPIC_LEN: usize = 127;
@@ -46,22 +47,12 @@ pub(crate) fn topics_path(root: &Path) -> PathBuf {
 
 /// Parses the registry file at `path`.
 pub(crate) fn parse_topics(path: &Path, bytes: Vec<u8>) -> Result<BTreeMap<String, u32>, StoreError> {
-    let bad = |reason: String| StoreError::BadFile { path: path.to_path_buf(), reason };
-    let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8".into()))?;
-    let mut lines = text.lines();
-    if lines.next() != Some(HEADER) {
-        return Err(bad("unknown header (not a topics file of this version)".into()));
-    }
-    let mut topics = BTreeMap::new();
-    for (n, line) in lines.enumerate() {
-        let parsed = line.split_once(' ').and_then(|(topic, queues)| {
-            let queues = queues.parse::<u32>().ok().filter(|&q| q > 0)?;
-            validate_topic(topic).ok().map(|()| (topic.to_string(), queues))
-        });
-        let (topic, queues) = parsed.ok_or_else(|| bad(format!("line {}: {line:?}", n + 2)))?;
-        topics.insert(topic, queues);
-    }
-    Ok(topics)
+    let topics = textfile::parse(path, bytes, HEADER, "topics", |line| {
+        let (topic, queues) = line.split_once(' ')?;
+        let queues = queues.parse::<u32>().ok().filter(|&q| q > 0)?;
+        validate_topic(topic).ok().map(|()| (topic.to_string(), queues))
+    })?;
+    Ok(topics.into_iter().collect())
 }
 
 /// The registry of topics: name → queue count, persisted in `config/topics`.
@@ -112,14 +103,8 @@ impl Registry {
     }
 
     fn persist(&self, storage: &dyn Storage) -> Result<(), StoreError> {
-        let mut text = String::from(HEADER);
-        text.push('\n');
-        for (topic, queues) in &self.topics {
-            text.push_str(&format!("{topic} {queues}\n"));
-        }
-        let dir = self.path.parent().unwrap_or(&self.path);
-        storage.create_dir_all(dir).map_err(io_err(dir))?;
-        storage.replace_small(&self.path, text.as_bytes()).map_err(io_err(&self.path))
+        let lines = self.topics.iter().map(|(topic, queues)| format!("{topic} {queues}"));
+        textfile::write(storage, &self.path, &textfile::render(HEADER, lines))
     }
 }
 

@@ -107,8 +107,17 @@ fn consume_queues_ahead_of_a_log_that_lost_its_tail_are_cut_and_offsets_go_on_fr
         store.put_message(&Message::new("t", u32::from(i % 2), vec![i; 8])).unwrap();
     }
     assert!(store.wait_for("t", 0, 19, WAIT).unwrap() && store.wait_for("t", 1, 19, WAIT).unwrap());
-    // Let the consume-queue service flush the entries and record the point.
-    std::thread::sleep(Duration::from_millis(200));
+    // Wait until the consume-queue service has flushed the entries and
+    // recorded a dispatch point past all of them (the checkpoint's 8 bytes
+    // after its magic).
+    let dispatched = store.stats().dispatch_point;
+    let checkpoint = Path::new(ROOT).join("config/dispatch");
+    let recorded = || sim.file_bytes(&checkpoint).map_or(0, |b| u64::from_le_bytes(b[8..16].try_into().unwrap()));
+    let deadline = std::time::Instant::now() + WAIT;
+    while recorded() < dispatched {
+        assert!(std::time::Instant::now() < deadline, "the dispatch point was not recorded within {WAIT:?}");
+        std::thread::yield_now();
+    }
     let snapshot = sim.snapshot();
     store.shutdown().unwrap();
     // The power cut keeps every consume-queue byte and none of the log's unflushed tail.

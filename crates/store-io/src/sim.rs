@@ -407,6 +407,23 @@ fn sector_dirty(file: &SimFile, sector: usize) -> bool {
     file.cache[r.clone()] != file.durable[r]
 }
 
+/// Makes `[from, to)` of `file` durable, sector by sector, except the sectors a
+/// failed sync poisoned (fsyncgate: later syncs do not write them).
+fn persist(file: &mut SimFile, from: usize, to: usize) {
+    if from >= to {
+        return;
+    }
+    for s in from / SECTOR_SIZE..=(to - 1) / SECTOR_SIZE {
+        if file.poisoned.contains(&s) {
+            continue;
+        }
+        let r = sector_range(s, file.cache.len());
+        let (a, b) = (r.start.max(from), r.end.min(to));
+        let bytes = file.cache[a..b].to_vec();
+        file.durable[a..b].copy_from_slice(&bytes);
+    }
+}
+
 fn dirty_sectors(file: &SimFile) -> impl Iterator<Item = usize> + '_ {
     file.cache
         .chunks(SECTOR_SIZE)
@@ -516,14 +533,8 @@ impl Storage for SimStorage {
         }
         for (path, file) in state.files.iter_mut() {
             if path.starts_with(dir) {
-                for s in dirty_sectors(file).collect::<Vec<_>>() {
-                    if file.poisoned.contains(&s) {
-                        continue;
-                    }
-                    let r = sector_range(s, file.cache.len());
-                    let bytes = file.cache[r.clone()].to_vec();
-                    file.durable[r].copy_from_slice(&bytes);
-                }
+                let len = file.cache.len();
+                persist(file, 0, len);
             }
         }
         state.event();
@@ -636,16 +647,7 @@ impl SegmentIo for SimSegment {
                     file.poisoned.extend(dirty);
                     Err(io::Error::from_raw_os_error(libc::EIO))
                 } else {
-                    let end = offset + len;
-                    for s in sectors {
-                        if file.poisoned.contains(&s) {
-                            continue;
-                        }
-                        let r = sector_range(s, file.cache.len());
-                        let (from, to) = (r.start.max(offset), r.end.min(end));
-                        let bytes = file.cache[from..to].to_vec();
-                        file.durable[from..to].copy_from_slice(&bytes);
-                    }
+                    persist(file, offset, offset + len);
                     Ok(())
                 }
             }

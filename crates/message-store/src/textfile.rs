@@ -1,0 +1,46 @@
+//! The store's small text files (`config/topics`, `config/consumer_offsets`): a
+//! header line naming the format and its version, then one record a line;
+//! always replaced whole, atomically and durably.
+
+use std::path::Path;
+
+use store_io::Storage;
+
+use crate::error::{io_err, StoreError};
+
+/// The records of the file at `path`: its first line must be `header` (else it
+/// is not a `what` file of this version), and `parse` turns every other line
+/// into a record (`None`: the line is damaged, an error naming it).
+pub(crate) fn parse<T>(
+    path: &Path,
+    bytes: Vec<u8>,
+    header: &str,
+    what: &str,
+    mut parse: impl FnMut(&str) -> Option<T>,
+) -> Result<Vec<T>, StoreError> {
+    let bad = |reason: String| StoreError::BadFile { path: path.to_path_buf(), reason };
+    let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8".into()))?;
+    let mut lines = text.lines();
+    if lines.next() != Some(header) {
+        return Err(bad(format!("unknown header (not a {what} file of this version)")));
+    }
+    lines.enumerate().map(|(n, line)| parse(line).ok_or_else(|| bad(format!("line {}: {line:?}", n + 2)))).collect()
+}
+
+/// The text of a file: `header`, then `lines`.
+pub(crate) fn render(header: &str, lines: impl IntoIterator<Item = String>) -> String {
+    let mut text = format!("{header}\n");
+    for line in lines {
+        text.push_str(&line);
+        text.push('\n');
+    }
+    text
+}
+
+/// Replaces the file at `path` with `text` (a crash leaves the old file or the
+/// new one), creating its directory if needed.
+pub(crate) fn write(storage: &dyn Storage, path: &Path, text: &str) -> Result<(), StoreError> {
+    let dir = path.parent().unwrap_or(path);
+    storage.create_dir_all(dir).map_err(io_err(dir))?;
+    storage.replace_small(path, text.as_bytes()).map_err(io_err(path))
+}
