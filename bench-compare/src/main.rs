@@ -5,7 +5,9 @@
 //! Work, with 1 KiB records:
 //! (a) durable batches: one producer, 64 records per durable wait;
 //! (b) group commit: 16 producers, each waits for its own record to be durable;
-//! (c) no sync: one producer appending batches of 64.
+//! (c) no sync: one producer appending batches of 64;
+//! (d) many queues: 4 producers putting 1 KiB messages round-robin over N
+//!     queues of one store, async and sync flush (see `queues.rs`).
 //!
 //! Every (system, workload) runs `ROUNDS` times, interleaved: round after round,
 //! each system once per workload, the order rotated each round, so drift of this
@@ -22,7 +24,12 @@ use std::time::Instant;
 mod ours;
 mod peers;
 mod physical;
+mod queues;
+mod queues_ours;
+mod queues_peers;
+mod queues_rocketmq;
 mod report;
+mod report_queues;
 
 /// Record body size.
 pub const RECORD: usize = 1024;
@@ -234,15 +241,20 @@ fn arg(name: &str) -> Option<String> {
 /// `--only SYSTEM[:WORKLOADS]` (e.g. `--only pwrite:c`) runs what matches: for
 /// profiling one system. Reports from such runs are partial.
 fn wanted(system: &str, workload: Workload) -> bool {
-    let Some(only) = arg("--only") else {
-        return true;
-    };
-    let (name, workloads) = only.split_once(':').unwrap_or((&only, "abc"));
     let letter = match workload {
         Workload::A => 'a',
         Workload::B => 'b',
         Workload::C => 'c',
     };
+    wanted_letter(system, letter)
+}
+
+/// [`wanted`] for a workload's letter (`d` for the queues).
+fn wanted_letter(system: &str, letter: char) -> bool {
+    let Some(only) = arg("--only") else {
+        return true;
+    };
+    let (name, workloads) = only.split_once(':').unwrap_or((&only, "abcd"));
     system.contains(name) && workloads.contains(letter)
 }
 
@@ -258,6 +270,18 @@ fn main() {
     } else {
         Sizes { a_batches: 2_000, b_per_producer: 1_500, c_batches: 12_000 }
     };
+    let d_sizes = if quick {
+        queues::DSizes { async_per_producer: 2_000, sync_per_producer: 400 }
+    } else {
+        queues::DSizes { async_per_producer: 5_000, sync_per_producer: 1_000 }
+    };
+    let d_systems = [
+        queues_ours::MESSAGE_STORE,
+        queues_rocketmq::LOCAL_FILE_MESSAGE_STORE,
+        queues_peers::RAFT_ENGINE_REGIONS,
+        queues_peers::FILE_PER_QUEUE,
+    ];
+    let mut d_results = report_queues::Results::new(&d_systems);
     let out_path = arg("--out");
     let started = Instant::now();
 
@@ -304,6 +328,23 @@ fn main() {
                 settle();
             }
         }
+        for flush in queues::Flush::ALL {
+            for &n in &queues::QUEUE_COUNTS {
+                for i in 0..d_systems.len() {
+                    let system = &d_systems[(i + round) % d_systems.len()];
+                    if !wanted_letter(system.name, 'd') {
+                        continue;
+                    }
+                    eprintln!("round {}/{rounds}: (d) {} {n} queues, {}", round + 1, flush.name(), system.name);
+                    let outcome = (system.run)(n, flush, d_sizes.per_producer(flush));
+                    if let Err(e) = &outcome {
+                        eprintln!("  failed: {e}");
+                    }
+                    d_results.push(system.name, flush, n, outcome);
+                    settle();
+                }
+            }
+        }
     }
 
     let context = report::Context {
@@ -317,7 +358,8 @@ fn main() {
         pwrite_fdatasync_fallocated: median_line(&physical.pwrite_fdatasync_fallocated).clone(),
         fdatasync_4k: median_line(&physical.fdatasync_4k).clone(),
     };
-    let md = report::markdown(&context, &results);
+    let mut md = report::markdown(&context, &results);
+    md.push_str(&report_queues::markdown(&d_results, &d_sizes, rounds));
     println!("{md}");
     if let Some(path) = out_path {
         // The replicated-log section comes from its own run (`cargo xtask

@@ -1,0 +1,75 @@
+//! Workload (d) on this project's message store.
+
+use std::time::Duration;
+
+use commitlog::{CommitLogConfig, FlushDiskType};
+use message_store::{Message, MessageStore, MessageStoreConfig, TagFilter};
+
+use crate::queues::{drive, resources, wait_until, DLine, Flush, QueueSystem, Target};
+use crate::{scratch, SEGMENT};
+
+const TOPIC: &str = "bench";
+
+/// The message store with its defaults (key index on, 512 open queues).
+pub const MESSAGE_STORE: QueueSystem = QueueSystem { name: "message-store (this project)", ours: true, run };
+
+struct Ours {
+    store: MessageStore,
+    sync: bool,
+}
+
+impl Target for Ours {
+    fn put(&self, _producer: usize, queue: u32, body: &[u8]) -> Result<u64, String> {
+        let put = self.store.put_message(&Message::new(TOPIC, queue, body.to_vec())).map_err(|e| e.to_string())?;
+        if self.sync {
+            put.durability.wait().map_err(|e| e.to_string())?;
+        }
+        Ok(put.queue_offset)
+    }
+
+    fn dispatches(&self) -> bool {
+        true
+    }
+
+    fn consume(&self, queue: u32, offset: u64) -> Result<(), String> {
+        let err = |e: message_store::StoreError| e.to_string();
+        if !self.store.wait_for(TOPIC, queue, offset, Duration::from_secs(60)).map_err(err)? {
+            return Err(format!("queue {queue} offset {offset} not dispatched within 60 s"));
+        }
+        let got = self.store.get_messages("bench", TOPIC, queue, offset, 1, u64::MAX, &TagFilter::All).map_err(err)?;
+        if got.messages.len() != 1 {
+            return Err(format!("queue {queue} offset {offset}: {:?}", got.status));
+        }
+        Ok(())
+    }
+
+    fn drain(&self) -> Result<(), String> {
+        wait_until(Duration::from_secs(300), || {
+            let stats = self.store.stats();
+            if let Some(e) = stats.dispatch_error {
+                return Err(e);
+            }
+            Ok(stats.dispatch_point >= stats.log_max_offset)
+        })
+    }
+}
+
+fn run(queues: u32, flush: Flush, per_producer: usize) -> Result<DLine, String> {
+    let dir = scratch();
+    let before = resources();
+    let log = CommitLogConfig::builder()
+        .mapped_file_size_commit_log(SEGMENT)
+        .flush_disk_type(if flush == Flush::Sync { FlushDiskType::SyncFlush } else { FlushDiskType::AsyncFlush })
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut config = MessageStoreConfig::new(log);
+    if let Some(b) = std::env::var("HACK_BUDGET").ok().and_then(|v| v.parse().ok()) {
+        config.max_open_consume_queues = b;
+    }
+    let store = MessageStore::open(dir.path(), config).map_err(|e| e.to_string())?;
+    store.create_topic(TOPIC, queues).map_err(|e| e.to_string())?;
+    let ours = Ours { store, sync: flush == Flush::Sync };
+    let line = drive(&ours, queues, per_producer, before);
+    ours.store.shutdown().map_err(|e| e.to_string())?;
+    line
+}

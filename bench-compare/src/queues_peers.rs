@@ -1,0 +1,212 @@
+//! Workload (d) on raft-engine (one region per queue, every region on one
+//! append stream) and on a reference model of a Kafka-style layout (one
+//! append file per queue).
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use crate::queues::{drive, resources, DLine, Flush, QueueSystem, Target};
+use crate::scratch;
+
+/// raft-engine with a region per queue.
+pub const RAFT_ENGINE_REGIONS: QueueSystem =
+    QueueSystem { name: "raft-engine 0.4.2, a region per queue", ours: false, run: raft_engine };
+
+/// One append file per queue, built here as a reference model.
+pub const FILE_PER_QUEUE: QueueSystem =
+    QueueSystem { name: "file per queue (reference model, built here)", ours: false, run: file_per_queue };
+
+// ---- raft-engine --------------------------------------------------------------------
+
+struct Regions {
+    engine: raft_engine::Engine,
+    next: Vec<AtomicU64>,
+    sync: bool,
+}
+
+impl Target for Regions {
+    fn put(&self, _producer: usize, queue: u32, body: &[u8]) -> Result<u64, String> {
+        let offset = self.next[queue as usize].fetch_add(1, Ordering::Relaxed);
+        let mut batch = raft_engine::LogBatch::default();
+        batch.put(u64::from(queue) + 1, offset.to_be_bytes().to_vec(), body.to_vec()).map_err(|e| e.to_string())?;
+        self.engine.write(&mut batch, self.sync).map_err(|e| e.to_string())?;
+        Ok(offset)
+    }
+    fn dispatches(&self) -> bool {
+        false
+    }
+    fn consume(&self, _queue: u32, _offset: u64) -> Result<(), String> {
+        Ok(())
+    }
+    fn drain(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+fn raft_engine(queues: u32, flush: Flush, per_producer: usize) -> Result<DLine, String> {
+    let dir = scratch();
+    let before = resources();
+    let cfg = raft_engine::Config { dir: dir.path().to_string_lossy().into_owned(), ..Default::default() };
+    let engine = raft_engine::Engine::open(cfg).map_err(|e| e.to_string())?;
+    let regions = Regions { engine, next: (0..queues).map(|_| AtomicU64::new(0)).collect(), sync: flush == Flush::Sync };
+    drive(&regions, queues, per_producer, before)
+}
+
+// ---- one file per queue -------------------------------------------------------------
+
+/// Files kept open at once: beyond it the oldest opened is closed (after its
+/// sync under sync flush, which holds its own handle), as a log-per-partition
+/// broker must within `ulimit -n`.
+const OPEN_FILES: usize = 4_096;
+
+struct QueueFile {
+    file: Option<Arc<File>>,
+    len: u64,
+    next: u64,
+}
+
+/// Group commit over files: a round syncs every file written since the last
+/// one, each with its own `fdatasync`, and answers everyone it covered.
+#[derive(Default)]
+struct Rounds {
+    pending: HashMap<u32, Arc<File>>,
+    collecting: u64,
+    done: u64,
+    stop: bool,
+    error: Option<String>,
+}
+
+struct Files {
+    dir: PathBuf,
+    queues: Vec<Mutex<QueueFile>>,
+    open: Mutex<VecDeque<u32>>,
+    sync: Option<(Mutex<Rounds>, Condvar, Condvar)>,
+}
+
+impl Files {
+    fn handle(&self, queue: u32, slot: &mut QueueFile) -> Result<(Arc<File>, bool), String> {
+        if let Some(file) = &slot.file {
+            return Ok((Arc::clone(file), false));
+        }
+        let path = self.dir.join(format!("{queue:05}.log"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let file = Arc::new(file);
+        slot.file = Some(Arc::clone(&file));
+        Ok((file, true))
+    }
+
+    /// Closes the oldest opened files beyond the budget.
+    fn evict(&self, opened: u32) {
+        let victims: Vec<u32> = {
+            let mut open = self.open.lock().expect("open");
+            open.push_back(opened);
+            let over = open.len().saturating_sub(OPEN_FILES);
+            open.drain(..over).collect()
+        };
+        for v in victims {
+            self.queues[v as usize].lock().expect("queue").file = None;
+        }
+    }
+
+    fn syncer(&self) {
+        let Some((rounds, work, answered)) = &self.sync else { return };
+        loop {
+            let (files, round) = {
+                let mut r = rounds.lock().expect("rounds");
+                while r.pending.is_empty() && !r.stop {
+                    r = work.wait(r).expect("rounds");
+                }
+                if r.pending.is_empty() && r.stop {
+                    return;
+                }
+                let round = r.collecting;
+                r.collecting += 1;
+                (std::mem::take(&mut r.pending), round)
+            };
+            let mut error = None;
+            for file in files.values() {
+                if let Err(e) = file.sync_data() {
+                    error = Some(e.to_string());
+                }
+            }
+            let mut r = rounds.lock().expect("rounds");
+            r.done = round + 1;
+            if error.is_some() {
+                r.error = error;
+            }
+            answered.notify_all();
+        }
+    }
+}
+
+impl Target for Files {
+    fn put(&self, _producer: usize, queue: u32, body: &[u8]) -> Result<u64, String> {
+        let (file, offset, opened) = {
+            let mut slot = self.queues[queue as usize].lock().expect("queue");
+            let (file, opened) = self.handle(queue, &mut slot)?;
+            // A record: length, then the body.
+            let mut record = Vec::with_capacity(4 + body.len());
+            record.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            record.extend_from_slice(body);
+            file.write_all_at(&record, slot.len).map_err(|e| e.to_string())?;
+            slot.len += record.len() as u64;
+            slot.next += 1;
+            (file, slot.next - 1, opened)
+        };
+        if opened {
+            self.evict(queue);
+        }
+        if let Some((rounds, work, answered)) = &self.sync {
+            let mut r = rounds.lock().expect("rounds");
+            r.pending.insert(queue, file);
+            let mine = r.collecting + 1;
+            work.notify_one();
+            while r.done < mine {
+                r = answered.wait(r).expect("rounds");
+            }
+            if let Some(e) = &r.error {
+                return Err(e.clone());
+            }
+        }
+        Ok(offset)
+    }
+    fn dispatches(&self) -> bool {
+        false
+    }
+    fn consume(&self, _queue: u32, _offset: u64) -> Result<(), String> {
+        Ok(())
+    }
+    fn drain(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+fn file_per_queue(queues: u32, flush: Flush, per_producer: usize) -> Result<DLine, String> {
+    let dir = scratch();
+    let before = resources();
+    let files = Files {
+        dir: dir.path().to_path_buf(),
+        queues: (0..queues).map(|_| Mutex::new(QueueFile { file: None, len: 0, next: 0 })).collect(),
+        open: Mutex::new(VecDeque::new()),
+        sync: (flush == Flush::Sync).then(|| (Mutex::new(Rounds::default()), Condvar::new(), Condvar::new())),
+    };
+    std::thread::scope(|scope| {
+        scope.spawn(|| files.syncer());
+        let line = drive(&files, queues, per_producer, before);
+        if let Some((rounds, work, _)) = &files.sync {
+            rounds.lock().expect("rounds").stop = true;
+            work.notify_one();
+        }
+        line
+    })
+}

@@ -1,0 +1,231 @@
+//! The section of docs/benchmarks.md on workload (d), from the same run.
+
+use std::fmt::Write as _;
+
+use crate::queues::{pct_us, DLine, DSizes, Flush, QueueSystem, PRODUCERS, QUEUE_COUNTS};
+
+/// The runs of one system at one (flush, queue count).
+#[derive(Default)]
+struct Cell {
+    runs: Vec<DLine>,
+    failed: Option<String>,
+}
+
+impl Cell {
+    fn median(&self) -> Option<&DLine> {
+        let mut sorted: Vec<&DLine> = self.runs.iter().collect();
+        sorted.sort_by(|a, b| a.rate().total_cmp(&b.rate()));
+        sorted.get(sorted.len() / 2).copied()
+    }
+    fn min(&self) -> f64 {
+        self.runs.iter().map(DLine::rate).fold(f64::INFINITY, f64::min)
+    }
+    fn max(&self) -> f64 {
+        self.runs.iter().map(DLine::rate).fold(0.0, f64::max)
+    }
+}
+
+/// Every run of workload (d).
+pub struct Results {
+    systems: Vec<(&'static str, bool)>,
+    /// [flush][queue count][system]
+    cells: Vec<Vec<Vec<Cell>>>,
+}
+
+impl Results {
+    pub fn new(systems: &[QueueSystem]) -> Self {
+        let cells = Flush::ALL
+            .iter()
+            .map(|_| QUEUE_COUNTS.iter().map(|_| systems.iter().map(|_| Cell::default()).collect()).collect())
+            .collect();
+        Results { systems: systems.iter().map(|s| (s.name, s.ours)).collect(), cells }
+    }
+
+    pub fn push(&mut self, system: &str, flush: Flush, queues: u32, outcome: Result<DLine, String>) {
+        let f = Flush::ALL.iter().position(|x| *x == flush).expect("flush");
+        let n = QUEUE_COUNTS.iter().position(|x| *x == queues).expect("queue count");
+        let s = self.systems.iter().position(|(name, _)| *name == system).expect("system");
+        let cell = &mut self.cells[f][n][s];
+        match outcome {
+            Ok(line) => cell.runs.push(line),
+            Err(e) => cell.failed = Some(e),
+        }
+    }
+
+    fn cell(&self, flush: Flush, queues: u32, prefix: &str) -> Option<&Cell> {
+        let f = Flush::ALL.iter().position(|x| *x == flush)?;
+        let n = QUEUE_COUNTS.iter().position(|x| *x == queues)?;
+        let s = self.systems.iter().position(|(name, _)| name.starts_with(prefix))?;
+        Some(&self.cells[f][n][s])
+    }
+
+    fn rate(&self, flush: Flush, queues: u32, prefix: &str) -> Option<f64> {
+        self.cell(flush, queues, prefix).and_then(Cell::median).map(DLine::rate)
+    }
+
+    fn ours(&self) -> &'static str {
+        self.systems.iter().find(|(_, ours)| *ours).map_or("", |(name, _)| name)
+    }
+}
+
+fn pair(v: &[u64]) -> String {
+    if v.is_empty() {
+        return "n/a".into();
+    }
+    format!("{:.0} / {:.0}", pct_us(v, 0.5), pct_us(v, 0.99))
+}
+
+fn table(md: &mut String, results: &Results, flush: Flush) {
+    let _ = writeln!(md, "### (d) {}\n", flush.name());
+    md.push_str(
+        "| queues | system | messages/s median (min - max) | ack p50 / p99 (µs) | dispatch lag p50 / p99 (µs) | \
+         end-to-end p50 / p99 (µs) | drain (ms) | RSS growth (MiB) | files | mappings | this / that |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let ours = results.ours();
+    for &n in &QUEUE_COUNTS {
+        let our_rate = results.rate(flush, n, ours);
+        for (name, is_ours) in &results.systems {
+            let Some(cell) = results.cell(flush, n, name) else { continue };
+            let Some(m) = cell.median() else {
+                let Some(why) = cell.failed.as_deref() else { continue }; // not run (`--only`)
+                let _ = writeln!(md, "| {n} | {name} | failed: {} | | | | | | | | |", why.replace('|', "/"));
+                continue;
+            };
+            let ratio = match our_rate {
+                Some(o) if !is_ours => format!("{:.2}x", o / m.rate()),
+                _ => "-".into(),
+            };
+            let _ = writeln!(
+                md,
+                "| {n} | {name} | {:.0} ({:.0} - {:.0}) | {} | {} | {} | {} | {:.0} | {} | {} | {ratio} |",
+                m.rate(),
+                cell.min(),
+                cell.max(),
+                pair(&m.acks),
+                pair(&m.lag),
+                pair(&m.e2e),
+                m.drain.map_or("n/a".into(), |d| format!("{:.0}", d * 1e3)),
+                m.rss_mib,
+                m.files,
+                m.maps,
+            );
+        }
+    }
+    md.push('\n');
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "**not met**"
+    }
+}
+
+/// The section.
+pub fn markdown(results: &Results, sizes: &DSizes, rounds: usize) -> String {
+    let mut md = String::new();
+    md.push_str("## (d) Many queues on one store\n\n");
+    let _ = writeln!(
+        md,
+        "The same run, {rounds} rounds interleaved (every system at every queue count once per round, the order \
+         rotated). {PRODUCERS} producers put 1 KiB messages, producer p's i-th on queue (p + {PRODUCERS} i) mod N: \
+         {} messages per producer under async flush (a put returns when written), {} under sync flush (it returns \
+         when durable; every producer waits for its own message). messages/s: the messages over the time until the \
+         last put returned. Dispatch lag: a put's return until its queue shows it; end-to-end: a put's start until a \
+         consumer has read it; both sampled on every 8th message of producer 0 by one consumer (this project: long \
+         polling with `wait_for`; rocketmq-store has no long polling in its store, its consumer polls the queue's end \
+         every 20 µs). Drain: the last put's return until every message is in its queue. Systems without dispatch \
+         (raft-engine, the file per queue) show a message as soon as its put returns. RSS growth, files and mappings: \
+         what the process held at the end of the puts beyond what it held before the system opened.\n",
+        sizes.async_per_producer, sizes.sync_per_producer
+    );
+    md.push_str(
+        "Set-ups: this project's message store with its defaults (key index on, consume queues of 4,096 entries, \
+         512 open at most); rocketmq-store's `LocalFileMessageStore` through its `StoreFactory` with its defaults \
+         except consume-queue files of the same 4,096 entries (its default of 300,000 would take 6 MB per queue), \
+         the timer wheel off and micro-batching off (its default waits up to 50 µs for 32 puts, which 4 producers \
+         never fill, and its runtime's 1 ms timer made every put take 1.3 ms: 3.1 k messages/s against 45 k at 1 \
+         queue); raft-engine 0.4.2 with a region per queue (`LogBatch::put`, `write(sync)`), its \
+         defaults; a Kafka-style layout of one append file per queue built here as a reference model (`pwrite` to \
+         the queue's file, group commit over files: a round `fdatasync`s every file written since the last, 4,096 \
+         files open at most). Commit-log segments of 128 MiB where a system has them.\n\n",
+    );
+    for flush in Flush::ALL {
+        table(&mut md, results, flush);
+    }
+    md.push_str("### (d) targets, this run\n\n| target | measured | |\n|---|---|---|\n");
+    let ours = results.ours();
+    let most = QUEUE_COUNTS[QUEUE_COUNTS.len() - 1];
+    for flush in Flush::ALL {
+        if let (Some(one), Some(wide)) = (results.rate(flush, 1, ours), results.rate(flush, most, ours)) {
+            let r = wide / one;
+            let _ = writeln!(
+                md,
+                "| {}: {most} queues ≥ 0.9x the store's 1-queue figure | {r:.2}x ({wide:.0} vs {one:.0}) | {} |",
+                flush.name(),
+                verdict(r >= 0.9)
+            );
+        }
+    }
+    if let (Some(o), Some(p)) = (results.rate(Flush::Sync, 16_384, ours), results.rate(Flush::Sync, 16_384, "file per queue")) {
+        let r = o / p;
+        let _ = writeln!(md, "| sync flush: 16384 queues ≥ 3x the file per queue | {r:.2}x | {} |", verdict(r >= 3.0));
+    }
+    for flush in Flush::ALL {
+        if let (Some(o), Some(p)) = (results.rate(flush, most, ours), results.rate(flush, most, "raft-engine")) {
+            let r = o / p;
+            let _ = writeln!(
+                md,
+                "| {}: {most} queues ≥ 1.2x raft-engine | {r:.2}x | {} |",
+                flush.name(),
+                verdict(r >= 1.2)
+            );
+        }
+    }
+    for flush in Flush::ALL {
+        let mut worst: Option<(f64, u32)> = None;
+        let mut missing = Vec::new();
+        for &n in &QUEUE_COUNTS {
+            match (results.rate(flush, n, ours), results.rate(flush, n, "rocketmq-store")) {
+                (Some(o), Some(p)) => {
+                    let r = o / p;
+                    if worst.is_none_or(|(w, _)| r < w) {
+                        worst = Some((r, n));
+                    }
+                }
+                _ => missing.push(n.to_string()),
+            }
+        }
+        let missing =
+            if missing.is_empty() { String::new() } else { format!("; no figure at {} queues", missing.join(", ")) };
+        if let Some((r, n)) = worst {
+            let _ = writeln!(
+                md,
+                "| {}: ≥ 1.5x rocketmq-store at every N | lowest {r:.2}x (at {n} queues){missing} | {} |",
+                flush.name(),
+                verdict(r >= 1.5 && missing.is_empty())
+            );
+        }
+    }
+    for &n in &QUEUE_COUNTS {
+        if let Some(m) = results.cell(Flush::Sync, n, ours).and_then(Cell::median) {
+            let r = pct_us(&m.e2e, 0.99) / pct_us(&m.acks, 0.99);
+            let _ = writeln!(
+                md,
+                "| sync flush, {n} queues: end-to-end p99 ≤ 2x ack p99 | {r:.2}x | {} |",
+                verdict(r <= 2.0)
+            );
+        }
+    }
+    md.push_str(
+        "\nDispatch lag at a paced 100,000 messages/s (target p99 ≤ 1 ms) is measured by `cargo xtask latency` \
+         (docs/message-store.md); the lag columns above are under unpaced producers, where a backlog shows as lag.\n\n",
+    );
+    if let Ok(analysis) = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/ANALYSIS-QUEUES.md")) {
+        md.push_str(&analysis);
+        md.push('\n');
+    }
+    md
+}
