@@ -150,12 +150,25 @@ pub struct ReceiveArgs {
     /// One JSON object per message.
     #[arg(long)]
     json: bool,
+    /// Keep printing messages as they arrive, like `tail -f`, reading the
+    /// store's files beside the process that runs it (nothing is opened,
+    /// locked or written: the group's offset is where it starts, and is not
+    /// committed). Only durable messages are printed. Ctrl-C ends it.
+    #[arg(long)]
+    follow: bool,
 }
 
+/// How often `receive --follow` looks for new messages.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Prints the queue's messages from the group's offset to the queue's end
-/// (`OFFSET<TAB>BODY`, or JSON lines), committing the group's offset as it goes.
+/// (`OFFSET<TAB>BODY`, or JSON lines), committing the group's offset as it goes;
+/// with `--follow`, read-only and on until Ctrl-C.
 pub fn receive(args: ReceiveArgs) -> Result<(), CliError> {
     message_store::validate_group(&args.group).map_err(|e| CliError::Usage(e.to_string()))?;
+    if args.follow {
+        return follow(&args);
+    }
     let store = args.queue.store.open()?;
     let result = receive_messages(&store, &args);
     let shutdown = store.shutdown().map_err(CliError::from);
@@ -184,28 +197,80 @@ fn receive_messages(store: &MessageStore, args: &ReceiveArgs) -> Result<(), CliE
             }
         }
         for message in &got.messages {
-            if args.json {
-                let line = serde_json::json!({
-                    "queue_offset": message.queue_offset,
-                    "log_offset": message.log_offset,
-                    "store_timestamp_ms": message.store_timestamp_ms,
-                    "tags": message.tags,
-                    "keys": message.keys,
-                    "body": String::from_utf8_lossy(&message.body),
-                });
-                writeln!(out, "{line}").map_err(io("writing to stdout"))?;
-            } else {
-                write!(out, "{}\t", message.queue_offset)
-                    .and_then(|()| out.write_all(&message.body))
-                    .and_then(|()| out.write_all(b"\n"))
-                    .map_err(io("writing to stdout"))?;
-            }
+            print_message(&mut out, args.json, message).map_err(io("writing to stdout"))?;
         }
         left = left.saturating_sub(got.messages.len());
         offset = got.next_offset;
         out.flush().map_err(io("writing to stdout"))?;
         // Committed once printed: a reader that dies re-reads, never skips.
         store.commit_offset(&args.group, topic, queue, offset)?;
+    }
+    out.flush().map_err(io("writing to stdout"))
+}
+
+/// One message as `receive` prints it: `OFFSET<TAB>BODY`, or a JSON line.
+fn print_message(out: &mut impl Write, json: bool, message: &message_store::StoredMessage) -> std::io::Result<()> {
+    if json {
+        let line = serde_json::json!({
+            "queue_offset": message.queue_offset,
+            "log_offset": message.log_offset,
+            "store_timestamp_ms": message.store_timestamp_ms,
+            "tags": message.tags,
+            "keys": message.keys,
+            "body": String::from_utf8_lossy(&message.body),
+        });
+        writeln!(out, "{line}")
+    } else {
+        write!(out, "{}\t", message.queue_offset)
+            .and_then(|()| out.write_all(&message.body))
+            .and_then(|()| out.write_all(b"\n"))
+    }
+}
+
+/// `receive --follow`: reads the queue from the files (`inspect::read_queue`),
+/// from `--from`, else the group's committed offset, else the queue's first,
+/// then every 100 ms what became durable since, until Ctrl-C or `--max`.
+fn follow(args: &ReceiveArgs) -> Result<(), CliError> {
+    let dir = &args.queue.store.dir;
+    crate::existing_dir(dir)?;
+    let (topic, queue) = (args.queue.topic.as_str(), args.queue.queue);
+    if !inspect::topics(dir)?.iter().any(|(t, count)| t == topic && queue < *count) {
+        return Err(CliError::Usage(format!("{}: no queue {topic}/{queue}", dir.display())));
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let stop = std::sync::Arc::clone(&stop);
+        ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::SeqCst))
+            .map_err(|e| CliError::Input(format!("cannot handle Ctrl-C: {e}")))?;
+    }
+    let committed = || -> Result<Option<u64>, CliError> {
+        Ok(inspect::consumer_offsets(dir)?
+            .into_iter()
+            .find(|g| g.group == args.group && g.topic == topic && g.queue_id == queue)
+            .map(|g| g.offset))
+    };
+    let mut offset = match args.from {
+        Some(from) => from,
+        None => committed()?.unwrap_or(inspect::queue(dir, topic, queue)?.min_offset),
+    };
+    let filter = TagFilter::parse(&args.tags);
+    let mut left = args.max.unwrap_or(usize::MAX);
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    while left > 0 && !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let read = inspect::read_queue(dir, topic, queue, offset, left.min(256), &filter)?;
+        if let Some(first) = read.skipped_to {
+            eprintln!("commitlog: warning: offsets before {first} expired; going on from there");
+        }
+        for message in &read.messages {
+            print_message(&mut out, args.json, message).map_err(io("writing to stdout"))?;
+        }
+        out.flush().map_err(io("writing to stdout"))?;
+        left = left.saturating_sub(read.messages.len());
+        if read.next_offset == offset {
+            std::thread::sleep(FOLLOW_POLL);
+        }
+        offset = read.next_offset;
     }
     out.flush().map_err(io("writing to stdout"))
 }

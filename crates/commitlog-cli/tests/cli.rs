@@ -685,6 +685,99 @@ fn every_subcommand_ends_quietly_on_a_closed_pipe() {
 }
 
 #[test]
+fn receive_follow_prints_durable_messages_beside_the_running_store_and_commits_nothing() {
+    use commitlog::{CommitLogConfig, FlushConfig, FlushDiskType};
+    use message_store::{Message, MessageStore, MessageStoreConfig};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    // Async flush that never flushes by itself: messages are dispatched once
+    // written, durable only when the test flushes; the checkpoint says so within 20 ms.
+    let log = CommitLogConfig::builder()
+        .mapped_file_size_commit_log(65536)
+        .max_message_size(16 * 1024)
+        .flush_disk_type(FlushDiskType::AsyncFlush)
+        .flush(FlushConfig {
+            flush_interval_commit_log_ms: 3_600_000,
+            flush_commit_log_thorough_interval_ms: 3_600_000,
+            ..FlushConfig::default()
+        })
+        .checkpoint_interval_ms(20)
+        .build()
+        .unwrap();
+    let store = MessageStore::open(dir.path(), MessageStoreConfig::new(log)).unwrap();
+    store.create_topic("t", 2).unwrap();
+    let put = |queue: u32, body: String| {
+        store.put_message(&Message::new("t", queue, body.into_bytes())).unwrap();
+        store.dispatch_now().unwrap();
+    };
+    for i in 0..3 {
+        put(1, format!("m{i}"));
+        put(0, format!("other {i}"));
+    }
+    store.log().flush_all().unwrap();
+
+    let mut child = commitlog()
+        .args(["receive", "--dir", dir.path().to_str().unwrap(), "--topic", "t", "--queue", "1", "--group", "g"])
+        .arg("--follow")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let next = |what: &str| rx.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|_| panic!("no line for {what}"));
+    for i in 0..3 {
+        assert_eq!(next("a durable message"), format!("{i}\tm{i}"));
+    }
+    // Dispatched but not durable: not printed.
+    put(1, "pending".into());
+    assert!(rx.recv_timeout(Duration::from_millis(500)).is_err(), "printed a message a crash could take back");
+    // Durable, and on into later segments of the log (12 kB bodies: five per segment).
+    store.log().flush_all().unwrap();
+    assert_eq!(next("the pending message"), "3\tpending");
+    for i in 0..10 {
+        put(1, format!("{i}{}", "x".repeat(12 * 1000)));
+    }
+    store.log().flush_all().unwrap();
+    for i in 0..10 {
+        let line = next("a message in a later segment");
+        assert!(line.starts_with(&format!("{}\t{i}x", 4 + i)), "{}", &line[..20.min(line.len())]);
+    }
+    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let exit = child.wait().unwrap();
+    assert!(exit.success(), "Ctrl-C ends --follow cleanly, not with a signal: {exit:?}");
+    assert_eq!(store.committed_offset("g", "t", 1), None, "--follow commits nothing");
+    store.shutdown().unwrap();
+    // A queue the store does not have: a clear refusal.
+    assert_clean_failure(
+        &run(&[
+            "receive",
+            "--dir",
+            dir.path().to_str().unwrap(),
+            "--topic",
+            "t",
+            "--queue",
+            "5",
+            "--group",
+            "g",
+            "--follow",
+        ]),
+        2,
+        "no queue t/5",
+    );
+}
+
+#[test]
 fn messages_go_in_with_send_come_out_with_receive_and_topics_shows_the_lag_read_only() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");

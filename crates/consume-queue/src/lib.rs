@@ -75,8 +75,9 @@ impl CqEntry {
         bytes
     }
 
-    /// The entry in `bytes` (20 of them), or `None` for "no entry" (size 0).
-    fn decode(bytes: &[u8]) -> Option<CqEntry> {
+    /// The entry in `bytes` (its first 20), or `None` for "no entry" (size 0,
+    /// or fewer than 20 bytes): how a reader of the files decodes them.
+    pub fn decode(bytes: &[u8]) -> Option<CqEntry> {
         let word = |range: std::ops::Range<usize>| bytes.get(range).unwrap_or(&[]);
         let offset = u64::from_le_bytes(word(0..8).try_into().ok()?);
         let size = u32::from_le_bytes(word(8..12).try_into().ok()?);

@@ -36,7 +36,7 @@ impl TagFilter {
         }
     }
 
-    fn passes(&self, message: &StoredMessage) -> bool {
+    pub(crate) fn passes(&self, message: &StoredMessage) -> bool {
         match self {
             TagFilter::All => true,
             TagFilter::Tags(tags) => message.tags.as_ref().is_some_and(|tag| tags.iter().any(|t| t == tag)),

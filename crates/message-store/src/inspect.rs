@@ -1,15 +1,19 @@
 //! Read-only inspection of a message store directory, open or not: its topics,
 //! each queue's offsets (from the consume-queue files), the consumer offsets and
-//! the recorded dispatch point. Nothing is created, locked or written: what
-//! `commitlog topics` prints, and safe beside a running store (figures are as of
-//! the last flush).
+//! the recorded dispatch point, and a queue's durable messages
+//! ([`read_queue`]). Nothing is created, locked or written: what `commitlog
+//! topics` and `commitlog receive --follow` read, safe beside a running store
+//! (figures are as of the last flush).
 
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use consume_queue::CQ_STORE_UNIT_SIZE;
+use consume_queue::{CqEntry, CQ_STORE_UNIT_SIZE};
 
 use crate::dispatch::{checkpoint_path, parse_point};
 use crate::error::{io_err, StoreError};
+use crate::get::TagFilter;
+use crate::message::{decode, StoredMessage};
 use crate::offsets::{offsets_path, parse_offsets};
 use crate::queues::queue_dir;
 use crate::topic::{parse_topics, topics_path};
@@ -76,11 +80,9 @@ pub fn dispatch_point(root: &Path) -> Result<Option<u64>, StoreError> {
     read_optional(&path)?.map(|bytes| parse_point(&path, &bytes)).transpose()
 }
 
-/// `topic`'s queue `queue_id` as its consume-queue files show it: the first
-/// entry of the first file, and the last entry before the first empty one.
-pub fn queue(root: &Path, topic: &str, queue_id: u32) -> Result<QueueView, StoreError> {
-    let dir = queue_dir(root, topic, queue_id);
-    let mut files: Vec<(u64, PathBuf)> = match std::fs::read_dir(&dir) {
+/// The consume-queue files of a queue, by start byte, sorted.
+fn queue_files(dir: &Path) -> Result<Vec<(u64, PathBuf)>, StoreError> {
+    let mut files: Vec<(u64, PathBuf)> = match std::fs::read_dir(dir) {
         Ok(entries) => entries
             .filter_map(Result::ok)
             .filter_map(|e| {
@@ -89,9 +91,16 @@ pub fn queue(root: &Path, topic: &str, queue_id: u32) -> Result<QueueView, Store
             })
             .collect(),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(err) => return Err(io_err(&dir)(err)),
+        Err(err) => return Err(io_err(dir)(err)),
     };
     files.sort();
+    Ok(files)
+}
+
+/// `topic`'s queue `queue_id` as its consume-queue files show it: the first
+/// entry of the first file, and the last entry before the first empty one.
+pub fn queue(root: &Path, topic: &str, queue_id: u32) -> Result<QueueView, StoreError> {
+    let files = queue_files(&queue_dir(root, topic, queue_id))?;
     let unit = CQ_STORE_UNIT_SIZE as u64;
     let entries = |path: &Path| -> Result<Vec<bool>, StoreError> {
         let bytes = std::fs::read(path).map_err(io_err(path))?;
@@ -111,4 +120,112 @@ pub fn queue(root: &Path, topic: &str, queue_id: u32) -> Result<QueueView, Store
         view.max_offset = (start / unit + n).max(view.min_offset);
     }
     Ok(view)
+}
+
+/// What [`read_queue`] read.
+#[derive(Debug, Clone)]
+pub struct QueueRead {
+    /// The messages that passed the filter, in queue order.
+    pub messages: Vec<StoredMessage>,
+    /// The offset to read from next.
+    pub next_offset: u64,
+    /// Set when the offset asked for was below the queue's first entry (its
+    /// messages expired): reading went on from this one.
+    pub skipped_to: Option<u64>,
+}
+
+/// Reads up to `max_count` messages of `topic`'s queue `queue_id` from
+/// `offset`, from the files of the store in `root`, open or not, changing
+/// nothing: each entry from the consume-queue files, its message from the
+/// log's segment files. It stops at the first entry not yet written or whose
+/// record is not yet durable (past the log checkpoint's flushed offset), so
+/// nothing it returns can be taken back by a crash. An entry below the
+/// recorded dispatch point that does not name its message is an
+/// [`StoreError::IndexMismatch`]; above it reading stops there (the running
+/// store may be writing it, or a crash left it for the next open to cut).
+pub fn read_queue(
+    root: &Path,
+    topic: &str,
+    queue_id: u32,
+    offset: u64,
+    max_count: usize,
+    filter: &TagFilter,
+) -> Result<QueueRead, StoreError> {
+    let durable = commitlog::inspect::store_files(root).checkpoint.map_or(0, |c| c.flushed_offset);
+    let files = queue_files(&queue_dir(root, topic, queue_id))?;
+    let unit = CQ_STORE_UNIT_SIZE as u64;
+    let mut read = QueueRead { messages: Vec::new(), next_offset: offset, skipped_to: None };
+    if let Some((start, _)) = files.first() {
+        let first = queue(root, topic, queue_id)?.min_offset.max(start / unit);
+        if offset < first {
+            read.next_offset = first;
+            read.skipped_to = Some(first);
+        }
+    }
+    let mut segments: Option<commitlog::inspect::Listing> = None;
+    while read.messages.len() < max_count {
+        let at = read.next_offset.saturating_mul(unit);
+        let Some((start, path)) = files.iter().rev().find(|(start, _)| *start <= at) else { break };
+        let mut bytes = [0u8; CQ_STORE_UNIT_SIZE];
+        let file = std::fs::File::open(path).map_err(io_err(path))?;
+        match file.read_exact_at(&mut bytes, at - start) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => break,
+            Err(err) => return Err(io_err(path)(err)),
+        }
+        let Some(entry) = CqEntry::decode(&bytes) else { break };
+        if entry.end() > durable {
+            break;
+        }
+        if segments.is_none() {
+            segments = Some(commitlog::inspect::list_segments(root)?);
+        }
+        let Some(listing) = &segments else { break };
+        let message = message_of(listing, &entry)
+            .filter(|m| m.topic == topic && m.queue_id == queue_id && m.queue_offset == read.next_offset);
+        let Some(message) = message else {
+            // Below the recorded dispatch point entries are flushed and final:
+            // a wrong one is damage. Above it, one may be mid-write by the
+            // running store, or left by a crash for the next open to cut:
+            // stop there and let the caller look again.
+            if entry.offset < dispatch_point(root)?.unwrap_or(0) {
+                return Err(StoreError::IndexMismatch {
+                    topic: topic.to_string(),
+                    queue_id,
+                    queue_offset: read.next_offset,
+                    log_offset: entry.offset,
+                });
+            }
+            break;
+        };
+        read.next_offset += 1;
+        if filter.passes(&message) {
+            read.messages.push(message);
+        }
+    }
+    Ok(read)
+}
+
+/// The message of the record `entry` names, read from the segment files, if
+/// a valid record of that size starts there.
+fn message_of(listing: &commitlog::inspect::Listing, entry: &CqEntry) -> Option<StoredMessage> {
+    let size = listing.segment_size.max(1);
+    let segment =
+        listing.segments.iter().find(|s| s.start_offset <= entry.offset && entry.offset < s.start_offset + size)?;
+    let bytes =
+        commitlog::inspect::read_segment_range(segment, entry.offset - segment.start_offset, entry.size as usize)
+            .ok()?;
+    let mut record = None;
+    let scan = commitlog::inspect::scan_segment(&bytes, entry.offset, 0, |offset, store_timestamp_ms, body| {
+        if record.is_none() {
+            record = Some(commitlog::Record {
+                offset,
+                size: u64::from(entry.size),
+                store_timestamp_ms,
+                body: bytes::Bytes::copy_from_slice(body),
+            });
+        }
+    });
+    let record = record.filter(|r| r.offset == entry.offset && scan.end_offset == entry.end())?;
+    decode(&record).ok()
 }

@@ -351,3 +351,37 @@ fn many_queues_stay_within_the_budget_of_open_consume_queues_and_reopen_whole() 
     }
     reopened.shutdown().unwrap();
 }
+
+#[test]
+fn the_files_of_a_store_read_back_as_its_queues_without_opening_it() {
+    use message_store::inspect;
+    let dir = tempfile::tempdir().unwrap();
+    let store = message_store::MessageStore::open(dir.path(), config(FlushDiskType::SyncFlush)).unwrap();
+    store.create_topic("t", 2).unwrap();
+    for i in 0..6u32 {
+        let tag = if i % 2 == 0 { "even" } else { "odd" };
+        let put = store.put_message(&Message::new("t", 1, format!("m{i}").into_bytes()).with_tags(tag)).unwrap();
+        put.durability.wait().unwrap();
+    }
+    store.shutdown().unwrap();
+    let root = dir.path();
+    let all = inspect::read_queue(root, "t", 1, 0, 100, &TagFilter::All).unwrap();
+    let bodies: Vec<&[u8]> = all.messages.iter().map(|m| &m.body[..]).collect();
+    assert_eq!(bodies, [&b"m0"[..], b"m1", b"m2", b"m3", b"m4", b"m5"]);
+    assert_eq!((all.next_offset, all.skipped_to), (6, None));
+    let odd = inspect::read_queue(root, "t", 1, 2, 100, &TagFilter::parse("odd")).unwrap();
+    let offsets: Vec<u64> = odd.messages.iter().map(|m| m.queue_offset).collect();
+    assert_eq!((offsets, odd.next_offset), (vec![3, 5], 6), "filtered ones are passed over");
+    let two = inspect::read_queue(root, "t", 1, 0, 2, &TagFilter::All).unwrap();
+    assert_eq!((two.messages.len(), two.next_offset), (2, 2));
+    assert!(inspect::read_queue(root, "t", 0, 0, 100, &TagFilter::All).unwrap().messages.is_empty());
+
+    // An entry that names another message is an error, not that message.
+    let cq = root.join("consumequeue/t/1/00000000000000000000");
+    let mut bytes = std::fs::read(&cq).unwrap();
+    let first: Vec<u8> = bytes[..20].to_vec();
+    bytes[40..60].copy_from_slice(&first);
+    std::fs::write(&cq, &bytes).unwrap();
+    let err = inspect::read_queue(root, "t", 1, 0, 100, &TagFilter::All).unwrap_err();
+    assert!(matches!(err, StoreError::IndexMismatch { queue_offset: 2, .. }), "{err}");
+}
