@@ -51,6 +51,7 @@
 #![forbid(unsafe_code)]
 
 mod config;
+mod deferred;
 mod dispatch;
 mod error;
 mod get;

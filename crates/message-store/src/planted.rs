@@ -21,6 +21,11 @@ pub enum Bug {
     /// The dispatch point is recorded without flushing the index first: after
     /// a power cut, keys of messages below the point are gone from the index.
     IndexNotFlushed = 8,
+    /// A consume-queue file created without a sync does not say so: the next
+    /// dispatch point is recorded without the file system sync that makes the
+    /// file durable, and a power cut can take the file, with entries below the
+    /// point, away.
+    CreateNotSynced = 16,
 }
 
 static ACTIVE: AtomicU16 = AtomicU16::new(0);

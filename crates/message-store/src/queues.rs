@@ -128,17 +128,20 @@ pub(crate) struct QueueContext {
     pub(crate) clock: AtomicU64,
     /// Consume queues closed to keep within the budget.
     pub(crate) closed_idle: AtomicU64,
-    /// Idle queues are closed without a sync of their own; the next thorough
-    /// flush syncs them all at once (`Storage::sync_all_under`), before it
-    /// records the dispatch point. Off where the storage cannot: each is
-    /// flushed as it closes.
+    /// Idle queues are closed, and new consume-queue files created
+    /// ([`DeferredCreates`](crate::deferred::DeferredCreates)), without a sync
+    /// of their own; the next thorough flush syncs them all at once
+    /// (`Storage::sync_all_under`), before it records the dispatch point. Off
+    /// where the storage cannot: each is flushed as it closes, and created
+    /// durably.
     pub(crate) defer_syncs: bool,
     /// Closes hold it shared; a thorough flush holds it exclusively from its
     /// flushes to its record of the dispatch point, so every queue is either
     /// open (and flushed by it) or closed before it (and synced by it).
     pub(crate) closing: RwLock<()>,
-    /// A queue was closed without a sync since the last thorough flush.
-    pub(crate) unsynced_closes: AtomicBool,
+    /// A queue was closed, or a consume-queue file created, without a sync
+    /// since the last thorough flush (shared with the storage that creates).
+    pub(crate) unsynced: Arc<AtomicBool>,
 }
 
 impl QueueContext {
@@ -239,7 +242,7 @@ impl Queue {
         match slot.take() {
             Some(cq) if Arc::strong_count(&cq) == 1 => {
                 if context.defer_syncs {
-                    context.unsynced_closes.store(true, Ordering::Release);
+                    context.unsynced.store(true, Ordering::Release);
                     match Arc::try_unwrap(cq) {
                         Ok(cq) => cq.close_unflushed(), // its segments are unmapped and closed
                         Err(cq) => {

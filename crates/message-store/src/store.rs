@@ -12,6 +12,7 @@ use flush_service::{ServiceState, ServiceThread};
 use parking_lot::Mutex;
 
 use crate::config::{DispatchLimit, MessageStoreConfig};
+use crate::deferred::DeferredCreates;
 use crate::dispatch::{DispatchCheckpoint, Dispatcher};
 use crate::error::{MessageError, StoreError};
 use crate::index::{key_hash, Index};
@@ -182,9 +183,16 @@ impl MessageStore {
         // Entries below the recorded point were flushed before it was recorded;
         // past the log's end (async flush lost its tail) they are stale.
         let recovered_from = checkpoint.load(&*storage)?.unwrap_or(0).min(log.max_offset()).max(log.min_offset());
+        let defer = defer_syncs(&*storage, &root)?;
+        let unsynced = Arc::new(AtomicBool::new(false));
+        let queue_storage: Arc<dyn Storage> = if defer {
+            Arc::new(DeferredCreates { inner: Arc::clone(&storage), unsynced: Arc::clone(&unsynced) })
+        } else {
+            Arc::clone(&storage)
+        };
         let context = QueueContext {
             root: root.clone(),
-            storage: Arc::clone(&storage),
+            storage: queue_storage,
             config: config.consume_queue(),
             recovered_from,
             queues: Arc::clone(&queues),
@@ -192,9 +200,9 @@ impl MessageStore {
             open: AtomicUsize::new(0),
             clock: AtomicU64::new(0),
             closed_idle: AtomicU64::new(0),
-            defer_syncs: defer_syncs(&*storage, &root)?,
+            defer_syncs: defer,
             closing: parking_lot::RwLock::new(()),
-            unsynced_closes: AtomicBool::new(false),
+            unsynced,
         };
         let index = if config.message_index_enable {
             Some(Arc::new(Index::open(Arc::clone(&storage), &root, config.index, recovered_from, &log)?))
@@ -624,10 +632,10 @@ impl Core {
             }
             cq.flush_with(least_pages)?;
         }
-        if thorough && context.unsynced_closes.swap(false, Ordering::AcqRel) {
+        if thorough && context.unsynced.swap(false, Ordering::AcqRel) {
             let dir = self.root.join("consumequeue");
             if let Err(source) = self.storage.sync_all_under(&dir) {
-                context.unsynced_closes.store(true, Ordering::Release);
+                context.unsynced.store(true, Ordering::Release);
                 return Err(StoreError::Io { path: dir, source });
             }
         }
@@ -649,7 +657,8 @@ impl Core {
     }
 }
 
-/// Whether idle consume queues can close without a sync each: the storage can
+/// Whether consume-queue files can be created, and idle ones closed, without a
+/// sync each: the storage can
 /// sync every file under their directory at once (tried once here).
 fn defer_syncs(storage: &dyn Storage, root: &Path) -> Result<bool, StoreError> {
     let dir = root.join("consumequeue");

@@ -103,6 +103,28 @@ pub struct MmapStorage {
 }
 
 impl MmapStorage {
+    /// Creates, preallocates and maps a new file; `durable`: its allocation
+    /// and directory entry synced before it returns.
+    fn create_file(&self, path: &Path, len: usize, durable: bool) -> io::Result<OpenedSegment> {
+        let lock = self.held(path)?;
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
+        let setup = preallocate(&file, len)
+            .and_then(|()| if durable { file.sync_all() } else { Ok(()) })
+            // The new directory entry must survive a power cut, or recovery would
+            // find a hole where this segment was.
+            .and_then(|()| if durable { sync_dir(parent_of(path)) } else { Ok(()) })
+            .and_then(|()| self.map(&file, len, lock));
+        match setup {
+            Ok(memory) => Ok(OpenedSegment { memory, io: self.segment_io(path, file) }),
+            Err(err) => {
+                // Leave no half-made file behind: the next start would see a wrong size.
+                drop(file);
+                let _ = fs::remove_file(path);
+                Err(err)
+            }
+        }
+    }
+
     /// Takes `root` for this storage: creates it if missing and takes an
     /// exclusive lock on `<root>/lock` ([`LOCK_FILE`]), held until the storage is
     /// [released](Storage::release) or dropped and every mapping made through it is
@@ -291,23 +313,11 @@ impl Storage for MmapStorage {
     }
 
     fn create(&self, path: &Path, len: usize) -> io::Result<OpenedSegment> {
-        let lock = self.held(path)?;
-        let file = OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
-        let setup = preallocate(&file, len)
-            .and_then(|()| file.sync_all())
-            // The new directory entry must survive a power cut, or recovery would
-            // find a hole where this segment was.
-            .and_then(|()| sync_dir(parent_of(path)))
-            .and_then(|()| self.map(&file, len, lock));
-        match setup {
-            Ok(memory) => Ok(OpenedSegment { memory, io: self.segment_io(path, file) }),
-            Err(err) => {
-                // Leave no half-made file behind: the next start would see a wrong size.
-                drop(file);
-                let _ = fs::remove_file(path);
-                Err(err)
-            }
-        }
+        self.create_file(path, len, true)
+    }
+
+    fn create_deferred(&self, path: &Path, len: usize) -> io::Result<OpenedSegment> {
+        self.create_file(path, len, false)
     }
 
     fn open(&self, path: &Path, len: usize) -> io::Result<OpenedSegment> {

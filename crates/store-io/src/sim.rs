@@ -47,6 +47,9 @@ struct SimFile {
     modified_ms: u64,
     /// Sectors a failed sync marked clean without persisting them (fsyncgate).
     poisoned: std::collections::BTreeSet<usize>,
+    /// False for a file made by `create_deferred` until a `sync_all_under`
+    /// over it: a power cut loses the whole file.
+    entry_durable: bool,
 }
 
 impl SimFile {
@@ -56,6 +59,7 @@ impl SimFile {
             cache: bytes,
             modified_ms: epoch_ms(std::time::SystemTime::now()),
             poisoned: Default::default(),
+            entry_durable: true,
         }
     }
 }
@@ -69,6 +73,9 @@ pub struct SimFileImage {
     pub durable: Vec<u8>,
     /// Sectors written but not durable: (sector index, page-cache content).
     pub dirty: Vec<(usize, Vec<u8>)>,
+    /// False while a power cut would lose the whole file (made by
+    /// `create_deferred`, not yet covered by a `sync_all_under`).
+    pub entry_durable: bool,
 }
 
 /// The storage at one event: enough to build every crash image.
@@ -81,18 +88,26 @@ pub struct SimSnapshot {
 }
 
 impl SimSnapshot {
-    /// Total dirty sectors over all files.
+    /// What a crash decides: every dirty sector, and whether each file whose
+    /// directory entry is not durable survives (one decision per such file).
     pub fn dirty_sectors(&self) -> usize {
-        self.files.iter().map(|f| f.dirty.len()).sum()
+        self.files.iter().map(|f| f.dirty.len() + usize::from(!f.entry_durable)).sum()
     }
 
     /// A crash image: each dirty sector (numbered across files in order) is kept
     /// if `keep(n)`; returns a storage holding exactly that image, every file (the
-    /// segments and the small files beside them) at its own path.
+    /// segments and the small files beside them) at its own path. A file whose
+    /// directory entry was not durable yet takes one number before its sectors:
+    /// it survives (as a file system may write the entry on its own) if `keep`
+    /// says so, else it is lost whole.
     pub fn crash_image(&self, mut keep: impl FnMut(usize) -> bool) -> SimStorage {
         let storage = SimStorage::new();
         let mut n = 0;
         for file in &self.files {
+            let survives = file.entry_durable || {
+                n += 1;
+                keep(n - 1)
+            };
             let mut bytes = file.durable.clone();
             for (sector, content) in &file.dirty {
                 if keep(n) {
@@ -101,7 +116,9 @@ impl SimSnapshot {
                 }
                 n += 1;
             }
-            storage.write_file(&file.path, &bytes);
+            if survives {
+                storage.write_file(&file.path, &bytes);
+            }
         }
         storage
     }
@@ -141,6 +158,7 @@ impl SimState {
                     path: path.clone(),
                     durable: f.durable.clone(),
                     dirty: dirty_sectors(f).map(|s| (s, f.cache[sector_range(s, f.cache.len())].to_vec())).collect(),
+                    entry_durable: f.entry_durable,
                 })
                 .collect(),
         }
@@ -152,7 +170,8 @@ impl SimState {
         if self.files.contains_key(to) {
             return Err(io::Error::new(io::ErrorKind::AlreadyExists, "target exists"));
         }
-        let file = self.files.remove(from).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        let mut file = self.files.remove(from).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        file.entry_durable = true;
         self.files.insert(to.to_path_buf(), file);
         self.event();
         Ok(())
@@ -195,6 +214,31 @@ impl fmt::Debug for SimStorage {
 }
 
 impl SimStorage {
+    /// A new file of `len` zeros, mapped; `durable`: its entry survives a power cut.
+    fn create_file(&self, path: &Path, len: usize, durable: bool) -> io::Result<OpenedSegment> {
+        let delay = self.state.lock().create_delay;
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
+        let mut state = self.state.lock();
+        if state.files.contains_key(path) {
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, "file exists"));
+        }
+        if let Some(total) = state.disk_size {
+            // A simulated disk of that size refuses what does not fit, as
+            // `posix_fallocate` does on a real one.
+            let used: u64 = state.files.values().map(|f| f.cache.len() as u64).sum::<u64>() + state.unlinked_open;
+            if used.saturating_add(len as u64) > total {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+        }
+        let memory = SegmentMemory::heap(vec![0; len])?;
+        let mut file = SimFile::new(vec![0; len]);
+        file.entry_durable = durable;
+        state.files.insert(path.to_path_buf(), file);
+        Ok(self.opened(path, memory, state.write_without_mmap))
+    }
+
     /// The segment handle for the file at `path`, over `memory`.
     fn opened(&self, path: &Path, memory: SegmentMemory, file_writes: bool) -> OpenedSegment {
         OpenedSegment {
@@ -315,7 +359,8 @@ impl SimStorage {
     }
 
     /// Simulates a power cut: each dirty sector is kept if `keep(path, sector)` says
-    /// so, else it reverts to its durable content. Segments opened before the crash
+    /// so, else it reverts to its durable content; a file made by
+    /// `create_deferred` and not synced since survives if `keep(path, usize::MAX)`. Segments opened before the crash
     /// must not be used afterwards; reopen them.
     pub fn crash(&self, mut keep: impl FnMut(&Path, usize) -> bool) {
         let mut state = self.state.lock();
@@ -330,6 +375,11 @@ impl SimStorage {
             }
             file.cache = file.durable.clone();
             file.poisoned.clear();
+        }
+        // A file whose entry was not durable survives if `keep(path, usize::MAX)`.
+        state.files.retain(|path, file| file.entry_durable || keep(path, usize::MAX));
+        for file in state.files.values_mut() {
+            file.entry_durable = true;
         }
     }
 
@@ -476,25 +526,11 @@ impl Storage for SimStorage {
     }
 
     fn create(&self, path: &Path, len: usize) -> io::Result<OpenedSegment> {
-        let delay = self.state.lock().create_delay;
-        if !delay.is_zero() {
-            std::thread::sleep(delay);
-        }
-        let mut state = self.state.lock();
-        if state.files.contains_key(path) {
-            return Err(io::Error::new(io::ErrorKind::AlreadyExists, "file exists"));
-        }
-        if let Some(total) = state.disk_size {
-            // A simulated disk of that size refuses what does not fit, as
-            // `posix_fallocate` does on a real one.
-            let used: u64 = state.files.values().map(|f| f.cache.len() as u64).sum::<u64>() + state.unlinked_open;
-            if used.saturating_add(len as u64) > total {
-                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
-            }
-        }
-        let memory = SegmentMemory::heap(vec![0; len])?;
-        state.files.insert(path.to_path_buf(), SimFile::new(vec![0; len]));
-        Ok(self.opened(path, memory, state.write_without_mmap))
+        self.create_file(path, len, true)
+    }
+
+    fn create_deferred(&self, path: &Path, len: usize) -> io::Result<OpenedSegment> {
+        self.create_file(path, len, false)
     }
 
     fn open(&self, path: &Path, len: usize) -> io::Result<OpenedSegment> {
@@ -535,6 +571,7 @@ impl Storage for SimStorage {
             if path.starts_with(dir) {
                 let len = file.cache.len();
                 persist(file, 0, len);
+                file.entry_durable = true;
             }
         }
         state.event();

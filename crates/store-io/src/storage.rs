@@ -165,6 +165,16 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn list(&self, dir: &Path) -> io::Result<Vec<DirEntry>>;
     /// Creates a new file of exactly `len` bytes (it must not exist) and maps it.
     fn create(&self, path: &Path, len: usize) -> io::Result<OpenedSegment>;
+    /// [`create`](Self::create) without making the new file durable: its
+    /// allocation and directory entry are synced by a later
+    /// [`sync_all_under`](Self::sync_all_under) over its directory, and until
+    /// that returns a power cut may lose the whole file (syncing its data does
+    /// not keep it). For many small files whose owner can afford to lose them
+    /// (the message store's consume queues, rebuilt from the log). By default
+    /// the same as `create` (durable).
+    fn create_deferred(&self, path: &Path, len: usize) -> io::Result<OpenedSegment> {
+        self.create(path, len)
+    }
     /// Maps the first `len` bytes of an existing file.
     fn open(&self, path: &Path, len: usize) -> io::Result<OpenedSegment>;
     /// Deletes a file that is not open as a segment (a zero-length leftover, a
