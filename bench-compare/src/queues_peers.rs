@@ -52,7 +52,8 @@ fn raft_engine(queues: u32, flush: Flush, per_producer: usize) -> Result<DLine, 
     let before = resources();
     let cfg = raft_engine::Config { dir: dir.path().to_string_lossy().into_owned(), ..Default::default() };
     let engine = raft_engine::Engine::open(cfg).map_err(|e| e.to_string())?;
-    let regions = Regions { engine, next: (0..queues).map(|_| AtomicU64::new(0)).collect(), sync: flush == Flush::Sync };
+    let regions =
+        Regions { engine, next: (0..queues).map(|_| AtomicU64::new(0)).collect(), sync: flush == Flush::Sync };
     drive(&regions, queues, per_producer, before)
 }
 

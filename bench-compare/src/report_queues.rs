@@ -8,7 +8,8 @@ use crate::queues::{pct_us, DLine, DSizes, Flush, QueueSystem, PRODUCERS, QUEUE_
 #[derive(Default)]
 struct Cell {
     runs: Vec<DLine>,
-    failed: Option<String>,
+    /// Why runs failed, one entry per failed run.
+    failed: Vec<String>,
 }
 
 impl Cell {
@@ -48,7 +49,7 @@ impl Results {
         let cell = &mut self.cells[f][n][s];
         match outcome {
             Ok(line) => cell.runs.push(line),
-            Err(e) => cell.failed = Some(e),
+            Err(e) => cell.failed.push(e),
         }
     }
 
@@ -87,10 +88,20 @@ fn table(md: &mut String, results: &Results, flush: Flush) {
         let our_rate = results.rate(flush, n, ours);
         for (name, is_ours) in &results.systems {
             let Some(cell) = results.cell(flush, n, name) else { continue };
+            let failures = match cell.failed.first() {
+                Some(why) => format!(
+                    "; **{} of {} runs failed**: {}",
+                    cell.failed.len(),
+                    cell.failed.len() + cell.runs.len(),
+                    why.replace('|', "/")
+                ),
+                None => String::new(),
+            };
             let Some(m) = cell.median() else {
-                let Some(why) = cell.failed.as_deref() else { continue }; // not run (`--only`)
-                let _ = writeln!(md, "| {n} | {name} | failed: {} | | | | | | | | |", why.replace('|', "/"));
-                continue;
+                if !failures.is_empty() {
+                    let _ = writeln!(md, "| {n} | {name} | n/a{failures} | | | | | | | | |");
+                }
+                continue; // not run (`--only`)
             };
             let ratio = match our_rate {
                 Some(o) if !is_ours => format!("{:.2}x", o / m.rate()),
@@ -98,7 +109,7 @@ fn table(md: &mut String, results: &Results, flush: Flush) {
             };
             let _ = writeln!(
                 md,
-                "| {n} | {name} | {:.0} ({:.0} - {:.0}) | {} | {} | {} | {} | {:.0} | {} | {} | {ratio} |",
+                "| {n} | {name} | {:.0} ({:.0} - {:.0}){failures} | {} | {} | {} | {} | {:.0} | {} | {} | {ratio} |",
                 m.rate(),
                 cell.min(),
                 cell.max(),
@@ -169,7 +180,9 @@ pub fn markdown(results: &Results, sizes: &DSizes, rounds: usize) -> String {
             );
         }
     }
-    if let (Some(o), Some(p)) = (results.rate(Flush::Sync, 16_384, ours), results.rate(Flush::Sync, 16_384, "file per queue")) {
+    if let (Some(o), Some(p)) =
+        (results.rate(Flush::Sync, 16_384, ours), results.rate(Flush::Sync, 16_384, "file per queue"))
+    {
         let r = o / p;
         let _ = writeln!(md, "| sync flush: 16384 queues ≥ 3x the file per queue | {r:.2}x | {} |", verdict(r >= 3.0));
     }
