@@ -36,15 +36,6 @@ impl Target for Regions {
         self.engine.write(&mut batch, self.sync).map_err(|e| e.to_string())?;
         Ok(offset)
     }
-    fn dispatches(&self) -> bool {
-        false
-    }
-    fn consume(&self, _queue: u32, _offset: u64) -> Result<(), String> {
-        Ok(())
-    }
-    fn drain(&self) -> Result<(), String> {
-        Ok(())
-    }
 }
 
 fn raft_engine(queues: u32, flush: Flush, per_producer: usize) -> Result<DLine, String> {
@@ -180,15 +171,6 @@ impl Target for Files {
             }
         }
         Ok(offset)
-    }
-    fn dispatches(&self) -> bool {
-        false
-    }
-    fn consume(&self, _queue: u32, _offset: u64) -> Result<(), String> {
-        Ok(())
-    }
-    fn drain(&self) -> Result<(), String> {
-        Ok(())
     }
 }
 

@@ -427,16 +427,12 @@ fn a_segment_named_near_the_end_of_the_offset_space_is_an_error_not_a_hang() {
     }
 }
 
-#[test]
-fn consume_follow_prints_records_once_durable_across_segments_and_ends_cleanly_on_ctrl_c() {
-    use commitlog::{CommitLog, CommitLogConfig, FlushConfig, FlushDiskType};
-    use std::sync::mpsc;
-    use std::time::Duration;
-
-    let dir = tempfile::tempdir().unwrap();
-    // Async flush that never flushes by itself: records become durable only when
-    // the test says so (`flush_all`); the checkpoint records it within 20 ms.
-    let config = CommitLogConfig::builder()
+/// A log configuration under async flush that never flushes by itself:
+/// records become durable only when the test says so (`flush_all`); the
+/// checkpoint records it within 20 ms.
+fn unflushed_log_config() -> commitlog::CommitLogConfig {
+    use commitlog::{CommitLogConfig, FlushConfig, FlushDiskType};
+    CommitLogConfig::builder()
         .mapped_file_size_commit_log(65536)
         .max_message_size(16 * 1024)
         .flush_disk_type(FlushDiskType::AsyncFlush)
@@ -447,18 +443,13 @@ fn consume_follow_prints_records_once_durable_across_segments_and_ends_cleanly_o
         })
         .checkpoint_interval_ms(20)
         .build()
-        .unwrap();
-    let log = CommitLog::open(dir.path(), config).unwrap();
-    let first: Vec<u64> = (0..3).map(|i| log.append(format!("first {i}").as_bytes()).unwrap().wrote_offset).collect();
-    log.flush_all().unwrap();
+        .unwrap()
+}
 
-    let mut child = commitlog()
-        .args(["consume", "--dir", dir.path().to_str().unwrap(), "--follow"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
+/// Starts `commitlog ARGS` with its stdout lines sent to the receiver as they come.
+fn spawn_lines(args: &[&str]) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    let mut child = commitlog().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
     let stdout = child.stdout.take().unwrap();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
@@ -467,6 +458,28 @@ fn consume_follow_prints_records_once_durable_across_segments_and_ends_cleanly_o
             }
         }
     });
+    (child, rx)
+}
+
+/// Ends a `--follow` child with Ctrl-C and checks it exits cleanly.
+fn interrupt(mut child: std::process::Child) {
+    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let exit = child.wait().unwrap();
+    assert!(exit.success(), "Ctrl-C ends --follow cleanly, not with a signal: {exit:?}");
+}
+
+#[test]
+fn consume_follow_prints_records_once_durable_across_segments_and_ends_cleanly_on_ctrl_c() {
+    use commitlog::CommitLog;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let log = CommitLog::open(dir.path(), unflushed_log_config()).unwrap();
+    let first: Vec<u64> = (0..3).map(|i| log.append(format!("first {i}").as_bytes()).unwrap().wrote_offset).collect();
+    log.flush_all().unwrap();
+
+    let (child, rx) = spawn_lines(&["consume", "--dir", dir.path().to_str().unwrap(), "--follow"]);
     let next = |what: &str| rx.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|_| panic!("no line for {what}"));
     for (i, offset) in first.iter().enumerate() {
         assert_eq!(next("a durable record"), format!("{offset}\tfirst {i}"));
@@ -486,10 +499,7 @@ fn consume_follow_prints_records_once_durable_across_segments_and_ends_cleanly_o
     }
     assert!(more.last().unwrap() > &(2 * 65536), "the records crossed two segment boundaries");
 
-    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
-    assert!(status.success());
-    let exit = child.wait().unwrap();
-    assert!(exit.success(), "Ctrl-C ends --follow cleanly, not with a signal: {exit:?}");
+    interrupt(child);
     log.shutdown().unwrap();
 }
 
@@ -686,27 +696,12 @@ fn every_subcommand_ends_quietly_on_a_closed_pipe() {
 
 #[test]
 fn receive_follow_prints_durable_messages_beside_the_running_store_and_commits_nothing() {
-    use commitlog::{CommitLogConfig, FlushConfig, FlushDiskType};
     use message_store::{Message, MessageStore, MessageStoreConfig};
-    use std::sync::mpsc;
     use std::time::Duration;
 
     let dir = tempfile::tempdir().unwrap();
-    // Async flush that never flushes by itself: messages are dispatched once
-    // written, durable only when the test flushes; the checkpoint says so within 20 ms.
-    let log = CommitLogConfig::builder()
-        .mapped_file_size_commit_log(65536)
-        .max_message_size(16 * 1024)
-        .flush_disk_type(FlushDiskType::AsyncFlush)
-        .flush(FlushConfig {
-            flush_interval_commit_log_ms: 3_600_000,
-            flush_commit_log_thorough_interval_ms: 3_600_000,
-            ..FlushConfig::default()
-        })
-        .checkpoint_interval_ms(20)
-        .build()
-        .unwrap();
-    let store = MessageStore::open(dir.path(), MessageStoreConfig::new(log)).unwrap();
+    // Messages are dispatched once written (async flush), durable only when the test flushes.
+    let store = MessageStore::open(dir.path(), MessageStoreConfig::new(unflushed_log_config())).unwrap();
     store.create_topic("t", 2).unwrap();
     let put = |queue: u32, body: String| {
         store.put_message(&Message::new("t", queue, body.into_bytes())).unwrap();
@@ -718,22 +713,8 @@ fn receive_follow_prints_durable_messages_beside_the_running_store_and_commits_n
     }
     store.log().flush_all().unwrap();
 
-    let mut child = commitlog()
-        .args(["receive", "--dir", dir.path().to_str().unwrap(), "--topic", "t", "--queue", "1", "--group", "g"])
-        .arg("--follow")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            if tx.send(line.unwrap()).is_err() {
-                break;
-            }
-        }
-    });
+    let d = dir.path().to_str().unwrap();
+    let (child, rx) = spawn_lines(&["receive", "--dir", d, "--topic", "t", "--queue", "1", "--group", "g", "--follow"]);
     let next = |what: &str| rx.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|_| panic!("no line for {what}"));
     for i in 0..3 {
         assert_eq!(next("a durable message"), format!("{i}\tm{i}"));
@@ -752,10 +733,7 @@ fn receive_follow_prints_durable_messages_beside_the_running_store_and_commits_n
         let line = next("a message in a later segment");
         assert!(line.starts_with(&format!("{}\t{i}x", 4 + i)), "{}", &line[..20.min(line.len())]);
     }
-    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
-    assert!(status.success());
-    let exit = child.wait().unwrap();
-    assert!(exit.success(), "Ctrl-C ends --follow cleanly, not with a signal: {exit:?}");
+    interrupt(child);
     assert_eq!(store.committed_offset("g", "t", 1), None, "--follow commits nothing");
     store.shutdown().unwrap();
     // A queue the store does not have: a clear refusal.
