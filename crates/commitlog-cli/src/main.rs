@@ -35,8 +35,8 @@ mod messages;
 mod produce;
 mod table;
 
-/// Default segment size for logs the tool creates (the library's default is 1 GiB).
-const DEFAULT_SEGMENT_SIZE: usize = 64 << 20;
+/// Default segment size for logs the tool creates (the library's default).
+const DEFAULT_SEGMENT_SIZE: usize = commitlog::CommitLogConfig::DEFAULT_SEGMENT_SIZE;
 
 #[derive(Parser)]
 #[command(

@@ -29,7 +29,10 @@ pub enum FlushDiskType {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(default))]
 pub struct CommitLogConfig {
-    /// Segment size (`mappedFileSizeCommitLog`, 1 GiB). A multiple of 4096.
+    /// Segment size of a new store (`mappedFileSizeCommitLog`), a multiple of
+    /// 4096: 64 MiB by default (RocketMQ's brokers use 1 GiB; the trade-off is
+    /// in docs/operations.md). An existing store keeps the size of its
+    /// segments: [`CommitLog::open`](crate::CommitLog::open) adopts it.
     pub mapped_file_size_commit_log: usize,
     /// Directories to keep segments in (`storePathCommitLog`; RocketMQ separates
     /// them with `;`), for a log spread over several disks: new segments go
@@ -114,7 +117,7 @@ pub struct CommitLogConfig {
 impl Default for CommitLogConfig {
     fn default() -> Self {
         CommitLogConfig {
-            mapped_file_size_commit_log: 1 << 30,
+            mapped_file_size_commit_log: Self::DEFAULT_SEGMENT_SIZE,
             store_path_commit_log: Vec::new(),
             read_only_commit_log_store_paths: Vec::new(),
             flush_disk_type: FlushDiskType::AsyncFlush,
@@ -142,6 +145,10 @@ impl Default for CommitLogConfig {
 }
 
 impl CommitLogConfig {
+    /// The default segment size of a new store, 64 MiB
+    /// ([`segment_queue::QueueConfig::DEFAULT_MAPPED_FILE_SIZE`]).
+    pub const DEFAULT_SEGMENT_SIZE: usize = segment_queue::QueueConfig::DEFAULT_MAPPED_FILE_SIZE;
+
     /// A builder starting from the defaults.
     pub fn builder() -> CommitLogConfigBuilder {
         CommitLogConfigBuilder { config: CommitLogConfig::default() }

@@ -302,20 +302,72 @@ impl PutMessageStatus {
         }
     }
 
-    /// The status for an append that failed before anything was stored.
+    /// The status RocketMQ's store would answer for a failed append, from the
+    /// error. Every variant is decided here (no catch-all, so a new one must be
+    /// too):
+    /// - too large, an empty batch: `MessageIllegal`;
+    /// - the log shut down, not writeable after a failure, the disk full, or
+    ///   a store that never opened (locked by another process, a bad
+    ///   configuration or directory, damage or missing segments refused at
+    ///   open, services that did not start, the write-buffer pool not
+    ///   allocated): `ServiceNotAvailable`, as RocketMQ answers while its
+    ///   running flags say the store cannot write;
+    /// - a new segment not made (its creation failed, its preparation timed out,
+    ///   the write-buffer pool empty, the offset space exhausted):
+    ///   `CreateMappedFileFailed`;
+    /// - a durability error: as [`from_flush`](Self::from_flush);
+    /// - an I/O error while appending: `UnknownError`, RocketMQ's answer for a
+    ///   failed append (`AppendMessageStatus.UNKNOWN_ERROR`); the log latches
+    ///   and answers `ServiceNotAvailable` from then on;
+    /// - read errors (no record, inside a record, a bad record, not yet
+    ///   durable) and a refused operator step never come from an append:
+    ///   `UnknownError`.
     pub fn from_error(error: &Error) -> Self {
+        use PutMessageStatus as S;
         match error {
-            Error::RecordTooLarge { .. } | Error::BatchTooLarge { .. } | Error::EmptyBatch => {
-                PutMessageStatus::MessageIllegal
-            }
-            Error::NotWriteable { .. } | Error::Shutdown | Error::DiskFull { .. } => {
-                PutMessageStatus::ServiceNotAvailable
-            }
-            Error::Queue(QueueError::PreallocationTimedOut { .. })
-            | Error::File(MappedFileError::Create { .. } | MappedFileError::OffsetOverflow { .. }) => {
-                PutMessageStatus::CreateMappedFileFailed
-            }
-            _ => PutMessageStatus::UnknownError,
+            Error::RecordTooLarge { .. } | Error::BatchTooLarge { .. } | Error::EmptyBatch => S::MessageIllegal,
+            Error::NotWriteable { .. }
+            | Error::Shutdown
+            | Error::DiskFull { .. }
+            | Error::Locked { .. }
+            | Error::InvalidConfig { .. }
+            | Error::NotADirectory { .. }
+            | Error::Corrupt { .. }
+            | Error::Checkpoint { .. }
+            | Error::SegmentDirNotConfigured { .. }
+            | Error::SegmentDirMissing { .. }
+            | Error::SegmentsMissing { .. }
+            | Error::SegmentPaths { .. }
+            | Error::Start(_)
+            | Error::Pool(_) => S::ServiceNotAvailable,
+            Error::Queue(queue) => match queue {
+                QueueError::PreallocationTimedOut { .. }
+                | QueueError::PoolExhausted { .. }
+                | QueueError::Dir { .. } => S::CreateMappedFileFailed,
+                QueueError::InvalidConfig { .. }
+                | QueueError::MalformedName { .. }
+                | QueueError::WrongSize { .. }
+                | QueueError::Misaligned { .. }
+                | QueueError::Gap { .. }
+                | QueueError::Duplicate { .. } => S::ServiceNotAvailable,
+                // `QueueError` is non-exhaustive: a later variant is unknown here.
+                _ => S::UnknownError,
+            },
+            Error::File(file) => match file {
+                MappedFileError::Create { .. } | MappedFileError::OffsetOverflow { .. } => S::CreateMappedFileFailed,
+                MappedFileError::Open { .. } | MappedFileError::BadName { .. } | MappedFileError::WrongSize { .. } => {
+                    S::ServiceNotAvailable
+                }
+                // `MappedFileError` is non-exhaustive: a later variant is unknown here.
+                _ => S::UnknownError,
+            },
+            Error::Durability(flush) => Self::from_flush(&Err(flush.clone())),
+            Error::Io { .. } => S::UnknownError,
+            Error::NoRecord { .. }
+            | Error::InsideRecord { .. }
+            | Error::BadRecord { .. }
+            | Error::NotYetDurable { .. }
+            | Error::Refused { .. } => S::UnknownError,
         }
     }
 }

@@ -94,6 +94,10 @@ impl CommitLog {
     ///
     /// Segment directories outside `dir` (`store_path_commit_log`) are locked
     /// the same way, each with its own `lock` file.
+    ///
+    /// An existing store keeps the size of its segments: a configured
+    /// `mapped_file_size_commit_log` that differs is replaced by it (see
+    /// [`config`](Self::config)); the setting shapes new stores.
     pub fn open(dir: impl AsRef<Path>, config: CommitLogConfig) -> Result<CommitLog, Error> {
         config.validate()?;
         let dir = dir.as_ref();
@@ -126,7 +130,7 @@ impl CommitLog {
         // before the checkpoint is read, so a log open elsewhere, deleting from
         // its front, cannot look short; one appending can, so a store someone
         // holds is left to the lock to refuse.
-        let segments = store::segment_files_unlocked(&recorded, config.mapped_file_size_commit_log);
+        let segments = store::segment_files_unlocked(&recorded);
         let files = crate::inspect::store_files(dir);
         if !files.locked {
             store::check_segments_present(files.checkpoint.as_ref(), &segments, &recorded, dir)?;
@@ -156,7 +160,7 @@ impl CommitLog {
     /// removes the marker again if the last process had shut down cleanly.
     pub fn open_with_storage(
         dir: impl AsRef<Path>,
-        config: CommitLogConfig,
+        mut config: CommitLogConfig,
         storage: Arc<dyn Storage>,
     ) -> Result<CommitLog, Error> {
         config.validate()?;
@@ -166,6 +170,25 @@ impl CommitLog {
         let recorded = store::recorded_dirs(&*storage, &dir)?;
         store::check_dirs_configured(&recorded, &dirs, &dir)?;
         store::check_recorded_dirs_exist(&*storage, &recorded, &dir)?;
+        // An existing store keeps its segment size whatever the configuration
+        // says (it applies to new stores).
+        if let Some(existing) = store::existing_segment_size(&*storage, &dirs)? {
+            if existing != config.mapped_file_size_commit_log {
+                tracing::info!(
+                    dir = %dir.display(),
+                    existing,
+                    configured = config.mapped_file_size_commit_log,
+                    "the store keeps the size of its segments"
+                );
+                config.mapped_file_size_commit_log = existing;
+                config.validate().map_err(|err| match err {
+                    Error::InvalidConfig { reason } => Error::InvalidConfig {
+                        reason: format!("{} has {existing}-byte segments: {reason}", dir.display()),
+                    },
+                    other => other,
+                })?;
+            }
+        }
         let found = store::read(&*storage, &dir)?;
 
         let pool = if config.transient_store_pool_enable {

@@ -152,19 +152,43 @@ pub(crate) fn recorded_dirs_unlocked(dir: &Path) -> Result<Vec<SegmentDir>, Erro
 
 /// The segment files in `dirs`, as `(start, end, path)` with segments of
 /// `segment_size` bytes, sorted, by plain directory reads (before the lock).
-pub(crate) fn segment_files_unlocked(dirs: &[SegmentDir], segment_size: usize) -> Vec<(u64, u64, PathBuf)> {
-    let size = u64::try_from(segment_size).unwrap_or(u64::MAX);
+pub(crate) fn segment_files_unlocked(dirs: &[SegmentDir]) -> Vec<(u64, u64, PathBuf)> {
     let mut found: Vec<(u64, u64, PathBuf)> = dirs
         .iter()
         .filter_map(|d| std::fs::read_dir(&d.path).ok())
         .flat_map(|entries| entries.flatten())
         .filter_map(|e| {
             let start = mapped_file::parse_file_name(&e.file_name().to_string_lossy())?;
-            Some((start, start.saturating_add(size), e.path()))
+            let len = e.metadata().ok()?.len();
+            Some((start, start.saturating_add(len), e.path()))
         })
         .collect();
     found.sort();
     found
+}
+
+/// The segment size of the segments already in `dirs`, when they agree on
+/// one: every segment file has that length, a valid segment size (a multiple
+/// of 4096). `None` for a store without segments, or one whose files
+/// disagree (then the configured size stands, and a file of another size is
+/// the clear error it always was: damage is not a size to adopt).
+pub(crate) fn existing_segment_size(storage: &dyn Storage, dirs: &[SegmentDir]) -> Result<Option<usize>, Error> {
+    let mut sizes = std::collections::BTreeSet::new();
+    for d in dirs {
+        let entries = match storage.list(&d.path) {
+            Ok(entries) => entries,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(err) => return Err(io_err(&d.path)(err)),
+        };
+        // Zero-length leftovers (a creation cut short) are load's to remove.
+        sizes.extend(
+            entries.iter().filter(|e| e.len > 0 && mapped_file::parse_file_name(&e.name).is_some()).map(|e| e.len),
+        );
+    }
+    Ok(match sizes.into_iter().collect::<Vec<u64>>()[..] {
+        [len] if len % 4096 == 0 => usize::try_from(len).ok(),
+        _ => None,
+    })
 }
 
 /// Refuses a configuration that leaves out a directory the store recorded.

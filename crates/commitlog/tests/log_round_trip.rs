@@ -190,3 +190,82 @@ fn a_regular_file_as_the_store_directory_is_named_as_such() {
     assert!(err.to_string().contains("is not a directory"), "{err}");
     assert_eq!(std::fs::read(&file).unwrap(), b"x", "left as it was");
 }
+
+#[test]
+fn a_store_reopens_with_its_own_segment_size_whatever_the_configuration_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = config(FlushDiskType::SyncFlush);
+    let size = small.mapped_file_size_commit_log;
+    let log = CommitLog::open(dir.path(), small.clone()).unwrap();
+    let first = log.append(b"made with small segments").unwrap().wrote_offset;
+    log.shutdown().unwrap();
+    // Configured for segments four times larger: the store keeps its own.
+    let larger = commitlog::CommitLogConfig { mapped_file_size_commit_log: size * 4, ..small.clone() };
+    let log = CommitLog::open(dir.path(), larger).unwrap();
+    assert_eq!(log.config().mapped_file_size_commit_log, size);
+    assert_eq!(&log.read(first).unwrap().body[..], b"made with small segments");
+    let mut last = first;
+    while log.segment_count() < 3 {
+        last = log.append(&[7u8; 4000]).unwrap().wrote_offset;
+    }
+    log.shutdown().unwrap();
+    for entry in std::fs::read_dir(dir.path().join("commitlog")).unwrap() {
+        let entry = entry.unwrap();
+        assert_eq!(entry.metadata().unwrap().len(), size as u64, "{:?}", entry.file_name());
+    }
+    let log = CommitLog::open(dir.path(), small).unwrap();
+    assert_eq!(&log.read(last).unwrap().body[..], &[7u8; 4000][..]);
+    log.shutdown().unwrap();
+}
+
+#[test]
+fn a_first_store_with_default_settings_takes_two_small_segments_of_disk() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let log = CommitLog::open(dir.path(), commitlog::CommitLogConfig::default()).unwrap();
+    log.append(b"hello").unwrap();
+    log.shutdown().unwrap();
+    let mut allocated = 0u64;
+    for entry in walk(dir.path()) {
+        allocated += std::fs::metadata(&entry).unwrap().blocks() * 512;
+    }
+    // The segment and the one prepared after it, 64 MiB each, and small files.
+    assert_eq!(commitlog::CommitLogConfig::DEFAULT_SEGMENT_SIZE, 64 << 20);
+    assert!(allocated <= (2 * 64 + 1) << 20, "{allocated} bytes allocated for one 5-byte record");
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+#[test]
+fn every_failure_has_the_status_rocketmq_would_answer() {
+    use commitlog::CommitLogConfig;
+    let dir = tempfile::tempdir().unwrap();
+    let log = CommitLog::open(dir.path(), config(FlushDiskType::SyncFlush)).unwrap();
+    let status = |e: &Error| PutMessageStatus::from_error(e);
+    // A store another open holds is not available.
+    let locked = CommitLog::open(dir.path(), config(FlushDiskType::SyncFlush)).unwrap_err();
+    assert!(matches!(locked, Error::Locked { .. }), "{locked}");
+    assert_eq!(status(&locked), PutMessageStatus::ServiceNotAvailable);
+    // Neither is one that could not open with its configuration.
+    let invalid = CommitLogConfig::builder().mapped_file_size_commit_log(1000).build().unwrap_err();
+    assert_eq!(status(&invalid), PutMessageStatus::ServiceNotAvailable);
+    // A failed write is RocketMQ's UNKNOWN_ERROR (the log then latches and is not available).
+    let io = Error::Io { path: dir.path().into(), source: std::io::Error::other("write failed") };
+    assert_eq!(status(&io), PutMessageStatus::UnknownError);
+    // Read errors never come from an append.
+    let no_record = log.read(7).unwrap_err();
+    assert_eq!(status(&no_record), PutMessageStatus::UnknownError);
+    log.shutdown().unwrap();
+    assert_eq!(status(&log.append(b"late").unwrap_err()), PutMessageStatus::ServiceNotAvailable);
+}

@@ -40,7 +40,8 @@ pub enum PoolExhaustedPolicy {
 /// Configuration of a [`SegmentQueue`](crate::SegmentQueue).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueConfig {
-    /// Size of every segment (`mappedFileSizeCommitLog`, RocketMQ default 1 GiB).
+    /// Size of every segment (`mappedFileSizeCommitLog`; 64 MiB by default,
+    /// RocketMQ's brokers 1 GiB).
     pub mapped_file_size: usize,
     /// Prepare the next segment in a background thread (`AllocateMappedFileService`).
     pub preallocate_next_segment: bool,
@@ -72,8 +73,10 @@ pub struct QueueConfig {
 }
 
 impl QueueConfig {
-    /// RocketMQ's commit-log segment size, 1 GiB.
-    pub const DEFAULT_MAPPED_FILE_SIZE: usize = 1 << 30;
+    /// The default segment size, 64 MiB (RocketMQ's brokers use 1 GiB:
+    /// `mappedFileSizeCommitLog`; a library's first store should not take
+    /// two fully allocated gigabytes, docs/operations.md).
+    pub const DEFAULT_MAPPED_FILE_SIZE: usize = 64 << 20;
 
     /// Defaults with the given segment size: preallocation on, warm-up off.
     pub fn new(mapped_file_size: usize) -> Self {
