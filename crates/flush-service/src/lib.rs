@@ -60,7 +60,7 @@ pub use policy::{
 };
 pub use service::{ServiceState, ServiceThread};
 pub use strategy::{AsyncFlush, FlushStats, FlushStrategy, SyncFlush};
-pub use target::{FlushTarget, TargetState};
+pub use target::{FailureLatch, FlushTarget, TargetState};
 
 /// What a flush reports for the checkpoint: how far data is durable and the
 /// store timestamp of the newest durable data (RocketMQ's `physicMsgTimestamp`).

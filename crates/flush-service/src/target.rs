@@ -35,7 +35,13 @@ pub struct TargetState {
 ///   copy, so a failure seen by anyone (a service, a manual flush, shutdown) stops
 ///   everyone. The services never report a request durable after an error.
 /// - `commit` moves bytes from write buffers into the flushable range and returns
-///   the new `committed_where`. Without write buffers it is a no-op.
+///   the new `committed_where`. Without write buffers it is a no-op: the
+///   default, which answers the latched failure or `state().committed_where`
+///   (such a target reports everything written as committed).
+///
+/// A target needs `flush`, `state` and `failure`; [`FailureLatch`] is the
+/// latch ready-made (`failure` is `latch.get()`, and `flush` runs its work
+/// through `latch.guard`).
 /// - Offsets move backwards only when the target's tail is truncated (a
 ///   replicated log's conflicting suffix): `state().flushed_where` and `committed_where`
 ///   are lowered to the cut *before* any byte is written where the cut bytes
@@ -52,8 +58,15 @@ pub trait FlushTarget: Send + Sync + 'static {
     /// Makes data durable when at least `least_pages` 4 KiB pages are pending (0:
     /// any byte; a full segment always qualifies). Returns `flushed_where`.
     fn flush(&self, least_pages: usize) -> Result<u64, TargetError>;
-    /// Commits write-buffer data, with the same threshold. Returns `committed_where`.
-    fn commit(&self, least_pages: usize) -> Result<u64, TargetError>;
+    /// Commits write-buffer data, with the same threshold. Returns
+    /// `committed_where`. The default is a target without write buffers'.
+    fn commit(&self, least_pages: usize) -> Result<u64, TargetError> {
+        let _ = least_pages;
+        match self.failure() {
+            Some(failure) => Err(failure),
+            None => Ok(self.state().committed_where),
+        }
+    }
     /// Where the target stands now. Cheap: every round and wake-up asks it.
     fn state(&self) -> TargetState;
     /// The first failure, once any flush or commit (by anyone) failed; `None`
@@ -73,5 +86,60 @@ impl<T: FlushTarget + ?Sized> FlushTarget for Arc<T> {
     }
     fn failure(&self) -> Option<TargetError> {
         (**self).failure()
+    }
+}
+
+/// The failure latch a [`FlushTarget`] must keep, ready-made: the first error
+/// of any flush or commit, kept for good (a failed sync is final: fsyncgate).
+///
+/// ```
+/// use flush_service::{FailureLatch, FlushTarget, TargetError, TargetState};
+///
+/// struct File { latch: FailureLatch /* , the file */ }
+///
+/// impl FlushTarget for File {
+///     fn flush(&self, _least_pages: usize) -> Result<u64, TargetError> {
+///         // Refused once anything failed; a failure here is kept.
+///         self.latch.guard(|| Ok(0 /* fdatasync, then the durable end */))
+///     }
+///     fn state(&self) -> TargetState {
+///         TargetState::default()
+///     }
+///     fn failure(&self) -> Option<TargetError> {
+///         self.latch.get()
+///     }
+/// }
+/// ```
+#[derive(Debug, Default)]
+pub struct FailureLatch {
+    first: std::sync::OnceLock<TargetError>,
+}
+
+impl FailureLatch {
+    /// An unset latch.
+    pub fn new() -> Self {
+        FailureLatch::default()
+    }
+
+    /// The first failure, once one was recorded.
+    pub fn get(&self) -> Option<TargetError> {
+        self.first.get().cloned()
+    }
+
+    /// Records `error` unless an earlier failure is kept; returns the kept one.
+    pub fn record(&self, error: TargetError) -> TargetError {
+        let this = Arc::clone(&error);
+        // Either this one is kept now, or an earlier one already was.
+        let _ = self.first.set(error);
+        self.first.get().cloned().unwrap_or(this)
+    }
+
+    /// Runs `work` unless a failure is kept (then that failure, without
+    /// running it), recording the error `work` returns.
+    pub fn guard<T>(&self, work: impl FnOnce() -> Result<T, TargetError>) -> Result<T, TargetError> {
+        if let Some(failure) = self.get() {
+            return Err(failure);
+        }
+        work().map_err(|error| self.record(error))
     }
 }

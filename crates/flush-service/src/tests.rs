@@ -553,3 +553,72 @@ fn a_custom_gather_policy_decides_every_round_and_its_waits_and_spins_take_effec
     assert_eq!(seen.rounds.load(std::sync::atomic::Ordering::SeqCst), 3);
     assert_eq!(gc.spin(), Duration::from_micros(77), "the policy's spin reaches new requests");
 }
+
+/// A target without write buffers, written as a user would: `flush`, `state`
+/// and `failure` only, the latch ready-made; `commit` is the trait's default.
+#[derive(Default)]
+struct Plain {
+    written: std::sync::atomic::AtomicU64,
+    durable: std::sync::atomic::AtomicU64,
+    fail_next: std::sync::atomic::AtomicBool,
+    syncs: std::sync::atomic::AtomicU64,
+    latch: FailureLatch,
+}
+
+#[derive(Debug)]
+struct DiskGone;
+impl std::fmt::Display for DiskGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("disk gone")
+    }
+}
+impl std::error::Error for DiskGone {}
+
+impl FlushTarget for Plain {
+    fn flush(&self, _least_pages: usize) -> Result<u64, TargetError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.latch.guard(|| {
+            self.syncs.fetch_add(1, SeqCst);
+            if self.fail_next.swap(false, SeqCst) {
+                return Err(Arc::new(DiskGone) as TargetError);
+            }
+            self.durable.store(self.written.load(SeqCst), SeqCst);
+            Ok(self.durable.load(SeqCst))
+        })
+    }
+    fn state(&self) -> TargetState {
+        use std::sync::atomic::Ordering::SeqCst;
+        let (written, durable) = (self.written.load(SeqCst), self.durable.load(SeqCst));
+        TargetState {
+            flushed_where: durable,
+            committed_where: written,
+            unflushed_bytes: written - durable,
+            ..TargetState::default()
+        }
+    }
+    fn failure(&self) -> Option<TargetError> {
+        self.latch.get()
+    }
+}
+
+#[test]
+fn a_target_of_three_methods_with_the_ready_made_latch_runs_group_commit_and_stays_failed() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let target = Arc::new(Plain::default());
+    let flush =
+        SyncFlush::start(target.clone(), Arc::new(SystemClock::new()), &FlushConfig::default(), false, None).unwrap();
+    target.written.store(100, SeqCst);
+    assert!(settle(flush.submit(100)).is_ok());
+    assert_eq!(target.commit(0).unwrap(), 100, "the default commit: everything written is committed");
+    target.written.store(200, SeqCst);
+    target.fail_next.store(true, SeqCst);
+    assert!(matches!(settle(flush.submit(200)), Err(FlushError::Failed { .. })));
+    // Latched: nothing later runs a sync, the default commit fails too, and the
+    // error kept is the first one.
+    let syncs = target.syncs.load(SeqCst);
+    assert!(target.flush(0).is_err() && target.commit(0).is_err());
+    assert_eq!(target.syncs.load(SeqCst), syncs, "a latched target syncs no more");
+    assert_eq!(target.latch.record(Arc::new(crate::testing::InjectedFailure)).to_string(), "disk gone");
+    assert!(matches!(settle(flush.submit(200)), Err(FlushError::Failed { .. })));
+    flush.shutdown();
+}
