@@ -75,16 +75,26 @@ pub enum MappedFileError {
         /// The file.
         path: PathBuf,
     },
-    /// A read past the read position.
-    #[error("read of [{pos}, {pos}+{len}) in {} is beyond the read position {read_position}", path.display())]
+    /// A read past the read position. Shown in absolute offsets (the file's
+    /// start plus the file-relative ones), as every offset a reader of a log
+    /// knows.
+    #[error(
+        "read of [{}, {}) is beyond the data, which ends at {} (segment {} starts at {file_from_offset})",
+        file_from_offset.saturating_add(*pos as u64),
+        file_from_offset.saturating_add(pos.saturating_add(*len) as u64),
+        file_from_offset.saturating_add(*read_position as u64),
+        path.display()
+    )]
     OutOfRange {
         /// The file.
         path: PathBuf,
+        /// The file's start offset.
+        file_from_offset: u64,
         /// File-relative start.
         pos: usize,
         /// Length asked for.
         len: usize,
-        /// The read position at the time.
+        /// The read position at the time (file-relative).
         read_position: usize,
     },
     /// Positions cannot move below bytes that zero-copy views still show.

@@ -679,6 +679,7 @@ impl MappedFile {
             Some(view) => Ok(Bytes::from_owner(view)),
             None => Err(MappedFileError::OutOfRange {
                 path: self.path.clone(),
+                file_from_offset: self.file_from_offset,
                 pos,
                 len,
                 read_position: self.read_position(),
@@ -691,6 +692,7 @@ impl MappedFile {
         let end = self.read_position();
         let len = end.checked_sub(pos).ok_or_else(|| MappedFileError::OutOfRange {
             path: self.path.clone(),
+            file_from_offset: self.file_from_offset,
             pos,
             len: 0,
             read_position: end,

@@ -517,3 +517,16 @@ fn place_writes_what_fits_with_room_to_spare_and_pads_the_rest_otherwise() {
     // A full segment pads nothing and places nothing.
     assert_eq!(file.place(5, 1, 0, |_, _| unreachable!(), |_, rest| assert!(rest.is_empty())).unwrap(), Placed::Padded);
 }
+
+#[test]
+fn a_read_past_the_data_names_absolute_offsets() {
+    let storage = SimStorage::new();
+    let file = MappedFile::create(&storage, Path::new("/s"), 4096, 4096).unwrap();
+    file.append_bytes(0, &[1u8; 100]).unwrap();
+    let err = file.read(50, 100).unwrap_err();
+    assert!(matches!(err, MappedFileError::OutOfRange { file_from_offset: 4096, pos: 50, .. }));
+    let text = err.to_string();
+    assert!(text.contains("[4146, 4246)") && text.contains("ends at 4196"), "{text}");
+    let err = file.read_from(200).unwrap_err().to_string();
+    assert!(err.contains("[4296, 4296)") && err.contains("ends at 4196"), "{err}");
+}

@@ -27,6 +27,68 @@
 //! assert_eq!(queue.flushed_where(), 5);
 //! # Ok::<(), segment_queue::QueueError>(())
 //! ```
+//!
+//! # After `load`: your recovery
+//!
+//! The queue knows no record format, so [`SegmentQueue::load`] cannot tell where
+//! the data in a segment ends: it marks every loaded segment full
+//! (`max_offset` and `flushed_where` report the files' end). Before appending,
+//! find the end with your format and cut the rest: [`SegmentQueue::recover_with`]
+//! walks the segments with your parser ([`Scan`]) and truncates there (or scan
+//! yourself and call [`SegmentQueue::truncate_dirty_files`]). A record never
+//! spans two segments: when one does not fit, [`SegmentQueue::seal`] ends the
+//! segment (its zero tail is skipped) and the next roll starts a new one.
+//!
+//! On a real directory, with length-prefixed records:
+//!
+//! ```
+//! use mapped_file::{Appended, MmapStorage, Storage};
+//! use segment_queue::{QueueConfig, Scan, SegmentQueue};
+//! use std::sync::Arc;
+//!
+//! fn parse(bytes: &[u8]) -> Scan {
+//!     let Some(head) = bytes.get(..4) else { return Scan::End };
+//!     match u32::from_le_bytes(head.try_into().unwrap()) as usize {
+//!         0 => Scan::SegmentEnd, // zeros: a sealed segment's tail, or nothing written
+//!         len if bytes.len() >= 4 + len => Scan::Record(4 + len),
+//!         _ => Scan::End,
+//!     }
+//! }
+//!
+//! fn put(queue: &SegmentQueue, body: &[u8]) -> Result<u64, segment_queue::QueueError> {
+//!     let record = [&(body.len() as u32).to_le_bytes()[..], body].concat();
+//!     loop {
+//!         match queue.roll_to_writable_segment(0)?.append_bytes(0, &record)? {
+//!             Appended::Written { wrote_offset, .. } => return Ok(wrote_offset),
+//!             Appended::DoesNotFit { .. } => {
+//!                 queue.seal()?;
+//!             }
+//!         }
+//!     }
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let open = || -> Result<SegmentQueue, Box<dyn std::error::Error>> {
+//!     let storage: Arc<dyn Storage> = Arc::new(MmapStorage::lock(dir.path())?);
+//!     Ok(SegmentQueue::load(storage, dir.path(), QueueConfig::new(64 * 1024), None)?)
+//! };
+//! let queue = open()?;
+//! for i in 0..100u32 {
+//!     put(&queue, format!("record {i}").as_bytes())?;
+//! }
+//! queue.flush(0)?; // durable
+//! let end = queue.max_offset();
+//! queue.shutdown();
+//! drop(queue);
+//!
+//! let queue = open()?;
+//! assert_eq!(queue.recover_with(parse)?, end); // found the end, cut the rest
+//! let next = put(&queue, b"goes on")?;
+//! assert_eq!(next, end);
+//! # Ok(())
+//! # }
+//! ```
 
 #![forbid(unsafe_code)]
 // Offsets: no silent wrap-around, no truncating casts.
@@ -49,6 +111,7 @@ mod placement;
 #[cfg(planted_bugs)]
 pub mod planted;
 mod progress;
+mod recover;
 mod recycle;
 mod report;
 mod retention;
@@ -59,6 +122,7 @@ mod truncate;
 pub use config::{PoolExhaustedPolicy, QueueConfig, SegmentDir};
 pub use error::QueueError;
 pub use layout::{check_layout, ListedSegment};
+pub use recover::Scan;
 pub use recycle::RECYCLE_DIR;
 pub use report::{LoadReport, QueueProgress, TruncateReport};
 
@@ -132,7 +196,8 @@ impl SegmentQueue {
     /// by name. Every file must be a segment: named by 20 digits, of the segment
     /// size, aligned and consecutive ([`check_layout`]); a zero-length *last* file
     /// is deleted as RocketMQ does. A file named [`mapped_file::LOCK_FILE`] is the
-    /// storage's lock, not a segment, and is left alone. Loaded segments are marked full; recovery then truncates with
+    /// storage's lock, not a segment, and is left alone. Loaded segments are marked full; recovery then finds the end with
+    /// [`recover_with`](Self::recover_with) (or its own scan) and truncates with
     /// [`truncate_dirty_files`](Self::truncate_dirty_files). `flushed_where` and
     /// `committed_where` start at the end of the loaded data.
     pub fn load(

@@ -649,3 +649,81 @@ fn clear_deletes_every_segment_and_the_next_one_starts_anywhere() {
     assert_eq!(queue.flush(0).unwrap().to, 40 * SIZE as u64 + 5);
     drop(sim);
 }
+
+/// Length-prefixed records: a `u32` length, then the body; zeros where a
+/// length would be end the segment (it was sealed), a length past the segment
+/// or a body shorter than it says ends the data.
+fn parse_record(bytes: &[u8]) -> Scan {
+    let Some(head) = bytes.get(..4) else { return Scan::End };
+    let len = u32::from_le_bytes(head.try_into().unwrap()) as usize;
+    if len == 0 {
+        return Scan::SegmentEnd;
+    }
+    match bytes.get(4..4 + len) {
+        Some(body) if body.iter().all(|&b| b != 0) => Scan::Record(4 + len),
+        _ => Scan::End,
+    }
+}
+
+/// Appends one record, sealing the segment when it does not fit. Returns its offset.
+fn put_record(queue: &SegmentQueue, body: &[u8]) -> u64 {
+    let mut record = (body.len() as u32).to_le_bytes().to_vec();
+    record.extend_from_slice(body);
+    loop {
+        let file = queue.roll_to_writable_segment(0).unwrap();
+        match file.append_bytes(0, &record).unwrap() {
+            mapped_file::Appended::Written { wrote_offset, .. } => return wrote_offset,
+            mapped_file::Appended::DoesNotFit { .. } => {
+                queue.seal().unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn recover_with_a_record_parser_finds_the_end_across_sealed_segments_and_cuts_a_torn_tail() {
+    let (_sim, storage) = sim();
+    let queue = SegmentQueue::load(Arc::clone(&storage), dir(), config(), None).unwrap();
+    let mut written = Vec::new();
+    for i in 0..40u8 {
+        let body = vec![i + 1; 1000 + usize::from(i) * 7];
+        written.push((put_record(&queue, &body), body));
+    }
+    assert!(queue.segment_count() >= 3, "records crossed sealed segments");
+    let end = queue.max_offset();
+    // A torn record: a header promising more than was written.
+    let file = queue.roll_to_writable_segment(0).unwrap();
+    file.append_bytes(0, &500u32.to_le_bytes()).unwrap();
+    file.append_bytes(0, &[9u8; 100]).unwrap();
+    queue.flush(0).unwrap();
+    queue.shutdown();
+    drop(queue);
+
+    let queue = SegmentQueue::load(Arc::clone(&storage), dir(), config(), None).unwrap();
+    assert_eq!(queue.max_offset() % SIZE as u64, 0, "loaded segments read as full until recovered");
+    assert_eq!(queue.recover_with(parse_record).unwrap(), end);
+    assert_eq!((queue.max_offset(), queue.flushed_where()), (end, end));
+    for (offset, body) in &written {
+        let head = queue.read(*offset, 4).unwrap();
+        assert_eq!(u32::from_le_bytes(head[..].try_into().unwrap()) as usize, body.len());
+        assert_eq!(&queue.read(offset + 4, body.len()).unwrap()[..], &body[..]);
+    }
+    // Appends go on at the end, and the cut bytes never come back.
+    let next = put_record(&queue, b"after");
+    assert_eq!(next, end);
+    queue.shutdown();
+    drop(queue);
+    let queue = SegmentQueue::load(storage, dir(), config(), None).unwrap();
+    assert_eq!(queue.recover_with(parse_record).unwrap(), end + 4 + 5);
+}
+
+#[test]
+fn seal_starts_the_next_append_at_the_next_segment() {
+    let (_sim, storage) = sim();
+    let queue = SegmentQueue::load(storage, dir(), config(), None).unwrap();
+    assert_eq!(queue.seal().unwrap(), None, "nothing to seal yet");
+    put_record(&queue, b"one");
+    assert_eq!(queue.seal().unwrap(), Some(SIZE as u64));
+    assert_eq!(put_record(&queue, b"two"), SIZE as u64);
+    assert_eq!(queue.segment_count(), 2);
+}

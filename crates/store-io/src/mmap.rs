@@ -151,13 +151,13 @@ impl MmapStorage {
             return Err(LockError::Overlapping { first: first.to_path_buf(), second: second.to_path_buf() });
         }
         let locks = roots.iter().map(|root| lock_dir(root)).collect::<Result<Vec<_>, _>>()?;
-        Ok(MmapStorage { roots, locks: Mutex::new(Some(locks)), write_without_mmap: false })
+        Ok(MmapStorage { roots, locks: Mutex::new(Some(locks)), write_without_mmap: true })
     }
 
     /// Chooses how segments created or opened from now on are written: with
-    /// `pwrite` + `fdatasync` through a read-only mapping (`true`), or through a
-    /// read-write mapping with `msync` (`false`, the default of a new storage).
-    /// The file format is the same either way.
+    /// `pwrite` + `fdatasync` through a read-only mapping (`true`, the default
+    /// of a new storage, as the `commitlog` facade's), or through a read-write
+    /// mapping with `msync` (`false`). The file format is the same either way.
     pub fn write_without_mmap(mut self, enable: bool) -> Self {
         self.write_without_mmap = enable;
         self
