@@ -25,6 +25,49 @@
 //!   open ([`ConsumeQueue::repair`]) and the log is cut only at its tail.
 //! - **The vote** is durable before `save_vote` returns; the committed id is
 //!   written in the background, never ahead of the local durable log.
+//!
+//! Used as openraft uses it (`Raft::new(.., log_store, state_machine)` takes it
+//! as the log store; `examples/raft-node` runs a 3-node cluster on it), or
+//! directly:
+//!
+//! ```
+//! use commitlog_raft::{RaftLogStore, RaftStoreConfig};
+//! use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+//! use std::io::Cursor; // the default snapshot data of `declare_raft_types!`
+//! use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftLogReader, Vote};
+//!
+//! openraft::declare_raft_types!(
+//!     /// A raft group whose entries are strings.
+//!     pub Strings: D = String, R = String,
+//! );
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let mut store = RaftLogStore::<Strings>::open(dir.path(), RaftStoreConfig::default())?;
+//! store.save_vote(&Vote::new(1, 7)).await?; // durable when it returns
+//! let entries = (1..=3).map(|i| Entry::<Strings> {
+//!     log_id: LogId::new(CommittedLeaderId::new(1, 7), i),
+//!     payload: EntryPayload::Normal(format!("x = {i}")),
+//! });
+//! // `append` answers its callback once group commit made the entries durable;
+//! // `blocking_append` waits for that callback.
+//! store.blocking_append(entries).await?;
+//! let read = store.try_get_log_entries(2..=3).await?;
+//! assert!(matches!(&read[0].payload, EntryPayload::Normal(x) if x == "x = 2"));
+//! assert_eq!(store.get_log_state().await?.last_log_id.map(|id| id.index), Some(3));
+//! store.truncate(LogId::new(CommittedLeaderId::new(1, 7), 3)).await?; // a conflicting suffix
+//! store.shutdown()?;
+//! drop(store); // the directory's lock goes with the last handle
+//!
+//! // Reopened, the store holds what was durable: entries 1 and 2, and the vote.
+//! let mut store = RaftLogStore::<Strings>::open(dir.path(), RaftStoreConfig::default())?;
+//! assert_eq!(store.get_log_state().await?.last_log_id.map(|id| id.index), Some(2));
+//! assert_eq!(store.read_vote().await?, Some(Vote::new(1, 7)));
+//! # store.shutdown()?;
+//! # Ok(())
+//! # }
+//! ```
 
 #![forbid(unsafe_code)]
 
