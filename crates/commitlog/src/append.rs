@@ -170,6 +170,7 @@ impl CommitLog {
                 .map_err(|e| self.writeable_or(e.into()))?;
             if let Placed::Appended { offset: wrote_offset } = placed {
                 let durability = self.durability(advance(wrote_offset, size));
+                self.inner.tails.bump(); // written: tails that read written records go on
                 crate::metrics::appended(records, size, started.elapsed());
                 return Ok((wrote_offset, ts, durability));
             }

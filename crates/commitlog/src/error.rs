@@ -129,6 +129,15 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A [`Tail`](crate::Tail) stood at records the cleaning service deleted
+    /// before it read them: it fell behind the log's retention.
+    #[error("the tail at offset {offset} fell behind the log's retention: the log starts at {min} now")]
+    FellBehind {
+        /// Where the tail stood.
+        offset: u64,
+        /// The log's first offset now.
+        min: u64,
+    },
     /// A record body larger than `max_message_size` (`MESSAGE_ILLEGAL`); nothing was written.
     #[error("record body of {size} bytes exceeds max_message_size {max}")]
     RecordTooLarge {
@@ -320,7 +329,8 @@ impl PutMessageStatus {
     ///   failed append (`AppendMessageStatus.UNKNOWN_ERROR`); the log latches
     ///   and answers `ServiceNotAvailable` from then on;
     /// - read errors (no record, inside a record, a bad record, not yet
-    ///   durable) and a refused operator step never come from an append:
+    ///   durable, a tail behind retention) and a refused operator step never
+    ///   come from an append:
     ///   `UnknownError`.
     pub fn from_error(error: &Error) -> Self {
         use PutMessageStatus as S;
@@ -364,6 +374,7 @@ impl PutMessageStatus {
             Error::Durability(flush) => Self::from_flush(&Err(flush.clone())),
             Error::Io { .. } => S::UnknownError,
             Error::NoRecord { .. }
+            | Error::FellBehind { .. }
             | Error::InsideRecord { .. }
             | Error::BadRecord { .. }
             | Error::NotYetDurable { .. }

@@ -68,6 +68,7 @@ mod read;
 mod recovery;
 mod scan;
 mod store;
+mod tail;
 
 pub use append::{AppendResult, BatchAppendResult};
 pub use checkpoint::{Checkpoint, CHECKPOINT_FILE};
@@ -91,4 +92,5 @@ pub use store::{ABORT_FILE, LOCK_FILE, SEGMENT_DIR, SEGMENT_PATHS_FILE};
 /// The I/O seam [`CommitLog::open_with_storage`] takes, and the real storage
 /// [`CommitLog::open`] uses.
 pub use store_io::{DiskSpace, LockError, MmapStorage, Storage};
+pub use tail::{Tail, TailLimit};
 pub use transient_pool::PoolError;

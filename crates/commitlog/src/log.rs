@@ -40,6 +40,8 @@ pub(crate) struct Inner {
     pub(crate) shut_down: AtomicBool,
     recovery: RecoveryReport,
     listeners: Arc<Listeners>,
+    /// Wakes the tails ([`CommitLog::tail`]).
+    pub(crate) tails: Arc<crate::tail::TailSignal>,
 }
 
 /// Called with the flushed offset after each flush that moved it (see
@@ -277,6 +279,12 @@ impl CommitLog {
         }
 
         let listeners = Arc::new(Listeners::default());
+        // Tails learn of every flush (durable records) through the listeners.
+        let tails = Arc::new(crate::tail::TailSignal::default());
+        {
+            let tails = Arc::clone(&tails);
+            listeners.0.write().push(Arc::new(move |_| tails.bump()));
+        }
         let on_flushed = flushed_callback(&state, &listeners);
         let clock = Arc::new(SystemClock::new());
         let target: Arc<dyn FlushTarget> = Arc::new(QueueTarget::for_log(Arc::clone(&queue)));
@@ -316,6 +324,7 @@ impl CommitLog {
                 shut_down: AtomicBool::new(false),
                 recovery: report,
                 listeners,
+                tails,
             }),
         })
     }
@@ -555,6 +564,8 @@ impl Inner {
         // Release the directory either way: the next open recovers what is there.
         // Segments are unmapped now, or when the last record view goes.
         self.queue.close();
+        // Tails end (after what they could read; reads fail from now on).
+        self.tails.close();
         result
     }
 

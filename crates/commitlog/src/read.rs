@@ -67,7 +67,7 @@ impl CommitLog {
         self.slot_within(offset, u64::MAX)
     }
 
-    fn slot_within(&self, offset: u64, limit: u64) -> Result<Slot, Error> {
+    pub(crate) fn slot_within(&self, offset: u64, limit: u64) -> Result<Slot, Error> {
         // After shutdown the segments are unmapped (views already handed out stay
         // valid); say so rather than report an empty log.
         if self.inner.shut_down.load(std::sync::atomic::Ordering::Acquire) {
