@@ -688,3 +688,8 @@ mod tests {
         store.shutdown().unwrap();
     }
 }
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

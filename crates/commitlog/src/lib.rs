@@ -94,3 +94,8 @@ pub use store::{ABORT_FILE, LOCK_FILE, SEGMENT_DIR, SEGMENT_PATHS_FILE};
 pub use store_io::{DiskSpace, LockError, MmapStorage, Storage};
 pub use tail::{Tail, TailLimit};
 pub use transient_pool::PoolError;
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

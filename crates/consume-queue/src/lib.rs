@@ -799,3 +799,8 @@ impl Drop for ConsumeQueue {
 
 #[cfg(test)]
 mod tests;
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -79,3 +79,8 @@ pub struct FlushedReport {
 /// it *before* it answers the requests the flush covered, so an owner can make
 /// something durable that must precede those acknowledgements.
 pub type FlushedCallback = std::sync::Arc<dyn Fn(FlushedReport) + Send + Sync>;
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

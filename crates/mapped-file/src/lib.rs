@@ -857,3 +857,8 @@ mod tests_pwrite {
         assert_eq!(&file.read(0, 8).unwrap()[..], b"buffered");
     }
 }
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

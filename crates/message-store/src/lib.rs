@@ -75,3 +75,8 @@ pub use message::{tags_code, Message, MessageLimits, StoredMessage};
 pub use poll::Arrival;
 pub use store::{BatchPutResult, MessageStore, OpenReport, PutResult, QueueStats, StoreStats};
 pub use topic::{validate_group, validate_topic, MAX_GROUP_LEN, MAX_TOPIC_LEN};
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

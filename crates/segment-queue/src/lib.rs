@@ -289,3 +289,8 @@ impl SegmentQueue {
 
 #[cfg(test)]
 mod tests;
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -44,3 +44,8 @@ pub use mmap::{first_overlap, sync_dir, LockError, MmapStorage, LOCK_FILE};
 #[cfg(feature = "sim")]
 pub use sim::SimStorage;
 pub use storage::{epoch_ms, DirEntry, DiskSpace, OpenedSegment, SegmentIo, Storage};
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

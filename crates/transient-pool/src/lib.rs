@@ -399,3 +399,8 @@ mod tests {
         assert_eq!(overrun, Overrun { claimed: 1, tail: 0 });
     }
 }
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
