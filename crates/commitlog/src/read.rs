@@ -111,6 +111,12 @@ impl CommitLog {
         }
     }
 
+    /// Where the log goes on after the blank at `offset`: the start of the next
+    /// segment (`None` past the end of the offset space, or if the segment is gone).
+    pub(crate) fn after_blank(&self, offset: u64) -> Option<u64> {
+        self.inner.queue.find_mapped_file_by_offset(offset, false).map(|file| file.file_end())
+    }
+
     /// Iterates over records from `offset` (a record start, or the start of the
     /// log with [`min_offset`](Self::min_offset)), skipping blanks, up to the end of
     /// readable data (durable data under sync flush with the read limit on).
@@ -140,14 +146,10 @@ impl Iterator for Records {
                     self.next = record.next_offset();
                     return Some(Ok(record));
                 }
-                Ok(Slot::Blank) => {
-                    // The log goes on at the start of the next segment; past the
-                    // end of the offset space there is none.
-                    match self.log.inner.queue.find_mapped_file_by_offset(self.next, false) {
-                        Some(file) => self.next = file.file_end(),
-                        None => self.done = true,
-                    }
-                }
+                Ok(Slot::Blank) => match self.log.after_blank(self.next) {
+                    Some(next) => self.next = next,
+                    None => self.done = true,
+                },
                 Ok(Slot::End) => self.done = true,
                 Err(err) => {
                     self.done = true;

@@ -150,8 +150,8 @@ pub(crate) fn recorded_dirs_unlocked(dir: &Path) -> Result<Vec<SegmentDir>, Erro
     }
 }
 
-/// The segment files in `dirs`, as `(start, end, path)` with segments of
-/// `segment_size` bytes, sorted, by plain directory reads (before the lock).
+/// The segment files in `dirs`, as `(start, start + file length, path)`,
+/// sorted, by plain directory reads (before the lock).
 pub(crate) fn segment_files_unlocked(dirs: &[SegmentDir]) -> Vec<(u64, u64, PathBuf)> {
     let mut found: Vec<(u64, u64, PathBuf)> = dirs
         .iter()

@@ -47,9 +47,13 @@ impl TailSignal {
         // Pairs with the waiter's SeqCst increment before it looks for data: a
         // waiter that found nothing is counted before this load.
         std::sync::atomic::fence(Ordering::SeqCst);
-        if self.interest.load(Ordering::SeqCst) == 0 {
-            return;
+        if self.interest.load(Ordering::SeqCst) > 0 {
+            self.wake_all();
         }
+    }
+
+    /// Wakes every waiting tail, whether or not any is counted.
+    fn wake_all(&self) {
         let wakers = {
             let mut state = self.state.lock();
             state.seq = state.seq.wrapping_add(1);
@@ -66,9 +70,7 @@ impl TailSignal {
     /// The log shut down: every tail ends.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
-        self.interest.fetch_add(1, Ordering::SeqCst);
-        self.bump();
-        self.interest.fetch_sub(1, Ordering::SeqCst);
+        self.wake_all();
     }
 }
 
@@ -125,8 +127,8 @@ impl Tail {
                     return Ok(Some(record));
                 }
                 // The log goes on at the next segment.
-                Ok(Slot::Blank) => match self.log.inner.queue.find_mapped_file_by_offset(self.next, false) {
-                    Some(file) => self.next = file.file_end(),
+                Ok(Slot::Blank) => match self.log.after_blank(self.next) {
+                    Some(next) => self.next = next,
                     None => return Ok(None),
                 },
                 Ok(Slot::End) | Err(Error::NotYetDurable { .. }) => return Ok(None),

@@ -38,10 +38,6 @@ pub struct TargetState {
 ///   the new `committed_where`. Without write buffers it is a no-op: the
 ///   default, which answers the latched failure or `state().committed_where`
 ///   (such a target reports everything written as committed).
-///
-/// A target needs `flush`, `state` and `failure`; [`FailureLatch`] is the
-/// latch ready-made (`failure` is `latch.get()`, and `flush` runs its work
-/// through `latch.guard`).
 /// - Offsets move backwards only when the target's tail is truncated (a
 ///   replicated log's conflicting suffix): `state().flushed_where` and `committed_where`
 ///   are lowered to the cut *before* any byte is written where the cut bytes
@@ -54,6 +50,10 @@ pub struct TargetState {
 ///   its deadline ([`FlushError::Timeout`](crate::FlushError::Timeout)), never
 ///   as durable; a truncating owner avoids that by letting a round acknowledge
 ///   everything below its end first (as `commitlog`'s `truncate_from` does).
+///
+/// A target needs `flush`, `state` and `failure`; [`FailureLatch`] is the
+/// latch ready-made (`failure` is `latch.get()`, and `flush` runs its work
+/// through `latch.guard`).
 pub trait FlushTarget: Send + Sync + 'static {
     /// Makes data durable when at least `least_pages` 4 KiB pages are pending (0:
     /// any byte; a full segment always qualifies). Returns `flushed_where`.

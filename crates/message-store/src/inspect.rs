@@ -100,7 +100,11 @@ fn queue_files(dir: &Path) -> Result<Vec<(u64, PathBuf)>, StoreError> {
 /// `topic`'s queue `queue_id` as its consume-queue files show it: the first
 /// entry of the first file, and the last entry before the first empty one.
 pub fn queue(root: &Path, topic: &str, queue_id: u32) -> Result<QueueView, StoreError> {
-    let files = queue_files(&queue_dir(root, topic, queue_id))?;
+    view_of(topic, queue_id, &queue_files(&queue_dir(root, topic, queue_id))?)
+}
+
+/// [`queue`] over its files, listed already.
+fn view_of(topic: &str, queue_id: u32, files: &[(u64, PathBuf)]) -> Result<QueueView, StoreError> {
     let unit = CQ_STORE_UNIT_SIZE as u64;
     let entries = |path: &Path| -> Result<Vec<bool>, StoreError> {
         let bytes = std::fs::read(path).map_err(io_err(path))?;
@@ -156,18 +160,23 @@ pub fn read_queue(
     let unit = CQ_STORE_UNIT_SIZE as u64;
     let mut read = QueueRead { messages: Vec::new(), next_offset: offset, skipped_to: None };
     if let Some((start, _)) = files.first() {
-        let first = queue(root, topic, queue_id)?.min_offset.max(start / unit);
+        let first = view_of(topic, queue_id, &files)?.min_offset.max(start / unit);
         if offset < first {
             read.next_offset = first;
             read.skipped_to = Some(first);
         }
     }
     let mut segments: Option<commitlog::inspect::Listing> = None;
+    // The consume-queue file read last, kept open for the entries after it.
+    let mut open: Option<(u64, std::fs::File)> = None;
     while read.messages.len() < max_count {
         let at = read.next_offset.saturating_mul(unit);
         let Some((start, path)) = files.iter().rev().find(|(start, _)| *start <= at) else { break };
+        if open.as_ref().is_none_or(|(opened, _)| opened != start) {
+            open = Some((*start, std::fs::File::open(path).map_err(io_err(path))?));
+        }
+        let Some((_, file)) = &open else { break };
         let mut bytes = [0u8; CQ_STORE_UNIT_SIZE];
-        let file = std::fs::File::open(path).map_err(io_err(path))?;
         match file.read_exact_at(&mut bytes, at - start) {
             Ok(()) => {}
             Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => break,
