@@ -1,6 +1,7 @@
 //! Side-by-side comparison with peer crates, in one process and one run:
-//! `cargo xtask bench-compare [--quick]` (writes docs/benchmarks.md and
-//! docs/benchmarks.svg).
+//! `cargo xtask bench-compare [--quick] [--baseline FILE]` (writes
+//! docs/benchmarks.md, its plot docs/benchmarks.svg and the results document
+//! docs/benchmarks.json; with a baseline document, the ratios to it).
 //!
 //! Work, with 1 KiB records:
 //! (a) durable batches: one producer, 64 records per durable wait;
@@ -21,6 +22,11 @@
 use std::path::Path;
 use std::time::Instant;
 
+// The results document, shared with `commitlog bench --json`.
+// (`Latency::of` is the CLI's.)
+#[path = "../../crates/commitlog-cli/src/bench_doc.rs"]
+#[allow(dead_code)]
+mod bench_doc;
 mod ours;
 mod peers;
 mod physical;
@@ -176,42 +182,9 @@ fn median_line(lines: &[Line]) -> &Line {
     sorted[sorted.len() / 2]
 }
 
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let mem = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .next()
-                .map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse::<u64>().unwrap_or(0) / 1024 / 1024)
-        })
-        .unwrap_or(0);
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
-    let dir = std::env::var_os("BENCH_DIR").map_or_else(|| ".".into(), std::path::PathBuf::from);
-    let fs = fs_type(&dir);
-    format!("{cores} x {cpu}, {mem} GiB RAM, Linux {kernel}, bench directory on {fs}")
-}
-
-fn fs_type(path: &Path) -> String {
-    let abs = std::fs::canonicalize(path).unwrap_or_default();
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-    mounts
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() > 2 && abs.starts_with(f[1])).then(|| (f[1].len(), format!("{} ({})", f[2], f[0])))
-        })
-        .max()
-        .map(|(_, s)| s)
-        .unwrap_or_else(|| "unknown".into())
+/// Where the runs write: `BENCH_DIR`, or the working directory.
+fn bench_dir() -> std::path::PathBuf {
+    std::env::var_os("BENCH_DIR").map_or_else(|| ".".into(), std::path::PathBuf::from)
 }
 
 /// User + system CPU time of this process so far (all threads, exited ones
@@ -283,6 +256,15 @@ fn main() {
     ];
     let mut d_results = report_queues::Results::new(&d_systems);
     let out_path = arg("--out");
+    // A results document of an earlier run (this tool's or `commitlog bench
+    // --json`): read before the run, so a wrong file costs nothing.
+    let baseline = arg("--baseline").map(|path| match bench_doc::Doc::read(Path::new(&path)) {
+        Ok(doc) => doc,
+        Err(e) => {
+            eprintln!("baseline {path}: {e}");
+            std::process::exit(2);
+        }
+    });
     let started = Instant::now();
 
     let systems = [ours::PWRITE, ours::MMAP, ours::RECYCLING, peers::ROCKETMQ, peers::RAFT_ENGINE, peers::OKAYWAL];
@@ -348,7 +330,7 @@ fn main() {
     }
 
     let context = report::Context {
-        machine: machine(),
+        machine: bench_doc::machine(&bench_dir()),
         took: started.elapsed(),
         rounds,
         quick,
@@ -358,8 +340,13 @@ fn main() {
         pwrite_fdatasync_fallocated: median_line(&physical.pwrite_fdatasync_fallocated).clone(),
         fdatasync_4k: median_line(&physical.fdatasync_4k).clone(),
     };
+    let doc = bench_doc::Doc::new(&bench_dir(), [report::rows(&results), d_results.rows()].concat());
     let mut md = report::markdown(&context, &results);
     md.push_str(&report_queues::markdown(&d_results, &d_sizes, rounds));
+    if let Some(baseline) = &baseline {
+        md.push_str("\n## Against the baseline\n\n");
+        md.push_str(&bench_doc::ratio_table(&doc, baseline));
+    }
     println!("{md}");
     if let Some(path) = out_path {
         // The replicated-log section comes from its own run (`cargo xtask
@@ -374,7 +361,9 @@ fn main() {
         }
         std::fs::write(&path, &md).expect("write results");
         let svg_path = Path::new(&path).with_extension("svg");
-        std::fs::write(&svg_path, report::svg(&results)).expect("write plot");
-        eprintln!("wrote {path} and {}", svg_path.display());
+        std::fs::write(&svg_path, bench_doc::svg(&doc, baseline.as_ref())).expect("write plot");
+        let json_path = Path::new(&path).with_extension("json");
+        std::fs::write(&json_path, serde_json::to_string_pretty(&doc).expect("serialisable")).expect("write document");
+        eprintln!("wrote {path}, {} and {}", svg_path.display(), json_path.display());
     }
 }

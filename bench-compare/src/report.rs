@@ -231,66 +231,47 @@ pub fn markdown(ctx: &Context, results: &[Vec<Runs>]) -> String {
     }
     md.push_str(
         "Command: `cargo xtask bench-compare` (`--quick` for a short run, `--rounds N`; `BENCH_DIR` picks the file \
-         system, `BENCH_WARM=1` turns segment warm-up on, `BENCH_POOL=1` sends the log's appends through the write-buffer pool, `BENCH_NO_BACKGROUND_FLUSH=1` keeps the async flusher idle; `--only SYSTEM[:abc]` runs a subset, for profiling).\n",
+         system, `BENCH_WARM=1` turns segment warm-up on, `BENCH_POOL=1` sends the log's appends through the write-buffer pool, `BENCH_NO_BACKGROUND_FLUSH=1` keeps the async flusher idle; `--only SYSTEM[:abc]` runs a subset, for profiling; `--baseline FILE` adds the ratios to an earlier run's results document, docs/benchmarks.json, or to `commitlog bench --json`).\n",
     );
     md
 }
 
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
-}
-
-/// A bar chart per workload: median throughput with a min-max whisker, and the
-/// median run's p99.9 latency beside each bar.
-pub fn svg(results: &[Vec<Runs>]) -> String {
-    let (width, bar_h, gap, label_w, bar_w) = (900.0, 18.0, 6.0, 300.0, 420.0);
-    let mut y = 30.0;
-    let mut body = String::new();
+/// The results document's rows of (a)-(c): the median run of each system
+/// with the slowest and fastest, and the median run's latencies.
+pub fn rows(results: &[Vec<Runs>]) -> Vec<crate::bench_doc::Row> {
+    let workload_name = |w: Workload| match w {
+        Workload::A => "a",
+        Workload::B => "b",
+        Workload::C => "c",
+    };
+    let mut rows = Vec::new();
     for (w, runs) in Workload::ALL.iter().zip(results) {
-        let _ =
-            writeln!(body, r#"<text x="10" y="{y}" font-size="15" font-weight="bold">{}</text>"#, escape(&title(*w)));
-        y += 12.0;
-        let max = runs.iter().map(Runs::max_rate).fold(0.0, f64::max).max(1.0);
         for r in runs {
-            y += bar_h + gap;
-            let _ = writeln!(
-                body,
-                r#"<text x="{}" y="{}" font-size="12" text-anchor="end">{}</text>"#,
-                label_w - 8.0,
-                y - 5.0,
-                escape(r.system)
-            );
-            let Some(m) = r.median() else {
-                let _ = writeln!(body, r#"<text x="{label_w}" y="{}" font-size="12" fill="gray">n/a</text>"#, y - 5.0);
-                continue;
-            };
-            let len = bar_w * m.rate() / max;
-            let color = if r.ours { "steelblue" } else { "silver" };
-            let _ = writeln!(
-                body,
-                r#"<rect x="{label_w}" y="{}" width="{len:.1}" height="{bar_h}" fill="{color}"/>"#,
-                y - bar_h
-            );
-            let (lo, hi) = (label_w + bar_w * r.min_rate() / max, label_w + bar_w * r.max_rate() / max);
-            let mid = y - bar_h / 2.0;
-            let _ = writeln!(body, r#"<line x1="{lo:.1}" y1="{mid}" x2="{hi:.1}" y2="{mid}" stroke="black"/>"#);
-            let _ = writeln!(
-                body,
-                r#"<text x="{:.1}" y="{}" font-size="11">{:.0} MB/s, p99.9 {:.0} µs</text>"#,
-                label_w + bar_w + 10.0,
-                y - 5.0,
-                m.mb_s(),
-                m.pct_us(0.999)
-            );
+            let Some(m) = r.median() else { continue };
+            rows.push(crate::bench_doc::Row {
+                workload: workload_name(*w).into(),
+                title: title(*w),
+                system: r.system.into(),
+                config: String::new(),
+                ours: r.ours,
+                records_per_sec: m.rate(),
+                min_records_per_sec: Some(r.min_rate()),
+                max_records_per_sec: Some(r.max_rate()),
+                mb_per_sec: m.mb_s(),
+                latency: Some(crate::bench_doc::Latency {
+                    p50_us: m.pct_us(0.5),
+                    p99_us: m.pct_us(0.99),
+                    p999_us: m.pct_us(0.999),
+                    max_us: m.max_us(),
+                }),
+                detail: serde_json::json!({
+                    "unit": unit(*w),
+                    "runs": r.runs.len(),
+                    "records_per_sync": m.records_per_sync,
+                    "cpu_us_per_record": m.cpu_us_per_record,
+                }),
+            });
         }
-        y += 30.0;
     }
-    format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{y}" font-family="sans-serif">
-<rect width="100%" height="100%" fill="white"/>
-{body}<text x="10" y="{}" font-size="11" fill="dimgray">Bars: median throughput over the rounds (whisker: min to max); blue: this project. Text: median MB/s and the median run's p99.9 latency of its unit (batch or ack).</text>
-</svg>
-"#,
-        y - 10.0
-    )
+    rows
 }

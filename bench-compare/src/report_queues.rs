@@ -53,6 +53,44 @@ impl Results {
         }
     }
 
+    /// The results document's rows: one per system, flush mode and queue
+    /// count that has a run; the latency is the put's acknowledgement.
+    pub fn rows(&self) -> Vec<crate::bench_doc::Row> {
+        let mut rows = Vec::new();
+        for (f, flush) in Flush::ALL.iter().enumerate() {
+            for (n, queues) in QUEUE_COUNTS.iter().enumerate() {
+                for (s, (system, ours)) in self.systems.iter().enumerate() {
+                    let cell = &self.cells[f][n][s];
+                    let Some(m) = cell.median() else { continue };
+                    let mode = flush.name().split(' ').next().unwrap_or("");
+                    rows.push(crate::bench_doc::Row {
+                        workload: format!("d-{mode}-{queues}"),
+                        title: format!("(d) {PRODUCERS} producers over {queues} queues, {}", flush.name()),
+                        system: system.to_string(),
+                        config: String::new(),
+                        ours: *ours,
+                        records_per_sec: m.rate(),
+                        min_records_per_sec: Some(cell.min()),
+                        max_records_per_sec: Some(cell.max()),
+                        mb_per_sec: m.rate() * crate::RECORD as f64 / 1e6,
+                        latency: (!m.acks.is_empty()).then(|| crate::bench_doc::Latency {
+                            p50_us: pct_us(&m.acks, 0.5),
+                            p99_us: pct_us(&m.acks, 0.99),
+                            p999_us: pct_us(&m.acks, 0.999),
+                            max_us: pct_us(&m.acks, 1.0),
+                        }),
+                        detail: serde_json::json!({
+                            "e2e_p99_us": pct_us(&m.e2e, 0.99),
+                            "dispatch_lag_p99_us": pct_us(&m.lag, 0.99),
+                            "failed_runs": cell.failed.len(),
+                        }),
+                    });
+                }
+            }
+        }
+        rows
+    }
+
     fn cell(&self, flush: Flush, queues: u32, prefix: &str) -> Option<&Cell> {
         let f = Flush::ALL.iter().position(|x| *x == flush)?;
         let n = QUEUE_COUNTS.iter().position(|x| *x == queues)?;

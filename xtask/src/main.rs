@@ -16,7 +16,9 @@
 //! cargo xtask fuzz --seconds N           coverage-guided fuzzing of the recovery parser (nightly and
 //!                                        cargo-fuzz; not part of ci, its own CI job)
 //! cargo xtask msrv                       cargo check of the workspace on the declared rust-version
-//! cargo xtask bench-compare [--quick]    this project and the peer crates side by side, 5 interleaved rounds; writes docs/benchmarks.md and .svg
+//! cargo xtask bench-compare [--quick] [--baseline FILE]
+//!                                      this project and the peer crates side by side, 5 interleaved rounds; writes
+//!                                      docs/benchmarks.md, .svg and .json; with a baseline document, the ratios to it
 //! cargo xtask raft-kill [--kills N]      a 3-node cluster of real processes (the raft-node example): SIGKILL the
 //!                                        leader N times (20, the CI-sized run in ci), then count committed entries lost
 //! cargo xtask raft-bench [--seconds S]   committed entries/s of that cluster with the commit-log store and with an
@@ -38,7 +40,7 @@ use std::process::{exit, Command};
 use std::time::Instant;
 
 const USAGE: &str =
-    "usage: cargo xtask <ci | release-check | test | proptest --cases N [--seed S] | loom | miri | crash [--soak] | fuzz --seconds N | msrv | bench-compare [--quick] | raft-kill [--kills N] | raft-bench [--seconds S] | scale [--queues N] | index-lookup [--keys N] | latency [--rate R]>";
+    "usage: cargo xtask <ci | release-check | test | proptest --cases N [--seed S] | loom | miri | crash [--soak] | fuzz --seconds N | msrv | bench-compare [--quick] [--baseline FILE] | raft-kill [--kills N] | raft-bench [--seconds S] | scale [--queues N] | index-lookup [--keys N] | latency [--rate R]>";
 
 fn main() {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -52,7 +54,7 @@ fn main() {
         Some("fuzz") => seconds_arg(&args[1..]).and_then(fuzz),
         Some("miri") => miri(),
         Some("msrv") => msrv(),
-        Some("bench-compare") => bench_compare(args.iter().any(|a| a == "--quick")),
+        Some("bench-compare") => bench_compare(&args[1..]),
         Some("raft-kill") => number_arg(&args[1..], "--kills", 20).and_then(raft_kill),
         Some("raft-bench") => number_arg(&args[1..], "--seconds", 5).and_then(raft_bench),
         Some("scale") => number_arg(&args[1..], "--queues", 50_000)
@@ -403,15 +405,32 @@ fn fuzz(seconds: u64) -> Result<(), String> {
 }
 
 /// Builds and runs the comparison runner (its own manifest, so the peers never
-/// enter the main build), writing docs/benchmarks.md and its plot, docs/benchmarks.svg.
-fn bench_compare(quick: bool) -> Result<(), String> {
-    let out = std::env::current_dir().map_err(|e| e.to_string())?.join("docs/benchmarks.md");
+/// enter the main build), writing docs/benchmarks.md, its plot docs/benchmarks.svg
+/// and the results document docs/benchmarks.json. `--baseline FILE` (a results
+/// document of another run or machine, or of `commitlog bench --json`) adds the
+/// ratios to it to the report and its bars to the plot.
+fn bench_compare(args: &[String]) -> Result<(), String> {
+    let cwd = std::env::current_dir().map_err(|e| e.to_string())?;
+    let out = cwd.join("docs/benchmarks.md");
     let out = out.to_str().ok_or("non-UTF-8 path")?.to_string();
-    let mut args = vec!["run", "--release", "--manifest-path", "bench-compare/Cargo.toml", "--", "--out", &out];
-    if quick {
-        args.push("--quick");
+    let mut run = vec!["run", "--release", "--manifest-path", "bench-compare/Cargo.toml", "--", "--out", &out];
+    let mut rest = args.iter();
+    let mut baseline = None;
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--quick" => run.push("--quick"),
+            "--baseline" => {
+                let file = rest.next().ok_or("--baseline needs a file")?;
+                // Absolute, whichever directory the runner works in.
+                baseline = Some(cwd.join(file).to_str().ok_or("non-UTF-8 path")?.to_string());
+            }
+            other => return Err(format!("bench-compare: unknown option {other}\n{USAGE}")),
+        }
     }
-    cargo(&args, &[])
+    if let Some(file) = &baseline {
+        run.extend(["--baseline", file]);
+    }
+    cargo(&run, &[])
 }
 
 /// `--name N` among `args`, or `default`.

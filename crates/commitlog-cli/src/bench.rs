@@ -10,6 +10,7 @@ use commitlog::{CommitLog, FlushStats};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
+use crate::bench_doc::{self, Doc, Latency, Row};
 use crate::table::render;
 use crate::{io, log_config, CliError, FlushArg};
 
@@ -80,32 +81,18 @@ pub struct BenchArgs {
     /// How segments are written.
     #[arg(long, value_enum, default_value = "pwrite")]
     backend: Backend,
-    /// Print JSON instead of a table.
+    /// Print the results document (JSON, format `commitlog-bench/1`) instead of
+    /// a table; keep it as a baseline for another machine or configuration.
     #[arg(long)]
     json: bool,
-}
-
-/// Latency percentiles in microseconds.
-#[derive(Serialize, Clone, Copy, Default)]
-struct Percentiles {
-    p50_us: f64,
-    p99_us: f64,
-    p999_us: f64,
-    max_us: f64,
-}
-
-fn percentiles(mut nanos: Vec<u64>) -> Option<Percentiles> {
-    if nanos.is_empty() {
-        return None;
-    }
-    nanos.sort_unstable();
-    let at = |q: f64| nanos[((nanos.len() as f64 * q) as usize).min(nanos.len() - 1)] as f64 / 1000.0;
-    Some(Percentiles {
-        p50_us: at(0.50),
-        p99_us: at(0.99),
-        p999_us: at(0.999),
-        max_us: *nanos.last().expect("non-empty") as f64 / 1000.0,
-    })
+    /// A results document of an earlier run (`--json`, or `cargo xtask
+    /// bench-compare`'s docs/benchmarks.json): print this run side by side with
+    /// it, as ratios (on stderr with `--json`).
+    #[arg(long, value_name = "FILE")]
+    baseline: Option<PathBuf>,
+    /// Write the plot of this run (and of the baseline, if given) to FILE as SVG.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -117,8 +104,8 @@ struct ModeResult {
     seconds: f64,
     records_per_sec: f64,
     mb_per_sec: f64,
-    append_latency: Percentiles,
-    ack_latency: Option<Percentiles>,
+    append_latency: Latency,
+    ack_latency: Option<Latency>,
     flushes: u64,
     records_per_flush: Option<f64>,
     backend: Backend,
@@ -203,15 +190,54 @@ fn run_mode(mode: Mode, args: &BenchArgs, dir: &std::path::Path) -> Result<ModeR
         seconds,
         records_per_sec: records as f64 / seconds,
         mb_per_sec: (records * (args.record_size + commitlog::format::HEADER_SIZE) as u64) as f64 / seconds / 1e6,
-        append_latency: percentiles(append).unwrap_or_default(),
-        ack_latency: percentiles(ack),
+        append_latency: Latency::of(append).unwrap_or_default(),
+        ack_latency: Latency::of(ack),
         flushes,
         records_per_flush: (mode == Mode::Sync && flushes > 0).then(|| records as f64 / flushes as f64),
         backend: args.backend,
     })
 }
 
+impl Mode {
+    fn title(self, producers: usize) -> String {
+        match self {
+            Mode::Sync => format!("sync: {producers} producers, each waits for its record to be durable"),
+            Mode::Async => format!("async: {producers} producers, flushed in the background"),
+            Mode::AsyncPool => format!("async-pool: {producers} producers, through the write-buffer pool"),
+        }
+    }
+}
+
+/// The results document's row of one mode: its unit of latency is the
+/// acknowledged record where producers wait, else the append.
+fn row(r: &ModeResult, segment_size: usize) -> Row {
+    Row {
+        workload: r.mode.name().into(),
+        title: r.mode.title(r.producers),
+        system: "commitlog".into(),
+        config: format!(
+            "{}, {} producers, {} B records, {} MiB segments",
+            r.backend.name(),
+            r.producers,
+            r.record_size,
+            segment_size >> 20
+        ),
+        ours: true,
+        records_per_sec: r.records_per_sec,
+        min_records_per_sec: None,
+        max_records_per_sec: None,
+        mb_per_sec: r.mb_per_sec,
+        latency: Some(r.ack_latency.unwrap_or(r.append_latency)),
+        detail: serde_json::to_value(r).expect("serialisable"),
+    }
+}
+
 pub fn run(args: BenchArgs) -> Result<(), CliError> {
+    // Read the baseline first: a wrong file should not cost a whole run.
+    let baseline = match &args.baseline {
+        Some(path) => Some(Doc::read(path).map_err(|e| CliError::Input(format!("baseline {}: {e}", path.display())))?),
+        None => None,
+    };
     let modes = if args.mode.is_empty() { vec![Mode::Sync, Mode::Async, Mode::AsyncPool] } else { args.mode.clone() };
     let temp;
     let root = match &args.dir {
@@ -225,8 +251,16 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
     for mode in modes {
         results.push(run_mode(mode, &args, &root.join(mode.name()))?);
     }
+    let doc = Doc::new(&root, results.iter().map(|r| row(r, args.segment_size)).collect());
+    if let Some(path) = &args.plot {
+        std::fs::write(path, bench_doc::svg(&doc, baseline.as_ref()))
+            .map_err(io(format!("writing the plot {}", path.display())))?;
+    }
     if args.json {
-        outln!("{}", serde_json::to_string_pretty(&results).expect("serialisable"))?;
+        outln!("{}", serde_json::to_string_pretty(&doc).expect("serialisable"))?;
+        if let Some(baseline) = &baseline {
+            eprintln!("{}", bench_doc::ratio_table(&doc, baseline));
+        }
         return Ok(());
     }
     let us = |v: f64| format!("{v:.1}");
@@ -273,5 +307,9 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         args.record_size,
         args.segment_size
     )?;
-    out!("{}", render(&rows))
+    out!("{}", render(&rows))?;
+    if let Some(baseline) = &baseline {
+        out!("\n{}", bench_doc::ratio_table(&doc, baseline))?;
+    }
+    Ok(())
 }

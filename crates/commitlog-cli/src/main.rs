@@ -30,6 +30,7 @@ macro_rules! outln {
 
 mod args;
 mod bench;
+mod bench_doc;
 mod inspect_cmds;
 mod messages;
 mod produce;
@@ -51,7 +52,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Benchmark each flush mode on a temporary directory and print a table.
+    /// Benchmark each flush mode on a temporary directory and print a table
+    /// (or the results document with --json; --baseline FILE compares with one).
     Bench(bench::BenchArgs),
     /// Append stdin lines as records; print each offset once acknowledged.
     Produce(produce::ProduceArgs),

@@ -335,15 +335,22 @@ fn bench_runs_every_mode_and_prints_json() {
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let modes: Vec<&str> = v.as_array().unwrap().iter().map(|m| m["mode"].as_str().unwrap()).collect();
+    assert_eq!(v["format"], "commitlog-bench/1");
+    assert!(v["machine"].as_str().unwrap().contains("Linux"));
+    let runs = v["runs"].as_array().unwrap();
+    let modes: Vec<&str> = runs.iter().map(|m| m["workload"].as_str().unwrap()).collect();
     assert_eq!(modes, ["sync", "async", "async-pool"]);
-    for m in v.as_array().unwrap() {
-        assert_eq!(m["records"], 2000);
-        assert_eq!(m["backend"], "pwrite", "the default write path, reported");
+    for m in runs {
+        assert_eq!(m["detail"]["records"], 2000);
+        assert_eq!(m["detail"]["backend"], "pwrite", "the default write path, reported");
         assert!(m["records_per_sec"].as_f64().unwrap() > 0.0);
+        assert!(m["config"].as_str().unwrap().contains("2 producers, 128 B records, 1 MiB segments"));
     }
-    assert!(v[0]["ack_latency"]["p99_us"].as_f64().unwrap() > 0.0, "sync reports durable-ack latency");
-    assert!(v[0]["records_per_flush"].as_f64().unwrap() >= 1.0, "sync reports records per flush");
+    let sync = &runs[0];
+    assert!(sync["detail"]["ack_latency"]["p99_us"].as_f64().unwrap() > 0.0, "sync reports durable-ack latency");
+    assert_eq!(sync["latency"], sync["detail"]["ack_latency"], "sync's unit is the acknowledged record");
+    assert!(sync["detail"]["records_per_flush"].as_f64().unwrap() >= 1.0, "sync reports records per flush");
+    assert_eq!(runs[1]["latency"], runs[1]["detail"]["append_latency"]);
     assert!(dir.path().join("sync").exists(), "--dir keeps the logs");
     let table = run(&[
         "bench",
@@ -361,6 +368,25 @@ fn bench_runs_every_mode_and_prints_json() {
     assert!(table.status.success());
     let table = text(&table.stdout);
     assert!(table.contains("rec/s") && table.contains("rec/flush") && table.contains("mmap"), "{table}");
+
+    // The document is a baseline for another configuration: one command prints the ratios and plots both.
+    let base = dir.path().join("base.json");
+    std::fs::write(&base, &out.stdout).unwrap();
+    let plot = dir.path().join("plot.svg");
+    let (b, p) = (base.to_str().unwrap(), plot.to_str().unwrap());
+    let against = ["bench", "--count", "500", "--mode", "async", "--record-size", "64", "--segment-size", "2097152"];
+    let cmp = run(&[&against[..], &["--baseline", b, "--plot", p]].concat());
+    assert!(cmp.status.success(), "{}", text(&cmp.stderr));
+    let cmp = text(&cmp.stdout);
+    let line = cmp.lines().find(|l| l.starts_with("| async |")).unwrap_or_else(|| panic!("no async row: {cmp}"));
+    assert!(line.contains("2 MiB segments) vs commitlog (pwrite, 2 producers, 128 B records, 1 MiB"), "{line}");
+    assert!(line.contains('x'), "a ratio: {line}");
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("baseline"), "{svg}");
+    // A file that is not a results document is refused before anything runs.
+    let wrong = run(&[&against[..], &["--baseline", p]].concat());
+    assert_eq!(wrong.status.code(), Some(1));
+    assert!(text(&wrong.stderr).contains("not a benchmark results document"), "{}", text(&wrong.stderr));
 }
 
 #[test]
