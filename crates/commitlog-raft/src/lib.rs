@@ -11,7 +11,8 @@
 //! <dir>/raft/lock     the raft directory's lock
 //! ```
 //!
-//! What each guarantee rests on (docs/replication.md says more):
+//! What each guarantee rests on (the repository's docs/replication.md says
+//! more):
 //! - **Acknowledged means durable.** The callback of `append` fires from the
 //!   batch's [`DurabilityHandle`], which resolves only
 //!   after a successful sync covering it; callbacks fire in the order of the

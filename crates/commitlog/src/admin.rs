@@ -7,7 +7,8 @@
 //! Each step takes the store's lock (so it refuses while the log is open, with
 //! [`Error::Locked`]), changes nothing when it refuses, moves aside rather than
 //! deletes, and reports what it did. `commitlog forget-dir` and `commitlog
-//! recover --salvage` run them; docs/operations.md says when.
+//! recover --salvage` run them; the repository's docs/operations.md says
+//! when.
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -30,8 +30,8 @@ pub enum FlushDiskType {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(default))]
 pub struct CommitLogConfig {
     /// Segment size of a new store (`mappedFileSizeCommitLog`), a multiple of
-    /// 4096: 64 MiB by default (RocketMQ's brokers use 1 GiB; the trade-off is
-    /// in docs/operations.md). An existing store keeps the size of its
+    /// 4096: 64 MiB by default (RocketMQ's brokers use 1 GiB; the trade-off,
+    /// measured, is in the repository's docs/operations.md). An existing store keeps the size of its
     /// segments: [`CommitLog::open`](crate::CommitLog::open) adopts it.
     pub mapped_file_size_commit_log: usize,
     /// Directories to keep segments in (`storePathCommitLog`; RocketMQ separates
@@ -67,7 +67,8 @@ pub struct CommitLogConfig {
     /// read-only for readers (`writeWithoutMmap`, true here; false in RocketMQ),
     /// instead of copying into a read-write mapping synced with `msync`. The file
     /// format is the same, so a store may switch between restarts. The default
-    /// follows docs/benchmarks.md: faster on every workload measured.
+    /// follows the repository's docs/benchmarks.md: faster on every workload
+    /// measured.
     pub write_without_mmap: bool,
     /// Under sync flush, readers see only durable records (RocketMQ
     /// [#8239](https://github.com/apache/rocketmq/issues/8239): consumers must not see what a crash
@@ -83,7 +84,7 @@ pub struct CommitLogConfig {
     /// How many expired segments to keep as spare files for new segments instead
     /// of deleting them (0, as RocketMQ: delete). A segment made from a spare has
     /// its blocks written already, so durable batches sync at the rate of written
-    /// blocks rather than of fresh preallocated ones (docs/benchmarks.md). Spares
+    /// blocks rather than of fresh preallocated ones (the repository's docs/benchmarks.md). Spares
     /// take disk space like segments; their old bytes are never read back (every
     /// record's CRC covers its own offset).
     pub recycle_segments: usize,

@@ -1,4 +1,4 @@
-//! The record format (drawn in `docs/format.md`).
+//! The record format (drawn byte by byte in the repository's `docs/format.md`).
 //!
 //! Every record starts with a 32-byte header, all integers little-endian:
 //!

@@ -10,7 +10,7 @@
 //!   the background every `flush_interval_commit_log_ms`.
 //!
 //! Every record carries its length, magic, absolute offset, store timestamp and a
-//! CRC32C over all of them and the body (`docs/format.md`). Opening a directory
+//! CRC32C over all of them and the body (the repository's `docs/format.md`). Opening a directory
 //! recovers it: a torn tail is truncated, damage below the checkpointed offset is
 //! reported as [`Error::Corrupt`].
 //!

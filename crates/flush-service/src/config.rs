@@ -47,7 +47,7 @@ pub struct FlushConfig {
     /// each), how long its durable wait spins for the answer before it sleeps
     /// (microseconds, 150; 0 never spins). Saves the wake-up of the waiting
     /// thread, about 15-25 µs of a durable batch's 100-170 on the development VM
-    /// (docs/benchmarks.md); never used while rounds serve several producers,
+    /// (the repository's docs/benchmarks.md); never used while rounds serve several producers,
     /// whose CPU a spinning waiter would take.
     pub group_commit_spin_us: u64,
     /// Bound on joining a service thread at shutdown (RocketMQ: 5 min for flushers).

@@ -15,7 +15,7 @@
 //!   ([`MessageStore::query_by_key`]), built by the same dispatch.
 //! - Opening a store makes every consume queue agree with the log: entries past
 //!   the recorded dispatch point are cut and the messages after it dispatched
-//!   again; see `docs/message-store.md`.
+//!   again; the repository's `docs/message-store.md` has the details.
 //!
 //! ```
 //! use commitlog::{CommitLogConfig, FlushDiskType};

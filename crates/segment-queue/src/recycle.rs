@@ -3,7 +3,7 @@
 //!
 //! A new segment's file is preallocated (`fallocate`) but its blocks are unwritten:
 //! every sync that first covers them also has the file system convert them, which
-//! costs a durable batch about a third of its rate on ext4 (docs/benchmarks.md, the
+//! costs a durable batch about a third of its rate on ext4 (the repository's docs/benchmarks.md, the
 //! two `pwrite` + `fdatasync` lines). A spare's blocks were written in its earlier
 //! life, so a segment made from one syncs at the rate of written blocks. Its old
 //! bytes are harmless: every record's CRC covers its own absolute offset, a spare

@@ -82,7 +82,7 @@ impl Drop for DirLock {
 /// `msync`, or written with `pwrite` and synced with `fdatasync`, the mapping then
 /// read-only and used only by readers. The second takes no page faults and no
 /// write-protect faults after writeback on the append path, and its sync costs
-/// about half an `msync` of the same bytes on ext4 (docs/benchmarks.md).
+/// about half an `msync` of the same bytes on ext4 (the repository's docs/benchmarks.md).
 ///
 /// Mapping a file shared is sound only while nobody else writes or truncates it:
 /// a change under a live `&[u8]` is undefined behaviour, a truncation a SIGBUS.

@@ -10,7 +10,10 @@
 //!   default; [`AdaptiveGatherPolicy`] (`adaptive_gather.rs`) measures the
 //!   machine's sync time and the producers' return time.
 //!
-//! See `docs/flush-policies.md` for how to add one.
+//! To add one: implement [`FlushPolicy`] (and [`PolicyFactory`], which must be
+//! `Debug`, to build one per target), then set `FlushConfig::policy` to
+//! [`PolicyChoice::Custom`] with the factory; the repository's `docs/flush-policies.md` walks through a complete
+//! policy with its test.
 
 use std::fmt;
 use std::sync::Arc;
