@@ -7,6 +7,9 @@
 //! (a) durable batches: one producer, 64 records per durable wait;
 //! (b) group commit: 16 producers, each waits for its own record to be durable;
 //! (c) no sync: one producer appending batches of 64;
+//! (c') no sync, single records: one producer, 64 appends of one record each
+//!     per timed unit (the API a caller without batches uses; where the log's
+//!     default write path makes one `pwrite` per record);
 //! (d) many queues: 4 producers putting 1 KiB messages round-robin over N
 //!     queues of one store, async and sync flush (see `queues.rs`).
 //!
@@ -111,6 +114,8 @@ pub struct System {
     pub a: fn(&Sizes) -> Outcome,
     pub b: fn(&Sizes) -> Outcome,
     pub c: fn(&Sizes) -> Outcome,
+    /// (c'): as (c), one record per append.
+    pub c_single: fn(&Sizes) -> Outcome,
 }
 
 /// The workloads, in report order.
@@ -119,15 +124,17 @@ pub enum Workload {
     A,
     B,
     C,
+    CSingle,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 3] = [Workload::A, Workload::B, Workload::C];
+    pub const ALL: [Workload; 4] = [Workload::A, Workload::B, Workload::C, Workload::CSingle];
     fn run(self, system: &System, sizes: &Sizes) -> Outcome {
         match self {
             Workload::A => (system.a)(sizes),
             Workload::B => (system.b)(sizes),
             Workload::C => (system.c)(sizes),
+            Workload::CSingle => (system.c_single)(sizes),
         }
     }
 }
@@ -211,13 +218,14 @@ fn arg(name: &str) -> Option<String> {
     std::env::args().skip_while(|a| a != name).nth(1)
 }
 
-/// `--only SYSTEM[:WORKLOADS]` (e.g. `--only pwrite:c`) runs what matches: for
+/// `--only SYSTEM[:WORKLOADS]` (e.g. `--only pwrite:c`; `s` is (c')) runs what matches: for
 /// profiling one system. Reports from such runs are partial.
 fn wanted(system: &str, workload: Workload) -> bool {
     let letter = match workload {
         Workload::A => 'a',
         Workload::B => 'b',
         Workload::C => 'c',
+        Workload::CSingle => 's',
     };
     wanted_letter(system, letter)
 }
@@ -227,7 +235,7 @@ fn wanted_letter(system: &str, letter: char) -> bool {
     let Some(only) = arg("--only") else {
         return true;
     };
-    let (name, workloads) = only.split_once(':').unwrap_or((&only, "abcd"));
+    let (name, workloads) = only.split_once(':').unwrap_or((&only, "abcsd"));
     system.contains(name) && workloads.contains(letter)
 }
 
@@ -267,7 +275,8 @@ fn main() {
     });
     let started = Instant::now();
 
-    let systems = [ours::PWRITE, ours::MMAP, ours::RECYCLING, peers::ROCKETMQ, peers::RAFT_ENGINE, peers::OKAYWAL];
+    let systems =
+        [ours::PWRITE, ours::MMAP, ours::RECYCLING, ours::POOL, peers::ROCKETMQ, peers::RAFT_ENGINE, peers::OKAYWAL];
     let mut results: Vec<Vec<Runs>> = Workload::ALL
         .iter()
         .map(|_| {

@@ -13,11 +13,14 @@ struct Variant {
     write_without_mmap: bool,
     /// Keep expired segments as spares, and age the store before the timed part.
     spares: bool,
+    /// Appends go through the write-buffer pool (`transient_store_pool_enable`).
+    pool: bool,
 }
 
-const DEFAULT: Variant = Variant { write_without_mmap: true, spares: false };
-const MAPPED: Variant = Variant { write_without_mmap: false, spares: false };
-const SPARES: Variant = Variant { write_without_mmap: true, spares: true };
+const DEFAULT: Variant = Variant { write_without_mmap: true, spares: false, pool: false };
+const MAPPED: Variant = Variant { write_without_mmap: false, spares: false, pool: false };
+const SPARES: Variant = Variant { write_without_mmap: true, spares: true, pool: false };
+const POOLED: Variant = Variant { write_without_mmap: true, spares: false, pool: true };
 
 /// The log writing with pwrite + fdatasync (the default).
 pub const PWRITE: System = System {
@@ -25,7 +28,8 @@ pub const PWRITE: System = System {
     ours: true,
     a: |s| durable_batches(s, DEFAULT),
     b: |s| group_commit(s, DEFAULT),
-    c: |s| no_sync(s, DEFAULT),
+    c: |s| no_sync(s, DEFAULT, false),
+    c_single: |s| no_sync(s, DEFAULT, true),
 };
 
 /// The log writing through a read-write mapping, synced with msync.
@@ -34,7 +38,8 @@ pub const MMAP: System = System {
     ours: true,
     a: |s| durable_batches(s, MAPPED),
     b: |s| group_commit(s, MAPPED),
-    c: |s| no_sync(s, MAPPED),
+    c: |s| no_sync(s, MAPPED, false),
+    c_single: |s| no_sync(s, MAPPED, true),
 };
 
 /// The default write path in a store that keeps two spare segments
@@ -45,7 +50,20 @@ pub const RECYCLING: System = System {
     ours: true,
     a: |s| durable_batches(s, SPARES),
     b: |s| group_commit(s, SPARES),
-    c: |s| no_sync(s, SPARES),
+    c: |s| no_sync(s, SPARES, false),
+    c_single: |s| no_sync(s, SPARES, true),
+};
+
+/// The default write path behind the write-buffer pool (RocketMQ's
+/// `transientStorePoolEnable`): appends copy into off-heap buffers, and the
+/// commit service writes them to the segment in large `pwrite`s.
+pub const POOL: System = System {
+    name: "commitlog, pwrite, write-buffer pool",
+    ours: true,
+    a: |s| durable_batches(s, POOLED),
+    b: |s| group_commit(s, POOLED),
+    c: |s| no_sync(s, POOLED, false),
+    c_single: |s| no_sync(s, POOLED, true),
 };
 
 fn config(flush: FlushDiskType, variant: Variant) -> CommitLogConfig {
@@ -61,7 +79,7 @@ fn config(flush: FlushDiskType, variant: Variant) -> CommitLogConfig {
         .write_without_mmap(variant.write_without_mmap)
         .recycle_segments(if variant.spares { 2 } else { 0 })
         .warm_mapped_file_enable(std::env::var_os("BENCH_WARM").is_some())
-        .transient_store_pool(std::env::var_os("BENCH_POOL").is_some(), 3)
+        .transient_store_pool(variant.pool || std::env::var_os("BENCH_POOL").is_some(), 3)
         .build()
         .expect("config")
 }
@@ -148,14 +166,21 @@ fn group_commit(sizes: &Sizes, variant: Variant) -> Outcome {
 }
 
 /// (c): async flush, batches of 64.
-fn no_sync(sizes: &Sizes, variant: Variant) -> Outcome {
+/// (c), or with `single` (c'): the same records, one per append.
+fn no_sync(sizes: &Sizes, variant: Variant, single: bool) -> Outcome {
     let (_dir, log) = open(FlushDiskType::AsyncFlush, variant);
     let bodies = bodies();
     let mut lat = Vec::with_capacity(sizes.c_batches);
     let start = Instant::now();
     for _ in 0..sizes.c_batches {
         let t = Instant::now();
-        log.append_batch(&bodies).expect("append");
+        if single {
+            for body in &bodies {
+                log.append(body).expect("append");
+            }
+        } else {
+            log.append_batch(&bodies).expect("append");
+        }
         lat.push(t.elapsed().as_nanos() as u64);
     }
     let seconds = start.elapsed().as_secs_f64();

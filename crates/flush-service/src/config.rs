@@ -44,11 +44,13 @@ pub struct FlushConfig {
     /// no-delay count taken from the last round.
     pub group_commit_gather_us: u64,
     /// While rounds serve a lone producer (eight rounds in a row of one request
-    /// each), how long its durable wait spins for the answer before it sleeps
-    /// (microseconds, 150; 0 never spins). Saves the wake-up of the waiting
-    /// thread, about 15-25 µs of a durable batch's 100-170 on the development VM
-    /// (the repository's docs/benchmarks.md); never used while rounds serve several producers,
-    /// whose CPU a spinning waiter would take.
+    /// each), the longest its durable wait spins for the answer before it
+    /// sleeps, and the service for the producer's next request (microseconds,
+    /// 1000; 0 never spins). Within it both spin a quarter more than a sync
+    /// usually takes ([`lone_spin`](crate::lone_spin)); past it neither spins. Saves
+    /// the wake-ups of both threads, 40-60 µs each of a durable batch's 300-400
+    /// on a virtual machine (the repository's docs/benchmarks.md); never used
+    /// while rounds serve several producers, whose CPU a spinning thread would take.
     pub group_commit_spin_us: u64,
     /// Bound on joining a service thread at shutdown (RocketMQ: 5 min for flushers).
     pub service_join_time_ms: u64,
@@ -77,7 +79,7 @@ impl Default for FlushConfig {
             wake_flush_when_put_message: false,
             group_commit_interval_ms: 10,
             group_commit_gather_us: 100,
-            group_commit_spin_us: 150,
+            group_commit_spin_us: 1000,
             service_join_time_ms: 5 * 60 * 1000,
             policy: PolicyChoice::RocketMq,
             gather_policy: GatherChoice::ProducersBack,

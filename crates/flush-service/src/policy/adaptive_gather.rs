@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::policy::producers_back::{producers_back, LONE_ROUNDS};
+use crate::policy::producers_back::{average, lone_spin, nanos, producers_back, LONE_ROUNDS};
 use crate::{GatherDecision, GatherInput, GatherOutcome, GatherPolicy, RoundReport};
 
 /// Waits for the producers the last round served, as [`ProducersBackPolicy`](crate::ProducersBackPolicy)
@@ -14,8 +14,9 @@ use crate::{GatherDecision, GatherInput, GatherOutcome, GatherPolicy, RoundRepor
 /// - does not wait when producers come back slower than a sync takes (a second
 ///   sync costs less than the wait);
 /// - otherwise waits at most twice their usual return time, within `max_gather`;
-/// - spins a lone producer's wait at most as long as a sync usually takes, within
-///   `max_spin` (a slow disk's waiter sleeps at once instead of burning a CPU).
+/// - spins a lone producer's wait about as long as a sync usually takes, within
+///   `max_spin` (a slow disk's waiter sleeps at once instead of burning a CPU):
+///   [`lone_spin`](crate::lone_spin).
 ///
 /// Until it has measured, it behaves as the default policy.
 #[derive(Debug, Clone)]
@@ -28,19 +29,6 @@ pub struct AdaptiveGatherPolicy {
     sync_ns: u64,
     /// Moving average of the producers' return time, in nanoseconds (0: not yet).
     back_ns: u64,
-}
-
-/// An exponential moving average with weight 1/8 for the new sample.
-fn average(old: u64, sample: u64) -> u64 {
-    if old == 0 {
-        return sample.max(1);
-    }
-    let old = u128::from(old);
-    u64::try_from((old * 7 + u128::from(sample)) / 8).unwrap_or(u64::MAX).max(1)
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl AdaptiveGatherPolicy {
@@ -85,7 +73,7 @@ impl GatherPolicy for AdaptiveGatherPolicy {
             self.lone_rounds = 0;
         }
         if self.lone_rounds >= LONE_ROUNDS {
-            self.max_spin.min(Duration::from_nanos(self.sync_ns))
+            lone_spin(self.sync_ns, self.max_spin)
         } else {
             Duration::ZERO
         }
@@ -133,12 +121,12 @@ mod tests {
         for _ in 0..LONE_ROUNDS {
             spin = p.after_round(&round(1, 40));
         }
-        assert_eq!(spin, Duration::from_micros(40), "a fast disk: spin about a sync");
+        assert_eq!(spin, Duration::from_micros(75), "a fast disk: spin about a sync, 40 + 10 + 25");
         let mut slow = AdaptiveGatherPolicy::new(Duration::from_micros(100), Duration::from_micros(150));
         for _ in 0..LONE_ROUNDS {
             spin = slow.after_round(&round(1, 5000));
         }
-        assert_eq!(spin, Duration::from_micros(150), "within the bound");
+        assert_eq!(spin, Duration::ZERO, "a sync past the bound: sleep at once");
         assert_eq!(p.before_sync(&input()), GatherDecision::Go, "a lone producer never waits");
     }
 }

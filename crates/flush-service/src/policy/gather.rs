@@ -106,13 +106,14 @@ pub trait GatherPolicyFactory: Send + Sync + fmt::Debug + 'static {
 )]
 pub enum GatherChoice {
     /// [`ProducersBackPolicy`]: wait for as many as the last round served and
-    /// left in flight, up to `group_commit_gather_us`; spin up to
-    /// `group_commit_spin_us` once rounds serve a lone producer. The default.
+    /// left in flight, up to `group_commit_gather_us`; once rounds serve a lone
+    /// producer, spin about a usual sync ([`lone_spin`](crate::lone_spin)),
+    /// within `group_commit_spin_us`. The default.
     #[default]
     ProducersBack,
     /// [`AdaptiveGatherPolicy`]: the same waits, bounded by what it measures
-    /// (no wait when producers come back slower than a sync takes; spins no
-    /// longer than a sync), within the same knobs.
+    /// (no wait when producers come back slower than a sync takes), within the
+    /// same knobs.
     Adaptive,
     /// A policy from outside this crate.
     #[cfg_attr(feature = "serde", serde(skip))]

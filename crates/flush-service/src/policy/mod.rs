@@ -32,7 +32,7 @@ pub use dirty_bytes_or_age::DirtyBytesOrAgePolicy;
 pub use gather::{
     GatherChoice, GatherDecision, GatherInput, GatherOutcome, GatherPolicy, GatherPolicyFactory, RoundReport,
 };
-pub use producers_back::{ProducersBackPolicy, LONE_ROUNDS};
+pub use producers_back::{lone_spin, ProducersBackPolicy, LONE_ROUNDS};
 pub use rocketmq::RocketMqPolicy;
 
 /// What a policy sees when asked.

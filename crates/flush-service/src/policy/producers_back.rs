@@ -17,11 +17,12 @@ pub const LONE_ROUNDS: u64 = 8;
 /// serving half. A lone producer never waits.
 ///
 /// Once [`LONE_ROUNDS`] rounds in a row acknowledged one request each, a new
-/// request's blocking wait spins up to `spin` for its answer: the round that
-/// serves a lone producer is usually microseconds from done, and its wake-up
-/// would cost as much. With a few producers some rounds serve one too; a
-/// spinning waiter would take the CPU the others need, so one such round is not
-/// enough.
+/// request's blocking wait spins for its answer about as long as a sync
+/// usually takes ([`lone_spin`]), and the service spins as long for the
+/// producer's next request: a thread put to sleep and woken costs tens of
+/// microseconds on a virtual machine, a tenth of a durable batch. With a few
+/// producers some rounds serve one too; a spinning waiter would take the CPU
+/// the others need, so one such round is not enough.
 #[derive(Debug, Clone)]
 pub struct ProducersBackPolicy {
     max_gather: Duration,
@@ -30,17 +31,46 @@ pub struct ProducersBackPolicy {
     last_producers: usize,
     /// Rounds in a row that acknowledged exactly one request.
     lone_rounds: u64,
+    /// Moving average of a round's sync, in nanoseconds (0: not measured yet).
+    sync_ns: u64,
 }
 
 impl ProducersBackPolicy {
     /// Waits at most `max_gather`; spins at most `spin` for a lone producer.
     pub fn new(max_gather: Duration, spin: Duration) -> Self {
-        ProducersBackPolicy { max_gather, spin, last_producers: 0, lone_rounds: 0 }
+        ProducersBackPolicy { max_gather, spin, last_producers: 0, lone_rounds: 0, sync_ns: 0 }
     }
 
     /// True while the last rounds served a lone producer.
     pub fn serving_a_lone_producer(&self) -> bool {
         self.lone_rounds >= LONE_ROUNDS
+    }
+}
+
+/// An exponential moving average with weight 1/8 for the new sample.
+pub(crate) fn average(old: u64, sample: u64) -> u64 {
+    if old == 0 {
+        return sample.max(1);
+    }
+    let old = u128::from(old);
+    u64::try_from((old * 7 + u128::from(sample)) / 8).unwrap_or(u64::MAX).max(1)
+}
+
+pub(crate) fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// How long a lone producer's wait spins, given the usual sync (`sync_ns`, a
+/// moving average) and the bound `max_spin`: a quarter more than the usual
+/// sync plus 25 µs, so the answer of a usual round lands inside the spin; zero
+/// when that exceeds the bound, because a spin that ends before the answer
+/// burns a CPU and pays the wake-up anyway (a slow disk's waiter sleeps at once).
+pub fn lone_spin(sync_ns: u64, max_spin: Duration) -> Duration {
+    let expected = Duration::from_nanos(sync_ns.saturating_add(sync_ns / 4).saturating_add(25_000));
+    if sync_ns == 0 || expected > max_spin {
+        Duration::ZERO
+    } else {
+        expected
     }
 }
 
@@ -62,6 +92,7 @@ impl GatherPolicy for ProducersBackPolicy {
     }
 
     fn after_round(&mut self, report: &RoundReport) -> Duration {
+        self.sync_ns = average(self.sync_ns, nanos(report.sync));
         // Acknowledged producers queue their next requests on the write list, and
         // those left in flight are still in flight: neither is counted twice.
         self.last_producers = report.acknowledged.saturating_add(report.left_in_flight);
@@ -71,7 +102,7 @@ impl GatherPolicy for ProducersBackPolicy {
             self.lone_rounds = 0;
         }
         if self.serving_a_lone_producer() {
-            self.spin
+            lone_spin(self.sync_ns, self.spin)
         } else {
             Duration::ZERO
         }
@@ -105,13 +136,25 @@ mod tests {
     }
 
     #[test]
-    fn spins_only_after_a_run_of_lone_rounds() {
-        let spin = Duration::from_micros(150);
-        let mut p = ProducersBackPolicy::new(Duration::from_micros(100), spin);
+    fn spins_only_after_a_run_of_lone_rounds_about_as_long_as_a_sync() {
+        let mut p = ProducersBackPolicy::new(Duration::from_micros(100), Duration::from_micros(1000));
         for _ in 1..LONE_ROUNDS {
             assert_eq!(p.after_round(&round(1, 0)), Duration::ZERO);
         }
-        assert_eq!(p.after_round(&round(1, 0)), spin);
+        // Syncs of 200 µs: 250 + 25.
+        assert_eq!(p.after_round(&round(1, 0)), Duration::from_micros(275));
         assert_eq!(p.after_round(&round(2, 0)), Duration::ZERO, "a round of two ends the run");
+    }
+
+    #[test]
+    fn a_spin_that_cannot_outlast_the_usual_sync_is_not_spun() {
+        assert_eq!(lone_spin(0, Duration::from_micros(1000)), Duration::ZERO, "not measured");
+        assert_eq!(lone_spin(40_000, Duration::from_micros(1000)), Duration::from_micros(75));
+        assert_eq!(lone_spin(780_000, Duration::from_micros(1000)), Duration::from_micros(1000), "at the bound");
+        assert_eq!(
+            lone_spin(800_000, Duration::from_micros(1000)),
+            Duration::ZERO,
+            "1,025 µs past the bound: sleep at once"
+        );
     }
 }
