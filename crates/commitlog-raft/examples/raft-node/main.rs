@@ -3,12 +3,22 @@
 //! drivers that run a 3-node cluster of real processes:
 //!
 //! ```text
-//! raft-node serve --id 1 --addr 127.0.0.1:7001 --dir /tmp/n1 [--memory] [--no-snapshots]
+//! raft-node serve --id 1 --addr 127.0.0.1:7001 --dir /tmp/n1 [--memory] [--no-snapshots] [--allow-remote]
 //! raft-node init --addr 127.0.0.1:7001 --peers 1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003
 //! raft-node put --addr 127.0.0.1:7001 --key K --value V  # follows the leader; prints the entry's index
 //! raft-node kill-test [--kills 20] [--interval-ms 800]   # SIGKILL the leader again and again
 //! raft-node bench [--store commitlog|memory] [--seconds 5] [--clients 32]
 //! ```
+//!
+//! The RPCs carry no authentication: anyone who can reach a node's port can
+//! write, read every key, or initialize and reconfigure the cluster. `serve`
+//! therefore refuses an address that is not loopback unless `--allow-remote`
+//! says the network is trusted. What any connection can make a node hold is
+//! bounded (`rpc::Limits`): frames of at most 16 MiB (a larger length prefix is
+//! refused before its body is read), 10 s to send a frame or take a reply, 60 s
+//! of silence, 64 connections at once; a malformed or oversized request gets a
+//! `Refused` reply and never ends the node (`tests.rs` throws random and
+//! hostile frames at one).
 //!
 //! `kill-test` starts three `serve` processes, initializes the cluster, writes
 //! from several clients (a write counts once `client_write` returned: committed
@@ -40,6 +50,8 @@ mod mem;
 mod network;
 mod node;
 mod rpc;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -59,7 +71,7 @@ use openraft::raft::{
 };
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use cluster::*;
@@ -75,8 +87,25 @@ async fn serve_command(args: &[String]) -> Result<bool, Error> {
     let addr = arg(args, "--addr", String::new())?;
     let dir = arg(args, "--dir", PathBuf::new())?;
     let flag = |name: &str| args.iter().any(|a| a == name);
+    check_bind_address(&addr, flag("--allow-remote"))?;
     serve(id, addr, dir, flag("--memory"), !flag("--no-snapshots")).await?;
     Ok(true)
+}
+
+/// The RPCs are not authenticated: anyone who can reach the port can write or
+/// reconfigure the cluster. So a node serves on a loopback address unless
+/// `--allow-remote` says its network is trusted.
+fn check_bind_address(addr: &str, allow_remote: bool) -> Result<(), Error> {
+    let parsed: SocketAddr = addr.parse().map_err(|_| format!("--addr {addr:?} is not IP:PORT"))?;
+    if parsed.ip().is_loopback() || allow_remote {
+        Ok(())
+    } else {
+        Err(format!(
+            "refusing to serve on {addr}: the RPCs are not authenticated, so anyone who can reach it could write \
+             or reconfigure the cluster; serve on a loopback address, or pass --allow-remote on a trusted network"
+        )
+        .into())
+    }
 }
 
 /// Makes the nodes of `--peers` a cluster, through the node at `--addr`.

@@ -48,18 +48,61 @@ pub(crate) async fn serve(id: NodeId, addr: String, dir: PathBuf, memory: bool, 
     };
     let listener = TcpListener::bind(&addr).await?;
     eprintln!("node {id} serving on {addr}");
+    serve_on(listener, raft, sm, Limits::DEFAULT).await
+}
+
+/// Serves RPCs from `listener` until the process ends, within `limits`: a
+/// connection past `max_connections` is closed as it comes, a malformed frame
+/// gets a `Refused` reply (the next frame is read as usual), an oversized one a
+/// `Refused` reply and the connection closed (its body is never read), and a
+/// connection that is silent past the idle time, or slow to send a frame or
+/// take a reply, is closed. Nothing a connection sends ends the node.
+pub(crate) async fn serve_on(
+    listener: TcpListener,
+    raft: Raft<TypeConfig>,
+    sm: Arc<StateMachine>,
+    limits: Limits,
+) -> Result<(), Error> {
+    let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     loop {
-        let (mut stream, _) = listener.accept().await?;
-        stream.set_nodelay(true)?;
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors, say: wait, and serve the others meanwhile.
+                eprintln!("accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+            continue; // over the bound: dropped, so closed
+        };
         let (raft, sm) = (raft.clone(), Arc::clone(&sm));
         tokio::spawn(async move {
-            while let Ok(rpc) = read_frame::<Rpc>(&mut stream).await {
-                let reply = handle(&raft, &sm, rpc).await;
-                if write_frame(&mut stream, &reply).await.is_err() {
-                    break;
-                }
-            }
+            let _permit = permit;
+            let _ = stream.set_nodelay(true);
+            serve_connection(stream, &raft, &sm, &limits).await;
         });
+    }
+}
+
+async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    raft: &Raft<TypeConfig>,
+    sm: &StateMachine,
+    limits: &Limits,
+) {
+    loop {
+        let (reply, go_on) = match read_frame::<Rpc, _>(&mut stream, limits).await {
+            Ok(rpc) => (handle(raft, sm, rpc).await, true),
+            Err(e @ FrameError::Malformed(_)) => (Reply::Refused(e.to_string()), true),
+            Err(e @ FrameError::TooLarge(_)) => (Reply::Refused(e.to_string()), false),
+            Err(FrameError::Io(_) | FrameError::TimedOut) => return,
+        };
+        match tokio::time::timeout(limits.frame_time, write_frame(&mut stream, &reply)).await {
+            Ok(Ok(())) if go_on => {}
+            _ => return,
+        }
     }
 }
 

@@ -37,21 +37,94 @@ pub(crate) enum Reply {
     Address(Option<String>),
     /// The last snapshot's and the last purged entry's index.
     Compaction(Option<u64>, Option<u64>),
+    /// The request was refused: malformed, or larger than the node accepts.
+    Refused(String),
 }
 
-pub(crate) async fn write_frame(stream: &mut TcpStream, value: &impl Serialize) -> std::io::Result<()> {
+/// What a node tolerates from a connection. Nothing on the wire is
+/// authenticated, so these bound what any peer that can reach the port can make
+/// a node hold: memory per frame, time per frame and per idle connection, and
+/// connections at once.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// Largest frame accepted, in bytes; a longer one is refused before a byte
+    /// of it is read (a snapshot chunk is 256 KiB, an append at most 512
+    /// entries of client values).
+    pub max_frame: usize,
+    /// Longest a frame may take to arrive once its first byte has, and a reply
+    /// to be taken.
+    pub frame_time: Duration,
+    /// Longest a connection may wait between frames (peers send heartbeats
+    /// every 100 ms).
+    pub idle_time: Duration,
+    /// Connections served at once; more are closed as they come.
+    pub max_connections: usize,
+}
+
+impl Limits {
+    pub(crate) const DEFAULT: Limits = Limits {
+        max_frame: 16 << 20,
+        frame_time: Duration::from_secs(10),
+        idle_time: Duration::from_secs(60),
+        max_connections: 64,
+    };
+}
+
+/// Why a frame could not be read.
+#[derive(Debug)]
+pub(crate) enum FrameError {
+    /// The connection failed or closed.
+    Io(std::io::Error),
+    /// Nothing arrived within the idle time, or the frame not within its time.
+    TimedOut,
+    /// The length prefix claims more than the limit: refused unread.
+    TooLarge(u64),
+    /// A whole frame that is not a request (the stream is still in step).
+    Malformed(serde_json::Error),
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameError::Io(e) => write!(f, "{e}"),
+            FrameError::TimedOut => write!(f, "timed out"),
+            FrameError::TooLarge(n) => write!(f, "a frame of {n} bytes exceeds the limit"),
+            FrameError::Malformed(e) => write!(f, "malformed frame: {e}"),
+        }
+    }
+}
+
+pub(crate) async fn write_frame<S: AsyncWrite + Unpin>(stream: &mut S, value: &impl Serialize) -> std::io::Result<()> {
     let bytes = serde_json::to_vec(value).map_err(std::io::Error::other)?;
     let len = u32::try_from(bytes.len()).map_err(std::io::Error::other)?;
     stream.write_all(&len.to_le_bytes()).await?;
     stream.write_all(&bytes).await
 }
 
-pub(crate) async fn read_frame<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> std::io::Result<T> {
+/// Reads one frame within `limits`: the length prefix within the idle time, the
+/// rest within the frame time, and never allocates more than the limit.
+pub(crate) async fn read_frame<T: for<'de> Deserialize<'de>, S: AsyncRead + Unpin>(
+    stream: &mut S,
+    limits: &Limits,
+) -> Result<T, FrameError> {
     let mut len = [0u8; 4];
-    stream.read_exact(&mut len).await?;
-    let mut bytes = vec![0u8; u32::from_le_bytes(len) as usize];
-    stream.read_exact(&mut bytes).await?;
-    serde_json::from_slice(&bytes).map_err(std::io::Error::other)
+    let first = tokio::time::timeout(limits.idle_time, stream.read_exact(&mut len[..1])).await;
+    first.map_err(|_| FrameError::TimedOut)?.map_err(FrameError::Io)?;
+    let rest = async {
+        stream.read_exact(&mut len[1..]).await?;
+        let n = u32::from_le_bytes(len);
+        if n as usize > limits.max_frame {
+            return Ok(Err(FrameError::TooLarge(u64::from(n))));
+        }
+        let mut bytes = vec![0u8; n as usize];
+        stream.read_exact(&mut bytes).await?;
+        Ok(serde_json::from_slice(&bytes).map_err(FrameError::Malformed))
+    };
+    match tokio::time::timeout(limits.frame_time, rest).await {
+        Err(_) => Err(FrameError::TimedOut),
+        Ok(Err(e)) => Err(FrameError::Io(e)),
+        Ok(Ok(parsed)) => parsed,
+    }
 }
 
 /// One request, one reply, on a fresh connection (clients) or a kept one (peers).
@@ -69,7 +142,12 @@ pub(crate) async fn call(
         }
         let s = stream.as_mut().expect("connected above");
         write_frame(s, rpc).await?;
-        read_frame(s).await
+        match read_frame(s, &Limits::DEFAULT).await {
+            Ok(Reply::Refused(why)) => Err(std::io::Error::other(format!("refused: {why}"))),
+            Ok(reply) => Ok(reply),
+            Err(FrameError::Io(e)) => Err(e),
+            Err(e) => Err(std::io::Error::other(e.to_string())),
+        }
     };
     let result = match tokio::time::timeout(timeout, attempt).await {
         Ok(result) => result,
