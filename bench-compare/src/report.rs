@@ -153,14 +153,20 @@ fn goals(ctx: &Context, results: &[Vec<Runs>], pick: &str) -> Vec<Goal> {
             ack <= 3.0,
         );
     }
-    if let (Some(ours), _) = ours_and_best_peer(c, pick) {
-        let o = ours.median().unwrap();
+    // (c)'s targets against the peers, in (c) and where a caller appends one
+    // record at a time (c').
+    let unsynced_ratios = |label: &str, runs: &[Runs], push: &mut dyn FnMut(String, String, bool)| {
+        let Some(o) = ours_and_best_peer(runs, pick).0.and_then(Runs::median) else { return };
         for (peer, want) in [("rocketmq-store", 2.0), ("raft-engine", 3.0)] {
-            if let Some(p) = named(c, peer) {
+            if let Some(p) = named(runs, peer) {
                 let ratio = o.rate() / p.rate();
-                push(format!("(c) ≥ {want}x {peer}"), format!("{ratio:.2}x"), ratio >= want);
+                push(format!("{label} ≥ {want}x {peer}"), format!("{ratio:.2}x"), ratio >= want);
             }
         }
+    };
+    unsynced_ratios("(c)", c, &mut push);
+    if let (Some(ours), _) = ours_and_best_peer(c, pick) {
+        let o = ours.median().unwrap();
         let share = o.rate() / ctx.memcpy.rate();
         push("(c) ≥ 25 % of memcpy into a faulted mapping".into(), format!("{:.1} %", 100.0 * share), share >= 0.25);
         let per_record = o.pct_us(0.999) / BATCH as f64;
@@ -171,16 +177,7 @@ fn goals(ctx: &Context, results: &[Vec<Runs>], pick: &str) -> Vec<Goal> {
         );
         push("(c) run spread ≤ 30 %".into(), format!("{:.0} %", 100.0 * ours.spread()), ours.spread() <= 0.30);
     }
-    // The same targets where a caller appends one record at a time.
-    if let (Some(ours), _) = ours_and_best_peer(c_single, pick) {
-        let o = ours.median().unwrap();
-        for (peer, want) in [("rocketmq-store", 2.0), ("raft-engine", 3.0)] {
-            if let Some(p) = named(c_single, peer) {
-                let ratio = o.rate() / p.rate();
-                push(format!("(c') ≥ {want}x {peer}"), format!("{ratio:.2}x"), ratio >= want);
-            }
-        }
-    }
+    unsynced_ratios("(c')", c_single, &mut push);
     goals
 }
 
