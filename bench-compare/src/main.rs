@@ -26,9 +26,7 @@ use std::path::Path;
 use std::time::Instant;
 
 // The results document, shared with `commitlog bench --json`.
-// (`Latency::of` is the CLI's.)
 #[path = "../../crates/commitlog-cli/src/bench_doc.rs"]
-#[allow(dead_code)]
 mod bench_doc;
 mod ours;
 mod peers;

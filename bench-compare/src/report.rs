@@ -280,12 +280,7 @@ pub fn rows(results: &[Vec<Runs>]) -> Vec<crate::bench_doc::Row> {
                 min_records_per_sec: Some(r.min_rate()),
                 max_records_per_sec: Some(r.max_rate()),
                 mb_per_sec: m.mb_s(),
-                latency: Some(crate::bench_doc::Latency {
-                    p50_us: m.pct_us(0.5),
-                    p99_us: m.pct_us(0.99),
-                    p999_us: m.pct_us(0.999),
-                    max_us: m.max_us(),
-                }),
+                latency: crate::bench_doc::Latency::of(m.latencies.clone()),
                 detail: serde_json::json!({
                     "unit": unit(*w),
                     "runs": r.runs.len(),

@@ -73,12 +73,7 @@ impl Results {
                         min_records_per_sec: Some(cell.min()),
                         max_records_per_sec: Some(cell.max()),
                         mb_per_sec: m.rate() * crate::RECORD as f64 / 1e6,
-                        latency: (!m.acks.is_empty()).then(|| crate::bench_doc::Latency {
-                            p50_us: pct_us(&m.acks, 0.5),
-                            p99_us: pct_us(&m.acks, 0.99),
-                            p999_us: pct_us(&m.acks, 0.999),
-                            max_us: pct_us(&m.acks, 1.0),
-                        }),
+                        latency: crate::bench_doc::Latency::of(m.acks.clone()),
                         detail: serde_json::json!({
                             "e2e_p99_us": pct_us(&m.e2e, 0.99),
                             "dispatch_lag_p99_us": pct_us(&m.lag, 0.99),
