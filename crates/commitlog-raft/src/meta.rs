@@ -4,19 +4,18 @@
 //! as the commit log's checkpoint is.
 //!
 //! The vote and the purged id are written before the call that changes them
-//! returns. The committed id is written by a background thread at most every
-//! [`COMMITTED_INTERVAL`], the latest value wins, and never above the last entry
-//! this node has made durable: after a crash it may be older than the last one
-//! saved (openraft then re-applies from there, which is safe), never ahead of the
-//! local log.
+//! returns. The committed id is written by the engine's maintenance thread
+//! ([`MetaStore::write_committed`], at most every [`COMMITTED_INTERVAL`]), the
+//! latest value wins, and never above the last entry this node has made
+//! durable: after a crash it may be older than the last one saved (openraft
+//! then re-applies from there, which is safe), never ahead of the local log.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use mapped_file::Storage;
 use openraft::{LogId, NodeId, Vote};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::RaftStoreError;
@@ -26,7 +25,7 @@ use crate::RaftStoreError;
 /// second.
 pub const COMMITTED_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
 
-/// Name of the file, in the raft state directory.
+/// Name of the file, in a group's directory.
 pub const META_FILE: &str = "meta";
 
 /// What the file holds.
@@ -51,26 +50,19 @@ struct State<NID: NodeId> {
     committed_wanted: Option<LogId<NID>>,
     /// The last log id known durable in the local log.
     flushed: Option<LogId<NID>>,
-    stop: bool,
 }
 
-struct Shared<NID: NodeId> {
+/// One group's meta file.
+pub(crate) struct MetaStore<NID: NodeId> {
     storage: Arc<dyn Storage>,
     path: PathBuf,
     state: Mutex<State<NID>>,
     /// One write of the file at a time.
     writing: Mutex<()>,
-    changed: Condvar,
-}
-
-/// The meta file and its committed-id writer.
-pub(crate) struct MetaStore<NID: NodeId> {
-    shared: Arc<Shared<NID>>,
-    writer: Option<JoinHandle<()>>,
 }
 
 impl<NID: NodeId> MetaStore<NID> {
-    /// Loads `<dir>/meta` (absent: nothing saved yet) and starts the writer.
+    /// Loads `<dir>/meta` (absent: nothing saved yet).
     pub(crate) fn open(storage: Arc<dyn Storage>, dir: &Path) -> Result<Self, RaftStoreError> {
         let path = dir.join(META_FILE);
         let bytes = storage.read_small(&path).map_err(|source| RaftStoreError::Io { path: path.clone(), source })?;
@@ -79,58 +71,63 @@ impl<NID: NodeId> MetaStore<NID> {
                 .map_err(|source| RaftStoreError::Meta { path: path.clone(), reason: source.to_string() })?,
             None => Meta::default(),
         };
-        let state = State { committed_wanted: written.committed.clone(), flushed: None, written, stop: false };
-        let shared = Arc::new(Shared {
-            storage,
-            path,
-            state: Mutex::new(state),
-            writing: Mutex::new(()),
-            changed: Condvar::new(),
-        });
-        let worker = Arc::clone(&shared);
-        let writer = std::thread::Builder::new()
-            .name("raft-meta-writer".into())
-            .spawn(move || write_committed(&worker))
-            .map_err(|source| RaftStoreError::Io { path: dir.to_path_buf(), source })?;
-        Ok(MetaStore { shared, writer: Some(writer) })
+        let state = State { committed_wanted: written.committed.clone(), flushed: None, written };
+        Ok(MetaStore { storage, path, state: Mutex::new(state), writing: Mutex::new(()) })
+    }
+
+    /// The file's path.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
     }
 
     pub(crate) fn vote(&self) -> Option<Vote<NID>> {
-        self.shared.state.lock().written.vote.clone()
+        self.state.lock().written.vote.clone()
     }
 
     pub(crate) fn purged(&self) -> Option<LogId<NID>> {
-        self.shared.state.lock().written.purged.clone()
+        self.state.lock().written.purged.clone()
     }
 
     pub(crate) fn committed(&self) -> Option<LogId<NID>> {
-        self.shared.state.lock().committed_wanted.clone()
+        self.state.lock().committed_wanted.clone()
     }
 
     /// Writes the vote durably.
     pub(crate) fn save_vote(&self, vote: &Vote<NID>) -> Result<(), RaftStoreError> {
-        self.shared.update(|meta| meta.vote = Some(vote.clone()))
+        self.update(|meta| meta.vote = Some(vote.clone()))
     }
 
     /// Writes the purged id durably.
     pub(crate) fn save_purged(&self, purged: LogId<NID>) -> Result<(), RaftStoreError> {
-        self.shared.update(|meta| meta.purged = Some(purged))
+        self.update(|meta| meta.purged = Some(purged))
     }
 
-    /// Asks for the committed id to be written (soon; see the module docs).
+    /// Asks for the committed id to be written (by the next
+    /// [`write_committed`](Self::write_committed); see the module docs).
     pub(crate) fn save_committed(&self, committed: Option<LogId<NID>>) {
-        self.shared.state.lock().committed_wanted = committed;
-        self.shared.changed.notify_all();
+        self.state.lock().committed_wanted = committed;
     }
 
     /// The local log is durable up to `log_id`.
     pub(crate) fn set_flushed(&self, log_id: Option<LogId<NID>>) {
-        self.shared.state.lock().flushed = log_id;
-        self.shared.changed.notify_all();
+        self.state.lock().flushed = log_id;
     }
-}
 
-impl<NID: NodeId> Shared<NID> {
+    /// Writes the committed id asked for, as far as the local log is durable,
+    /// if it is later than the one in the file; returns whether it wrote.
+    pub(crate) fn write_committed(&self) -> Result<bool, RaftStoreError> {
+        let next = {
+            let state = self.state.lock();
+            let next = durable_committed(&state);
+            if next <= state.written.committed {
+                return Ok(false);
+            }
+            next
+        };
+        self.update(|meta| meta.committed = next)?;
+        Ok(true)
+    }
+
     /// Changes the file's content and writes it, durably, before returning.
     fn update(&self, change: impl FnOnce(&mut Meta<NID>)) -> Result<(), RaftStoreError> {
         let _one = self.writing.lock();
@@ -156,51 +153,5 @@ fn durable_committed<NID: NodeId>(state: &State<NID>) -> Option<LogId<NID>> {
         (Some(wanted), Some(flushed)) if wanted.index > flushed.index => Some(flushed.clone()),
         (Some(_), None) => state.written.committed.clone(), // nothing known durable yet
         (wanted, _) => wanted.clone(),
-    }
-}
-
-fn write_committed<NID: NodeId>(shared: &Shared<NID>) {
-    loop {
-        let next = {
-            let mut state = shared.state.lock();
-            loop {
-                if state.stop {
-                    return;
-                }
-                let next = durable_committed(&state);
-                if next > state.written.committed {
-                    break next;
-                }
-                shared.changed.wait(&mut state);
-            }
-        };
-        if let Err(err) = shared.update(|meta| meta.committed = next) {
-            tracing::warn!(%err, "writing the committed log id failed; retrying with the next change");
-        }
-        // Later changes wait; only a stop ends the wait early.
-        let until = std::time::Instant::now() + COMMITTED_INTERVAL;
-        let mut state = shared.state.lock();
-        while !state.stop && !shared.changed.wait_until(&mut state, until).timed_out() {}
-    }
-}
-
-impl<NID: NodeId> Drop for MetaStore<NID> {
-    fn drop(&mut self) {
-        self.shared.state.lock().stop = true;
-        self.shared.changed.notify_all();
-        if let Some(writer) = self.writer.take() {
-            let _ = writer.join();
-        }
-        // The last committed id asked for, if it is durable in the log.
-        let last = {
-            let state = self.shared.state.lock();
-            let next = durable_committed(&state);
-            (next > state.written.committed).then_some(next)
-        };
-        if let Some(next) = last {
-            if let Err(err) = self.shared.update(|meta| meta.committed = next) {
-                tracing::warn!(%err, "writing the committed log id at close failed");
-            }
-        }
     }
 }

@@ -65,8 +65,10 @@ async fn old_segments_on_a_disk_short_of_space_stay_until_openraft_purges_them()
     assert_eq!((stats.expired_deleted, stats.forcibly_deleted), (0, 0), "{stats:?}");
     let entries = store.try_get_log_entries(1..301).await.unwrap();
     assert_eq!(entries.len(), 300, "every entry openraft did not purge is there");
-    // A purge deletes them, and only it.
+    // A purge deletes them (at the engine's next reclaim round), and only it.
     store.purge(LogId::new(CommittedLeaderId::new(1, 1), 250)).await.unwrap();
+    let engine = store.engine();
+    tokio::task::spawn_blocking(move || engine.reclaim()).await.unwrap().unwrap();
     assert!(store.commit_log().min_offset() > 0);
     assert_eq!(store.try_get_log_entries(251..301).await.unwrap().len(), 50);
     store.shutdown().unwrap();

@@ -5,7 +5,7 @@
 
 mod kv;
 
-use commitlog_raft::{RaftLogStore, INDEX_DIR, RAFT_DIR};
+use commitlog_raft::{group_dir, RaftLogStore, INDEX_DIR, SINGLE_GROUP};
 use kv::TypeConfig;
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftLogReader};
@@ -21,7 +21,7 @@ fn entry(term: u64, index: u64) -> Entry<TypeConfig> {
 
 /// Files and bytes of the index directory.
 fn index_files(dir: &std::path::Path) -> (usize, u64) {
-    let index = dir.join(RAFT_DIR).join(INDEX_DIR);
+    let index = group_dir(dir, SINGLE_GROUP).join(INDEX_DIR);
     std::fs::read_dir(index)
         .unwrap()
         .map(|e| e.unwrap().metadata().unwrap())

@@ -1,0 +1,32 @@
+//! This crate (the raft log store)'s deliberate bugs for the crash suite (built
+//! only with `--cfg planted_bugs`), off unless switched on at run time. A suite
+//! that never sees them caught proves nothing.
+
+use std::sync::atomic::{AtomicU16, Ordering};
+
+/// A planted bug of this crate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub enum Bug {
+    /// A truncation cuts the group's index without waiting for its record to
+    /// be durable: a power cut that takes the record back brings the cut
+    /// entries back at the replay.
+    TruncationNotAwaited = 1,
+    /// A rewrite moves the group's index to the copies without waiting for
+    /// them to be durable: a power cut that takes the copies leaves an index
+    /// naming records that are gone, and the originals below the checkpoint
+    /// are never replayed.
+    RewriteNotAwaited = 2,
+}
+
+static ACTIVE: AtomicU16 = AtomicU16::new(0);
+
+/// Switches one of this crate's bugs on (`Some`) or all off (`None`), process-wide.
+pub fn activate(bug: Option<Bug>) {
+    ACTIVE.store(bug.map_or(0, |b| b as u16), Ordering::SeqCst);
+}
+
+/// True while `bug` is switched on.
+pub fn is_active(bug: Bug) -> bool {
+    ACTIVE.load(Ordering::SeqCst) & bug as u16 != 0
+}
