@@ -14,6 +14,7 @@ enum Bug {
     Queue(segment_queue::planted::Bug),
     Log(commitlog::planted::Bug),
     Store(message_store::planted::Bug),
+    Raft(commitlog_raft::planted::Bug),
 }
 
 impl Bug {
@@ -23,11 +24,13 @@ impl Bug {
         segment_queue::planted::activate(None);
         commitlog::planted::activate(None);
         message_store::planted::activate(None);
+        commitlog_raft::planted::activate(None);
         match bug {
             Some(Bug::File(b)) => mapped_file::planted::activate(Some(b)),
             Some(Bug::Queue(b)) => segment_queue::planted::activate(Some(b)),
             Some(Bug::Log(b)) => commitlog::planted::activate(Some(b)),
             Some(Bug::Store(b)) => message_store::planted::activate(Some(b)),
+            Some(Bug::Raft(b)) => commitlog_raft::planted::activate(Some(b)),
             None => {}
         }
     }
@@ -39,18 +42,21 @@ type Case = (Bug, &'static str, fn(u64, Bug) -> bool);
 /// Runs every planted bug against its layer; fails if any goes unnoticed.
 pub fn run(seed: u64) -> ExitCode {
     use commitlog::planted::Bug as L;
+    use commitlog_raft::planted::Bug as R;
     use mapped_file::planted::Bug as F;
     use message_store::planted::Bug as S;
     use segment_queue::planted::Bug as Q;
     let t0 = Instant::now();
-    let cases: [Case; 16] = [
+    let cases: [Case; 18] = [
         (Bug::File(F::AckBeforeSync), "power-loss", power_loss_catches),
         (Bug::File(F::AckBeforeSync), "raft-power-loss", raft_power_loss_catches),
         (Bug::File(F::RetryAfterFailedSync), "power-loss", power_loss_catches),
         (Bug::Log(L::RecoveryWithoutCrc), "power-loss", power_loss_catches),
         (Bug::Log(L::CheckpointAheadOfData), "power-loss", power_loss_catches),
         (Bug::File(F::TruncateLeavesTail), "generations", generations_catches),
-        (Bug::Log(L::TruncateKeepsCheckpoint), "raft-power-loss", raft_power_loss_catches),
+        (Bug::Raft(R::TruncationNotAwaited), "raft-power-loss", raft_power_loss_catches),
+        (Bug::Raft(R::RewriteNotAwaited), "raft-power-loss", raft_power_loss_catches),
+        (Bug::Log(L::TruncateKeepsCheckpoint), "races", races_catches),
         (Bug::Queue(Q::FrontAfterDeletion), "segment-dirs", segment_dirs_catches),
         (Bug::Log(L::SegmentsUnchecked), "segment-dirs", segment_dirs_catches),
         (Bug::Log(L::NewSegmentUnrecorded), "segment-dirs", segment_dirs_catches),
@@ -72,7 +78,7 @@ pub fn run(seed: u64) -> ExitCode {
         }
     }
     println!(
-        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync, truncation keeping the checkpoint; generations: truncation leaves the tail; segment-dirs: front recorded after deletion, segments unchecked at open, new segment unrecorded; races: checkpoint unclamped; message-store: dispatch before durable, queue not cut at recovery, offset outside the put lock, index not flushed before the dispatch point, consume-queue file created unsynced and not synced before the dispatch point) ({:.1?})",
+        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync, truncation not awaited, rewrite not awaited; generations: truncation leaves the tail; segment-dirs: front recorded after deletion, segments unchecked at open, new segment unrecorded; races: checkpoint unclamped, truncation keeping the checkpoint; message-store: dispatch before durable, queue not cut at recovery, offset outside the put lock, index not flushed before the dispatch point, consume-queue file created unsynced and not synced before the dispatch point) ({:.1?})",
         cases.len() - missed.len(),
         cases.len(),
         t0.elapsed()

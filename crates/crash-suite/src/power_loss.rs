@@ -31,6 +31,8 @@ pub struct Tally {
     pub lost: u64,
     pub garbage: u64,
     pub open_errors: u64,
+    /// Entries the raft engine rewrote forward (the raft layer only).
+    pub rewritten: u64,
 }
 
 impl Tally {
@@ -44,6 +46,7 @@ impl Tally {
         self.lost += o.lost;
         self.garbage += o.garbage;
         self.open_errors += o.open_errors;
+        self.rewritten += o.rewritten;
     }
 }
 

@@ -10,6 +10,12 @@
 //! terms never decreasing (no truncated entry after a newer one: a cut that came
 //! back); and every entry acknowledged by then and not truncated since (above the
 //! purged id) present with the term it was acknowledged in.
+//!
+//! A second group shares the log: it appends between the first one's rounds and
+//! never purges, so it lags, and the engine (a checkpoint and reclaim round
+//! every fifth round and after each purge, rewriting groups three segments
+//! behind) copies its entries forward again and again while the first group's
+//! purges free segments. Every entry of it acknowledged by a crash must be there too.
 
 use std::io::Cursor;
 use std::sync::mpsc;
@@ -47,8 +53,15 @@ fn config() -> RaftStoreConfig {
         preallocate_next_segment: false,
         ..consume_queue::ConsumeQueueConfig::with_entries_per_segment(1024)
     };
+    // Checkpoints and reclaims come from the run itself (and after each purge),
+    // at the same points whatever the machine's speed.
+    config.groups.checkpoint_interval_ms = 3_600_000;
+    config.groups.rewrite_lag_bytes = 3 * 16 * 1024;
     config
 }
+
+/// The group that shares the log and never purges.
+const LAGGING: u64 = 9;
 
 fn log_id(term: u64, index: u64) -> LogId<u64> {
     LogId::new(CommittedLeaderId::new(term, 1), index)
@@ -84,6 +97,8 @@ struct Acked {
     ops: Vec<(Op, u64)>,
     /// Event at which the vote was saved.
     vote: Option<u64>,
+    /// The lagging group's last acknowledged index, with the event count then.
+    lagging: Vec<(u64, u64)>,
 }
 
 impl Acked {
@@ -98,6 +113,11 @@ impl Acked {
             }
         }
         expected
+    }
+
+    /// The lagging group's entries owed in a crash image of `event`.
+    fn lagging_at(&self, event: u64) -> u64 {
+        self.lagging.iter().filter(|(_, e)| *e <= event).map(|(last, _)| *last).max().unwrap_or(0)
     }
 
     fn entries_acked(&self) -> u64 {
@@ -131,19 +151,26 @@ pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tall
                 if stop_at_first && tally.violations() > 0 {
                     continue; // drain so the writer never blocks
                 }
-                let (expected, vote_acked) = {
+                let (expected, vote_acked, lagging) = {
                     let acked = acked.lock().expect("acked");
-                    (acked.expected_at(snapshot.event), acked.vote.is_some_and(|e| e <= snapshot.event))
+                    (
+                        acked.expected_at(snapshot.event),
+                        acked.vote.is_some_and(|e| e <= snapshot.event),
+                        acked.lagging_at(snapshot.event),
+                    )
                 };
-                tally.add(crash_states(&rt, &snapshot, &expected, vote_acked, images_per_point, &mut rng, path));
+                let owed = Owed { entries: &expected, vote: vote_acked, lagging };
+                tally.add(crash_states(&rt, &snapshot, &owed, images_per_point, &mut rng, path));
             }
             tally
         })
     };
 
     let rt = runtime();
-    rt.block_on(async {
+    let rewritten = rt.block_on(async {
         let mut store = store;
+        let mut lagging = store.engine().open_group(LAGGING).expect("the lagging group");
+        let mut lagging_next = 1u64;
         store.save_vote(&Vote::new(3, 1)).await.expect("vote");
         // The event count first: never ask the storage while holding `acked`
         // (a storage event may be waiting on the checker, which waits on `acked`).
@@ -165,6 +192,20 @@ pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tall
             next += n;
             let event = sim.event_count();
             acked.lock().expect("acked").ops.push((op, event));
+            let n = rng.range(1, 3);
+            let entries: Vec<Entry<TypeConfig>> = (lagging_next..lagging_next + n)
+                .map(|i| Entry { log_id: log_id(1, i), payload: EntryPayload::Normal(payload(1, i, 200)) })
+                .collect();
+            if lagging.blocking_append(entries).await.is_err() {
+                break;
+            }
+            lagging_next += n;
+            let event = sim.event_count();
+            acked.lock().expect("acked").lagging.push((lagging_next - 1, event));
+            if round % 5 == 1 {
+                let engine = store.engine();
+                tokio::task::spawn_blocking(move || engine.reclaim()).await.expect("reclaim").expect("reclaim");
+            }
             if round % 13 == 12 {
                 purged = purged.max(next / 3);
                 let purge_term = term_of(&mut store, purged).await;
@@ -182,11 +223,15 @@ pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tall
                 term += 1;
             }
         }
+        let rewritten = store.engine().reclaim_stats().rewritten_entries;
         store.shutdown().expect("shutdown");
+        rewritten
     });
     sim.set_snapshot_sink(None);
     let mut tally = checker.join().expect("checker");
-    tally.acked = acked.lock().expect("acked").entries_acked();
+    tally.rewritten = rewritten;
+    let acked = acked.lock().expect("acked");
+    tally.acked = acked.entries_acked() + acked.lagging.last().map_or(0, |(last, _)| *last);
     tally
 }
 
@@ -196,11 +241,20 @@ async fn term_of(store: &mut RaftLogStore<TypeConfig>, index: u64) -> u64 {
     entries.first().map(|e| e.log_id.leader_id.term).expect("the entry is there")
 }
 
+/// What a crash image must hold.
+struct Owed<'a> {
+    /// The first group's entries: index → term.
+    entries: &'a std::collections::BTreeMap<u64, u64>,
+    /// The vote.
+    vote: bool,
+    /// The lagging group's entries `1..=lagging`.
+    lagging: u64,
+}
+
 fn crash_states(
     rt: &tokio::runtime::Runtime,
     snapshot: &SimSnapshot,
-    expected: &std::collections::BTreeMap<u64, u64>,
-    vote_acked: bool,
+    owed: &Owed<'_>,
     images: usize,
     rng: &mut Rng,
     path: bool,
@@ -217,18 +271,24 @@ fn crash_states(
     for mask in masks {
         tally.states += 1;
         let image: Arc<dyn Storage> = Arc::new(crash_image(snapshot, mask, path));
-        let Ok(mut store) =
-            RaftLogStore::<TypeConfig>::open_with_storage(STORE, config(), Arc::clone(&image), Arc::clone(&image))
-        else {
-            tally.open_errors += 1;
-            continue;
+        let mut store = match RaftLogStore::<TypeConfig>::open_with_storage(
+            STORE,
+            config(),
+            Arc::clone(&image),
+            Arc::clone(&image),
+        ) {
+            Ok(store) => store,
+            Err(_) => {
+                tally.open_errors += 1;
+                continue;
+            }
         };
         rt.block_on(async {
             let Ok(state) = store.get_log_state().await else {
                 tally.open_errors += 1;
                 return;
             };
-            if vote_acked && store.read_vote().await.ok().flatten() != Some(Vote::new(3, 1)) {
+            if owed.vote && store.read_vote().await.ok().flatten() != Some(Vote::new(3, 1)) {
                 tally.lost += 1;
             }
             let entries = match store.try_get_log_entries(0..u64::MAX).await {
@@ -252,12 +312,30 @@ fn crash_states(
                 }
                 last_term = term;
             }
-            for (index, term) in expected.range(first..) {
+            for (index, term) in owed.entries.range(first..) {
                 let held = entries.get((index - first) as usize).map(|e| e.log_id.leader_id.term);
                 if held != Some(*term) {
                     tally.lost += 1;
                 }
             }
+            let Ok(mut lagging) = store.engine().open_group(LAGGING) else {
+                tally.open_errors += 1;
+                return;
+            };
+            let Ok(entries) = lagging.try_get_log_entries(0..u64::MAX).await else {
+                tally.garbage += 1;
+                return;
+            };
+            for (k, entry) in entries.iter().enumerate() {
+                let want = k as u64 + 1;
+                let intact = entry.log_id == log_id(1, want)
+                    && matches!(&entry.payload, EntryPayload::Normal(p) if p.starts_with(&format!("1:{want}:")));
+                if !intact {
+                    tally.garbage += 1;
+                    return;
+                }
+            }
+            tally.lost += owed.lagging.saturating_sub(entries.len() as u64);
         });
         drop(store);
     }
