@@ -19,10 +19,13 @@
 //! cargo xtask bench-compare [--quick] [--baseline FILE]
 //!                                      this project and the peer crates side by side, 5 interleaved rounds; writes
 //!                                      docs/benchmarks.md, .svg and .json; with a baseline document, the ratios to it
-//! cargo xtask raft-kill [--kills N]      a 3-node cluster of real processes (the raft-node example): SIGKILL the
-//!                                        leader N times (20, the CI-sized run in ci), then count committed entries lost
-//! cargo xtask raft-bench [--seconds S]   committed entries/s of that cluster with the commit-log store and with an
-//!                                        in-memory log store, 3 interleaved rounds; writes its section of docs/benchmarks.md
+//! cargo xtask raft-kill [--kills N] [--groups G]
+//!                                        a 3-node cluster of real processes (the raft-node example), G raft groups
+//!                                        (8) on each node's one log: SIGKILL the node leading the most groups N
+//!                                        times (20; the CI-sized run in ci), then count committed entries lost
+//! cargo xtask raft-bench [--seconds S]   committed entries/s of that cluster with 1, 8 and 64 raft groups: all on
+//!                                        one commit log, a commit log per group, in memory; 3 interleaved rounds;
+//!                                        writes its section of docs/benchmarks.md
 //! cargo xtask scale [--queues N]         the message store with N queues (50,000) on a real disk: throughput, memory,
 //!                                        open files and mappings (docs/message-store.md)
 //! cargo xtask index-lookup [--keys N]    query_by_key latency (p50/p99) over N keys (10,000,000) on a real disk
@@ -40,7 +43,7 @@ use std::process::{exit, Command};
 use std::time::Instant;
 
 const USAGE: &str =
-    "usage: cargo xtask <ci | release-check | test | proptest --cases N [--seed S] | loom | miri | crash [--soak] | fuzz --seconds N | msrv | bench-compare [--quick] [--baseline FILE] | raft-kill [--kills N] | raft-bench [--seconds S] | scale [--queues N] | index-lookup [--keys N] | latency [--rate R]>";
+    "usage: cargo xtask <ci | release-check | test | proptest --cases N [--seed S] | loom | miri | crash [--soak] | fuzz --seconds N | msrv | bench-compare [--quick] [--baseline FILE] | raft-kill [--kills N] [--groups G] | raft-bench [--seconds S] | scale [--queues N] | index-lookup [--keys N] | latency [--rate R]>";
 
 fn main() {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -55,7 +58,7 @@ fn main() {
         Some("miri") => miri(),
         Some("msrv") => msrv(),
         Some("bench-compare") => bench_compare(&args[1..]),
-        Some("raft-kill") => number_arg(&args[1..], "--kills", 20).and_then(raft_kill),
+        Some("raft-kill") => raft_kill_args(&args[1..]).and_then(|(kills, groups)| raft_kill(kills, groups)),
         Some("raft-bench") => number_arg(&args[1..], "--seconds", 5).and_then(raft_bench),
         Some("scale") => number_arg(&args[1..], "--queues", 50_000)
             .and_then(|n| message_store_example("scale", &["--queues", &n.to_string()])),
@@ -126,7 +129,7 @@ fn ci() -> Result<(), String> {
     cargo(&["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"], &[])?;
     test()?;
     crash(false)?;
-    raft_kill(20)?;
+    raft_kill(20, 8)?;
     release_check()?;
     package()?;
     cargo(&["doc", "--workspace", "--no-deps"], &[("RUSTDOCFLAGS", "-D warnings")])
@@ -445,18 +448,37 @@ fn number_arg(args: &[String], name: &str, default: u64) -> Result<u64, String> 
     }
 }
 
-/// The leader-kill test on real processes; fails unless no committed entry was lost.
-/// The example is built as `cargo test --workspace` builds it (the test profile,
-/// the workspace's features), so in `ci` nothing is compiled again, and the test
+/// `[--kills N] [--groups G]`, in any order.
+fn raft_kill_args(args: &[String]) -> Result<(u64, u64), String> {
+    let (mut kills, mut groups) = (20, 8);
+    let mut rest = args.iter();
+    while let Some(name) = rest.next() {
+        let slot = match name.as_str() {
+            "--kills" => &mut kills,
+            "--groups" => &mut groups,
+            other => return Err(format!("unknown option {other}\n{USAGE}")),
+        };
+        let value = rest.next().ok_or(format!("{name} needs a number"))?;
+        *slot = value.parse().map_err(|_| format!("{name} takes a number, not {value}"))?;
+    }
+    Ok((kills, groups))
+}
+
+/// The leader-kill test on real processes, `groups` raft groups on each node's
+/// one log, the node leading the most groups killed each time; fails unless no
+/// committed entry was lost and every group went on committing. The example is
+/// built as `cargo test --workspace` builds it (the test profile, the
+/// workspace's features), so in `ci` nothing is compiled again, and the test
 /// profile's optimisation keeps the cluster quick.
-fn raft_kill(kills: u64) -> Result<(), String> {
+fn raft_kill(kills: u64, groups: u64) -> Result<(), String> {
     cargo(&["build", "-q", "--workspace", "--profile", "test", "--examples"], &[])?;
     let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     let exe = Path::new(&target).join("debug/examples/raft-node");
-    let kills = kills.to_string();
-    let out = run_timed(Command::new(&exe), "raft-node", &["kill-test", "--kills", &kills], &[], true)?;
+    let (kills, groups) = (kills.to_string(), groups.to_string());
+    let args = ["kill-test", "--kills", &kills, "--groups", &groups];
+    let out = run_timed(Command::new(&exe), "raft-node", &args, &[], true)?;
     let line = out.lines().rev().find(|l| l.contains("leader kills")).ok_or("raft-kill printed no result line")?;
-    if line.contains(", 0 committed entries lost") {
+    if line.contains(", 0 committed entries lost") && line.contains("every group committed after the last kill: true") {
         Ok(())
     } else {
         Err(format!("raft-kill: {line}"))
@@ -470,46 +492,73 @@ fn message_store_example(name: &str, args: &[&str]) -> Result<(), String> {
     cargo(&all, &[])
 }
 
-/// Committed entries/s of the 3-node cluster, both stores, interleaved; the
-/// medians and their ratio go into docs/benchmarks.md between the markers that
-/// bench-compare keeps.
+/// Committed entries/s of the 3-node cluster for 1, 8 and 64 raft groups:
+/// every group on one commit log, a commit log per group, and in memory; 3
+/// rounds with the order rotating. The medians and their ratios go into
+/// docs/benchmarks.md between the markers that bench-compare keeps.
 fn raft_bench(seconds: u64) -> Result<(), String> {
+    const GROUPS: [u64; 3] = [1, 8, 64];
+    const STORES: [&str; 3] = ["commitlog", "separate", "memory"];
     cargo(&["build", "-q", "--release", "-p", "commitlog-raft", "--example", "raft-node"], &[])?;
     let exe = Path::new("target/release/examples/raft-node");
     let secs = seconds.to_string();
-    let mut rates: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    let mut rates: std::collections::BTreeMap<(u64, &str), Vec<f64>> = Default::default();
     for round in 0..3 {
-        let order: [&str; 2] = if round % 2 == 0 { ["commitlog", "memory"] } else { ["memory", "commitlog"] };
-        for store in order {
-            let args = ["bench", "--store", store, "--seconds", &secs, "--clients", "32"];
-            let out = run_timed(Command::new(exe), "raft-node", &args, &[], true)?;
-            let rate = out
-                .split("\"committed_per_sec\": ")
-                .nth(1)
-                .and_then(|r| r.trim().trim_end_matches('}').trim().parse::<f64>().ok())
-                .ok_or(format!("no rate in {out:?}"))?;
-            rates.entry(store).or_default().push(rate);
+        for groups in GROUPS {
+            for k in 0..STORES.len() {
+                let store = STORES[(k + round) % STORES.len()];
+                // 32 clients for one group, 4 per group beyond (every group busy).
+                let clients = (4 * groups).max(32).to_string();
+                let groups_arg = groups.to_string();
+                let args =
+                    ["bench", "--store", store, "--groups", &groups_arg, "--seconds", &secs, "--clients", &clients];
+                let out = run_timed(Command::new(exe), "raft-node", &args, &[], true)?;
+                let rate = out
+                    .split("\"committed_per_sec\": ")
+                    .nth(1)
+                    .and_then(|r| r.trim().trim_end_matches('}').trim().parse::<f64>().ok())
+                    .ok_or(format!("no rate in {out:?}"))?;
+                rates.entry((groups, store)).or_default().push(rate);
+            }
         }
     }
-    let median = |v: &mut Vec<f64>| {
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let ours = median(rates.get_mut("commitlog").ok_or("no commitlog runs")?);
-    let ceiling = median(rates.get_mut("memory").ok_or("no memory runs")?);
-    let all = |store: &str| rates[store].iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", ");
+    let mut rows = String::new();
+    for groups in GROUPS {
+        let m = |store: &str| median(&rates[&(groups, store)]);
+        let runs =
+            |store: &str| rates[&(groups, store)].iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", ");
+        rows.push_str(&format!(
+            "| {groups} | {:.0} | {:.0} | {:.0} | {:.2}x | {:.2}x | {} / {} / {} |\n",
+            m("commitlog"),
+            m("separate"),
+            m("memory"),
+            m("commitlog") / m("separate"),
+            m("commitlog") / m("memory"),
+            runs("commitlog"),
+            runs("separate"),
+            runs("memory"),
+        ));
+    }
+    let one = median(&rates[&(1, "commitlog")]);
+    let eight = median(&rates[&(8, "commitlog")]);
     let section = format!(
         "<!-- raft-bench:start -->\n## Replicated log: a 3-node openraft cluster on loopback\n\n\
-         `cargo xtask raft-bench` ({seconds} s per run, 32 clients writing 100-byte values to the leader, a write \
-         counted once committed and applied; 3 rounds, the order alternating; the `raft-node` example's \
-         processes, JSON over TCP). The in-memory log store is the ceiling: it reports every append durable at \
-         once.\n\n| log store | committed entries/s (median) | runs |\n|---|---|---|\n\
-         | commit log (`commitlog-raft`, sync flush) | {ours:.0} | {} |\n| in memory (no durability) | {ceiling:.0} | {} |\n\n\
-         Ratio: **{:.2}x** the in-memory ceiling. See docs/replication.md for where the difference goes.\n\
+         `cargo xtask raft-bench` ({seconds} s per run; G raft groups per node, keys sharded over them; 32 clients for \
+         one group, 4 per group beyond, each writing 100-byte values to its group's leader, a write counted once \
+         committed and applied; 3 rounds, the order rotating; the `raft-node` example's processes, JSON over \
+         TCP, snapshots off). *shared*: every group of a node on one commit log (`RaftLogEngine`); *separate*: \
+         a commit log per group (its own syncs); *memory*: an in-memory log store reporting every append durable \
+         at once (the ceiling).\n\n\
+         | groups | shared (entries/s) | separate | memory | shared / separate | shared / memory | runs (shared / separate / memory) |\n\
+         |---|---|---|---|---|---|---|\n{rows}\n\
+         8 groups on one log: **{:.2}x** the 1-group figure. See docs/replication.md for where the time goes.\n\
          <!-- raft-bench:end -->\n",
-        all("commitlog"),
-        all("memory"),
-        ours / ceiling
+        eight / one
     );
     print!("{section}");
     let path = "docs/benchmarks.md";

@@ -2,13 +2,14 @@
 
 use super::*;
 
-/// Three `serve` processes of this binary on loopback.
+/// Three `serve` processes of this binary on loopback, each serving `groups` raft groups.
 pub(crate) struct Cluster {
+    pub(crate) groups: u64,
     exe: PathBuf,
     root: PathBuf,
     pub(crate) addrs: BTreeMap<NodeId, String>,
     children: BTreeMap<NodeId, Child>,
-    memory: bool,
+    stores: Stores,
     snapshots: bool,
 }
 
@@ -17,17 +18,18 @@ pub(crate) fn free_port() -> Result<u16, Error> {
 }
 
 impl Cluster {
-    pub(crate) fn start(root: &Path, memory: bool, snapshots: bool) -> Result<Cluster, Error> {
+    pub(crate) fn start(root: &Path, groups: u64, stores: Stores, snapshots: bool) -> Result<Cluster, Error> {
         let mut addrs = BTreeMap::new();
         for id in 1..=3 {
             addrs.insert(id, format!("127.0.0.1:{}", free_port()?));
         }
         let mut cluster = Cluster {
+            groups,
             exe: std::env::current_exe()?,
             root: root.to_path_buf(),
             addrs,
             children: BTreeMap::new(),
-            memory,
+            stores,
             snapshots,
         };
         for id in 1..=3 {
@@ -49,10 +51,8 @@ impl Cluster {
         let dir = self.dir(id);
         let mut command = Command::new(&self.exe);
         command.args(["serve", "--id", &id.to_string(), "--addr", &self.addrs[&id], "--peers", &self.peers()]);
-        command.arg("--dir").arg(&dir);
-        if self.memory {
-            command.arg("--memory");
-        }
+        command.arg("--dir").arg(&dir).args(["--groups", &self.groups.to_string()]);
+        command.args(["--store", self.stores.name()]);
         if !self.snapshots {
             command.arg("--no-snapshots");
         }
@@ -90,14 +90,25 @@ impl Cluster {
         }
     }
 
-    /// The leader: a node that says it leads, and that a majority of the
-    /// nodes (itself included) name.
-    pub(crate) async fn leader(&self, deadline: Instant) -> Result<NodeId, Error> {
+    /// The leader of every group, as [`leader`](Self::leader) finds it.
+    pub(crate) async fn leaders(&self, deadline: Instant) -> Result<BTreeMap<u64, NodeId>, Error> {
+        let mut leaders = BTreeMap::new();
+        for group in 0..self.groups {
+            leaders.insert(group, self.leader(group, deadline).await?);
+        }
+        Ok(leaders)
+    }
+
+    /// The group's leader: a node that says it leads, and that a majority of
+    /// the nodes (itself included) name.
+    pub(crate) async fn leader(&self, group: u64, deadline: Instant) -> Result<NodeId, Error> {
         loop {
             let mut named: BTreeMap<NodeId, usize> = BTreeMap::new();
             let mut claims = BTreeSet::new();
             for (&id, addr) in &self.addrs {
-                if let Ok(Reply::Leader(leader, me)) = call_once(addr, &Rpc::Leader, Duration::from_millis(300)).await {
+                if let Ok(Reply::Leader(leader, me)) =
+                    call_once(addr, &Rpc::Leader(group), Duration::from_millis(300)).await
+                {
                     if let Some(leader) = leader {
                         *named.entry(leader).or_default() += 1;
                     }
@@ -110,7 +121,7 @@ impl Cluster {
                 return Ok(id);
             }
             if Instant::now() > deadline {
-                return Err("no leader".into());
+                return Err(format!("group {group} has no leader").into());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -130,11 +141,16 @@ impl Drop for Cluster {
     }
 }
 
-/// Writes `key` = `value` until some node commits it; returns false if `stop`
-/// was set first. Follows the leader hints.
-pub(crate) async fn write_until_committed(addrs: &BTreeMap<NodeId, String>, key: String, stop: &AtomicBool) -> bool {
+/// Writes `key` = `key` to `group` until some node commits it; returns false
+/// if `stop` was set first. Follows the leader hints.
+pub(crate) async fn write_until_committed(
+    addrs: &BTreeMap<NodeId, String>,
+    group: u64,
+    key: String,
+    stop: &AtomicBool,
+) -> bool {
     let mut target = 1;
-    let request = Rpc::Write(Request { key: key.clone(), value: key });
+    let request = Rpc::Write(group, Request { key: key.clone(), value: key });
     while !stop.load(Ordering::Relaxed) {
         match call_once(&addrs[&target], &request, Duration::from_secs(3)).await {
             Ok(Reply::Write(Ok(_))) => return true,

@@ -1,13 +1,16 @@
-//! A replicated key-value node on openraft with the commit log as its log store,
-//! talking to its peers over loopback TCP (length-prefixed JSON frames), plus the
-//! drivers that run a 3-node cluster of real processes:
+//! A sharded, replicated key-value node on openraft with the commit log as its
+//! log store: keys hash to G raft groups (`group_of`), each a 3-node group, and
+//! all the groups of a node keep their logs on one `RaftLogEngine` in its
+//! directory, so their appends share the log's syncs. Nodes talk over loopback
+//! TCP (length-prefixed JSON frames); the drivers run a 3-node cluster of real
+//! processes:
 //!
 //! ```text
-//! raft-node serve --id 1 --addr 127.0.0.1:7001 --dir /tmp/n1 [--memory] [--no-snapshots] [--allow-remote]
+//! raft-node serve --id 1 --addr 127.0.0.1:7001 --dir /tmp/n1 [--groups 1] [--store commitlog|separate|memory] [--no-snapshots] [--allow-remote]
 //! raft-node init --addr 127.0.0.1:7001 --peers 1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003
-//! raft-node put --addr 127.0.0.1:7001 --key K --value V  # follows the leader; prints the entry's index
-//! raft-node kill-test [--kills 20] [--interval-ms 800]   # SIGKILL the leader again and again
-//! raft-node bench [--store commitlog|memory] [--seconds 5] [--clients 32]
+//! raft-node put --addr 127.0.0.1:7001 --key K --value V [--groups 1]  # follows the group's leader; prints the index
+//! raft-node kill-test [--groups 1] [--kills 20] [--interval-ms 800]   # SIGKILL the node leading most groups
+//! raft-node bench [--store commitlog|separate|memory] [--groups 1] [--seconds 5] [--clients 32]
 //! ```
 //!
 //! The RPCs carry no authentication: anyone who can reach a node's port can
@@ -20,20 +23,23 @@
 //! `Refused` reply and never ends the node (`tests.rs` throws random and
 //! hostile frames at one).
 //!
-//! `kill-test` starts three `serve` processes, initializes the cluster, writes
+//! `kill-test` starts three `serve` processes, initializes every group, writes
 //! from several clients (a write counts once `client_write` returned: committed
-//! and applied on the leader), kills the leader with SIGKILL and restarts it on
-//! the same directory, again and again, then reads every key from the last
+//! and applied on its group's leader), kills the node that leads the most groups
+//! with SIGKILL, waits until every group has a leader, and restarts it on the
+//! same directory, again and again; then reads every key of each group from its
 //! leader and prints `N leader kills, M entries committed, K committed entries
-//! lost`, with the last leader's snapshot and purge points and how many
-//! snapshots restarted nodes installed (exit code 1 unless K is 0, or if enough
-//! entries were committed for a purge and none happened). Nodes snapshot their
-//! state machine every 1,000 entries into `<dir>/sm` and openraft purges the
-//! log to 500 entries below it, so the store's purge, and its purge past the
-//! last entry when a restarted node installs a snapshot, run under the kills
-//! too. `bench` measures committed writes per
-//! second of a cluster with this store or with an in-memory log store (the
-//! ceiling: no durability at all).
+//! lost`, with the snapshot and purge points and how many snapshots restarted
+//! nodes installed (exit code 1 unless K is 0, if a group committed nothing
+//! after the last kill, or if enough entries were committed for a purge and
+//! none happened). Each group snapshots its state machine every 1,000 entries
+//! into `<dir>/sm-<group>` and openraft purges its log to 500 entries below
+//! it, so the engine's per-group purge and reclaim, and a purge past the last
+//! entry when a restarted node installs a snapshot, run under the kills too.
+//! `bench` measures committed writes per second of a cluster of G groups with
+//! every group on one commit log (`commitlog`), with a commit log per group
+//! (`separate`: the layout where groups share no syncs), or with an in-memory
+//! log store (`memory`: the ceiling, no durability at all).
 //!
 //! One job per file: `main.rs` the commands, `node.rs` a node (its raft
 //! configuration, serving and applying RPCs), `rpc.rs` the wire, `network.rs`
@@ -61,7 +67,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use commitlog_raft::{RaftLogStore, RaftStoreConfig};
+use commitlog_raft::{RaftLogEngine, RaftLogStore, RaftStoreConfig};
 use kv::{NodeId, Request, StateMachine, TypeConfig};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
@@ -87,8 +93,13 @@ async fn serve_command(args: &[String]) -> Result<bool, Error> {
     let addr = arg(args, "--addr", String::new())?;
     let dir = arg(args, "--dir", PathBuf::new())?;
     let flag = |name: &str| args.iter().any(|a| a == name);
+    let groups = arg(args, "--groups", 1u64)?;
+    if groups == 0 {
+        return Err("--groups must be at least 1".into());
+    }
     check_bind_address(&addr, flag("--allow-remote"))?;
-    serve(id, addr, dir, flag("--memory"), !flag("--no-snapshots")).await?;
+    let stores = Stores::parse(&arg(args, "--store", "commitlog".to_string())?)?;
+    serve(id, addr, dir, stores, !flag("--no-snapshots"), groups).await?;
     Ok(true)
 }
 
@@ -118,12 +129,14 @@ async fn init_command(args: &[String]) -> Result<bool, Error> {
     }
 }
 
-/// One write, sent to the leader (asking the node at `--addr` where it is).
+/// One write, sent to the leader of its key's group (asking the node at
+/// `--addr` where it is); `--groups` must be what the nodes serve.
 async fn put_command(args: &[String]) -> Result<bool, Error> {
     let mut addr = arg(args, "--addr", String::new())?;
     let request = Request { key: arg(args, "--key", String::new())?, value: arg(args, "--value", String::new())? };
+    let group = group_of(&request.key, arg(args, "--groups", 1u64)?);
     for _ in 0..10 {
-        match call_once(&addr, &Rpc::Write(request.clone()), Duration::from_secs(5)).await? {
+        match call_once(&addr, &Rpc::Write(group, request.clone()), Duration::from_secs(5)).await? {
             Reply::Write(Ok(index)) => {
                 println!("{index}");
                 return Ok(true);

@@ -1,10 +1,14 @@
-//! openraft's network over the RPCs of `rpc.rs`: one connection per peer.
+//! openraft's network over the RPCs of `rpc.rs`: one connection per peer and group.
 
 use super::*;
 
-pub(crate) struct Network;
+/// The network of one raft group: its RPCs name the group.
+pub(crate) struct Network {
+    pub(crate) group: u64,
+}
 
 pub(crate) struct Peer {
+    group: u64,
     target: NodeId,
     addr: String,
     stream: Option<TcpStream>,
@@ -14,7 +18,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Peer;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Peer {
-        Peer { target, addr: node.addr.clone(), stream: None }
+        Peer { group: self.group, target, addr: node.addr.clone(), stream: None }
     }
 }
 
@@ -41,7 +45,7 @@ impl RaftNetwork<TypeConfig> for Peer {
         req: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        match self.send(Rpc::Append(req), option.hard_ttl()).await? {
+        match self.send(Rpc::Append(self.group, req), option.hard_ttl()).await? {
             Reply::Append(Ok(resp)) => Ok(resp),
             Reply::Append(Err(e)) => Err(RPCError::RemoteError(RemoteError::new(self.target, e))),
             other => Err(unexpected(other)),
@@ -54,7 +58,7 @@ impl RaftNetwork<TypeConfig> for Peer {
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>>
     {
-        match self.send(Rpc::Snapshot(req), option.hard_ttl()).await? {
+        match self.send(Rpc::Snapshot(self.group, req), option.hard_ttl()).await? {
             Reply::Snapshot(Ok(resp)) => Ok(resp),
             Reply::Snapshot(Err(e)) => Err(RPCError::RemoteError(RemoteError::new(self.target, e))),
             other => Err(unexpected(other)),
@@ -66,7 +70,7 @@ impl RaftNetwork<TypeConfig> for Peer {
         req: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        match self.send(Rpc::Vote(req), option.hard_ttl()).await? {
+        match self.send(Rpc::Vote(self.group, req), option.hard_ttl()).await? {
             Reply::Vote(Ok(resp)) => Ok(resp),
             Reply::Vote(Err(e)) => Err(RPCError::RemoteError(RemoteError::new(self.target, e))),
             other => Err(unexpected(other)),

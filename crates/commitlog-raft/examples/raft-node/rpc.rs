@@ -2,24 +2,24 @@
 
 use super::*;
 
-/// A request on the wire.
+/// A request on the wire; the first field of most is the raft group it is for.
 #[derive(Serialize, Deserialize, Debug)]
 pub(crate) enum Rpc {
-    Append(AppendEntriesRequest<TypeConfig>),
-    Vote(VoteRequest<NodeId>),
-    Snapshot(InstallSnapshotRequest<TypeConfig>),
-    /// A client write.
-    Write(Request),
-    /// Who this node thinks leads.
-    Leader,
-    /// Every key, after a linearizable read barrier (the leader only).
-    Dump,
-    /// Initialize the cluster with these members (once, on one node).
+    Append(u64, AppendEntriesRequest<TypeConfig>),
+    Vote(u64, VoteRequest<NodeId>),
+    Snapshot(u64, InstallSnapshotRequest<TypeConfig>),
+    /// A client write (to the group its key hashes to: `group_of`).
+    Write(u64, Request),
+    /// Who this node thinks leads the group.
+    Leader(u64),
+    /// Every key of the group, after a linearizable read barrier (its leader only).
+    Dump(u64),
+    /// Initialize every group with these members (once, on one node).
     Init(BTreeMap<NodeId, BasicNode>),
     /// The address of a member, as the membership says.
     Address(NodeId),
-    /// The index of the last snapshot and of the last purged entry.
-    Compaction,
+    /// The index of the group's last snapshot and of its last purged entry.
+    Compaction(u64),
 }
 
 /// A reply on the wire.
@@ -37,7 +37,8 @@ pub(crate) enum Reply {
     Address(Option<String>),
     /// The last snapshot's and the last purged entry's index.
     Compaction(Option<u64>, Option<u64>),
-    /// The request was refused: malformed, or larger than the node accepts.
+    /// The request was refused: malformed, larger than the node accepts, or for
+    /// a group the node does not run.
     Refused(String),
 }
 

@@ -11,10 +11,10 @@ use super::*;
 async fn node(limits: Limits) -> String {
     let config = raft_config(false).unwrap();
     let sm = Arc::new(StateMachine::default());
-    let raft = Raft::new(1, config, Network, mem::MemLogStore::default(), Arc::clone(&sm)).await.unwrap();
+    let raft = Raft::new(1, config, Network { group: 0 }, mem::MemLogStore::default(), Arc::clone(&sm)).await.unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(serve_on(listener, raft, sm, limits));
+    tokio::spawn(serve_on(listener, Arc::new(Node { groups: vec![(raft, sm)] }), limits));
     addr
 }
 
@@ -27,7 +27,7 @@ const TEST_LIMITS: Limits = Limits {
 
 /// The node still answers a well-formed request on a new connection.
 async fn answers(addr: &str) {
-    match call_once(addr, &Rpc::Leader, Duration::from_secs(5)).await {
+    match call_once(addr, &Rpc::Leader(0), Duration::from_secs(5)).await {
         Ok(Reply::Leader(..)) => {}
         other => panic!("the node stopped answering: {other:?}"),
     }
@@ -70,7 +70,7 @@ async fn oversized_and_malformed_frames_are_refused_and_the_node_keeps_serving()
     let mut s = TcpStream::connect(&addr).await.unwrap();
     s.write_all(&frame(b"{\"Write\": 42")).await.unwrap();
     assert!(matches!(read_frame::<Reply, _>(&mut s, &Limits::DEFAULT).await, Ok(Reply::Refused(_))));
-    write_frame(&mut s, &Rpc::Leader).await.unwrap();
+    write_frame(&mut s, &Rpc::Leader(0)).await.unwrap();
     assert!(matches!(read_frame::<Reply, _>(&mut s, &Limits::DEFAULT).await, Ok(Reply::Leader(..))));
     // Valid JSON of the wrong shape, an empty frame, a frame cut short.
     for bytes in [frame(b"[1, 2, 3]"), frame(b""), frame(b"\"Leader\"")[..5].to_vec()] {
@@ -145,4 +145,27 @@ fn serving_beyond_loopback_needs_a_flag() {
     assert!(refused.contains("not authenticated") && refused.contains("--allow-remote"), "{refused}");
     assert!(check_bind_address("0.0.0.0:7001", true).is_ok());
     assert!(check_bind_address("localhost:7001", false).is_err(), "IP:PORT only");
+}
+
+#[tokio::test]
+async fn a_request_for_a_group_the_node_does_not_run_is_refused() {
+    let addr = node(TEST_LIMITS).await;
+    let request = Rpc::Write(3, Request { key: "k".into(), value: "v".into() });
+    match call_once(&addr, &request, Duration::from_secs(5)).await {
+        Err(e) => assert!(e.to_string().contains("no group 3"), "{e}"),
+        Ok(reply) => panic!("a write to a missing group: {reply:?}"),
+    }
+    answers(&addr).await;
+}
+
+#[test]
+fn keys_hash_to_every_group() {
+    let mut seen = BTreeSet::new();
+    for k in 0..1000 {
+        let g = group_of(&format!("key-{k:08}"), 8);
+        assert!(g < 8);
+        seen.insert(g);
+    }
+    assert_eq!(seen.len(), 8);
+    assert_eq!(group_of("anything", 1), 0);
 }
