@@ -23,9 +23,10 @@
 //!                                        a 3-node cluster of real processes (the raft-node example), G raft groups
 //!                                        (8) on each node's one log: SIGKILL the node leading the most groups N
 //!                                        times (20; the CI-sized run in ci), then count committed entries lost
-//! cargo xtask raft-bench [--seconds S]   committed entries/s of that cluster with 1, 8 and 64 raft groups: all on
-//!                                        one commit log, a commit log per group, in memory; 3 interleaved rounds;
-//!                                        writes its section of docs/benchmarks.md
+//! cargo xtask raft-bench [--seconds S]   the storage API beside openraft-sledstore and -rocksstore (raft-compare/,
+//!                                        needs libclang), then committed entries/s of that cluster with 1, 8 and 64
+//!                                        raft groups: one commit log, a commit log per group, in memory; 3
+//!                                        interleaved rounds each; writes its sections of docs/benchmarks.md
 //! cargo xtask scale [--queues N]         the message store with N queues (50,000) on a real disk: throughput, memory,
 //!                                        open files and mappings (docs/message-store.md)
 //! cargo xtask index-lookup [--keys N]    query_by_key latency (p50/p99) over N keys (10,000,000) on a real disk
@@ -499,6 +500,7 @@ fn message_store_example(name: &str, args: &[&str]) -> Result<(), String> {
 fn raft_bench(seconds: u64) -> Result<(), String> {
     const GROUPS: [u64; 3] = [1, 8, 64];
     const STORES: [&str; 3] = ["commitlog", "separate", "memory"];
+    raft_api(seconds.min(3))?;
     cargo(&["build", "-q", "--release", "-p", "commitlog-raft", "--example", "raft-node"], &[])?;
     let exe = Path::new("target/release/examples/raft-node");
     let secs = seconds.to_string();
@@ -561,14 +563,102 @@ fn raft_bench(seconds: u64) -> Result<(), String> {
         eight / one
     );
     print!("{section}");
-    let path = "docs/benchmarks.md";
+    replace_section("docs/benchmarks.md", "raft-bench", &section)
+}
+
+/// Writes `section` between `<!-- {marker}:start -->` and `<!-- {marker}:end -->`
+/// of the document at `path` (appended if it has no such markers).
+fn replace_section(path: &str, marker: &str, section: &str) -> Result<(), String> {
+    let (start, end) = (format!("<!-- {marker}:start -->"), format!("<!-- {marker}:end -->\n"));
     let old = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-    let new = match (old.find("<!-- raft-bench:start -->"), old.find("<!-- raft-bench:end -->")) {
-        (Some(start), Some(end)) => {
-            let end = end + "<!-- raft-bench:end -->\n".len().min(old.len() - end);
-            format!("{}{section}{}", &old[..start], &old[end..])
+    let new = match (old.find(&start), old.find(end.trim_end())) {
+        (Some(a), Some(b)) => {
+            let b = (b + end.len()).min(old.len());
+            format!("{}{section}{}", &old[..a], &old[b..])
         }
         _ => format!("{old}\n{section}"),
     };
     std::fs::write(path, new).map_err(|e| format!("{path}: {e}"))
+}
+
+/// `commitlog-raft` at openraft's storage API (append a batch, await its
+/// callback) beside openraft's own durable stores, sled and RocksDB, built in
+/// `raft-compare/` (the v1 storage trait, without the workspace's
+/// `storage-v2`; RocksDB needs libclang): batches of 1 and 64 entries, 3
+/// rounds with the order rotating; the medians go into docs/benchmarks.md.
+fn raft_api(seconds: u64) -> Result<(), String> {
+    const STORES: [&str; 3] = ["commitlog", "sled", "rocks"];
+    const BATCHES: [u64; 2] = [1, 64];
+    cargo(&["build", "-q", "--release", "-p", "commitlog-raft", "--example", "storage_api"], &[])?;
+    cargo(&["build", "-q", "--release", "--manifest-path", "raft-compare/Cargo.toml", "--features", "rocks"], &[])
+        .map_err(|e| {
+            format!("{e}: raft-compare builds RocksDB, which needs libclang (apt-get install libclang-dev)")
+        })?;
+    let ours = Path::new("target/release/examples/storage_api");
+    let peers = Path::new("raft-compare/target/release/commitlog-raft-compare");
+    let secs = seconds.to_string();
+    let field = |out: &str, name: &str| -> Result<f64, String> {
+        out.split(&format!("\"{name}\": "))
+            .nth(1)
+            .and_then(|r| r.split([',', '}']).next())
+            .and_then(|r| r.trim().parse::<f64>().ok())
+            .ok_or(format!("no {name} in {out:?}"))
+    };
+    /// A run's entries/s, p50 and p99 (µs).
+    type Run = (f64, f64, f64);
+    let mut runs: std::collections::BTreeMap<(u64, &str), Vec<Run>> = Default::default();
+    for round in 0..3 {
+        for batch in BATCHES {
+            for k in 0..STORES.len() {
+                let store = STORES[(k + round) % STORES.len()];
+                let batch_arg = batch.to_string();
+                let out = if store == "commitlog" {
+                    let args = ["--batch", batch_arg.as_str(), "--seconds", &secs];
+                    run_timed(Command::new(ours), "storage_api", &args, &[], true)?
+                } else {
+                    let args = ["--store", store, "--batch", batch_arg.as_str(), "--seconds", &secs];
+                    run_timed(Command::new(peers), "raft-compare", &args, &[], true)?
+                };
+                let figures = (field(&out, "entries_per_sec")?, field(&out, "p50_us")?, field(&out, "p99_us")?);
+                runs.entry((batch, store)).or_default().push(figures);
+            }
+        }
+    }
+    let median = |v: &[Run]| {
+        let mut v = v.to_vec();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        v[v.len() / 2]
+    };
+    let mut rows = String::new();
+    for batch in BATCHES {
+        let ours = median(&runs[&(batch, "commitlog")]);
+        // rocksstore does not sync its appends: the durable peer is sled.
+        let best = median(&runs[&(batch, "sled")]).0;
+        for store in STORES {
+            let (rate, p50, p99) = median(&runs[&(batch, store)]);
+            let all = runs[&(batch, store)].iter().map(|r| format!("{:.0}", r.0)).collect::<Vec<_>>().join(", ");
+            let ratio = if store == "commitlog" {
+                format!("**{:.2}x** sled", ours.0 / best)
+            } else {
+                format!("{:.2}x", ours.0 / rate)
+            };
+            rows.push_str(&format!("| {batch} | {store} | {rate:.0} | {p50:.0} | {p99:.0} | {ratio} | {all} |\n"));
+        }
+    }
+    let section = format!(
+        "<!-- raft-api:start -->\n## Replicated log: openraft's storage API\n\n\
+         `cargo xtask raft-bench` (its first part; {seconds} s per run): append a batch of entries (a key and a \
+         100-byte value each) and await it, as `RaftCore` does, one batch at a time: `commitlog-raft` \
+         (`examples/storage_api.rs`: `append`, then its flush callback) against openraft's own stores \
+         `openraft-sledstore` 0.9 and `openraft-rocksstore` 0.9 (`raft-compare/`: `append_to_log`, the v1 \
+         trait). sled's `append_to_log` flushes its log (`flush_async`) before it returns; rocksstore's writes \
+         the entries with RocksDB's default write options, which do not sync the write-ahead log: its figures \
+         are of an append that a power cut can take back, so the ratio that counts is to sled. 3 rounds, the \
+         order rotating; medians.\n\n\
+         | batch | store | entries/s | p50 (µs) | p99 (µs) | commitlog / this | runs (entries/s) |\n\
+         |---|---|---|---|---|---|---|\n{rows}\
+         <!-- raft-api:end -->\n"
+    );
+    print!("{section}");
+    replace_section("docs/benchmarks.md", "raft-api", &section)
 }
