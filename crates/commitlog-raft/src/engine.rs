@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use commitlog::{CommitLog, DurabilityHandle};
-use consume_queue::{ConsumeQueue, ConsumeQueueConfig, CqEntry};
+use consume_queue::CqEntry;
 use mapped_file::{MmapStorage, Storage};
 use openraft::storage::LogFlushed;
 use openraft::{LogId, RaftLogId, RaftTypeConfig};
@@ -42,44 +42,26 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::meta::{MetaStore, COMMITTED_INTERVAL};
+use crate::config::RaftStoreConfig;
+use crate::error::RaftStoreError;
+use crate::group::{open_group_files, Group};
+use crate::layout::{DISPATCHED_FILE, GROUPS_FILE, LOG_DIR, RAFT_DIR};
+use crate::meta::COMMITTED_INTERVAL;
 use crate::record::{Header, Kind};
-use crate::{RaftLogStore, RaftStoreConfig, RaftStoreError, INDEX_DIR, LOG_DIR, RAFT_DIR};
+use crate::recovery::EngineRecovery;
+use crate::recovery::{cut_from, replay};
+#[cfg(doc)]
+use crate::GroupsConfig;
+use crate::RaftLogStore;
 
-/// The registry of groups, in the raft directory.
-pub const GROUPS_FILE: &str = "groups.json";
-/// The dispatch checkpoint, in the raft directory.
-pub const DISPATCHED_FILE: &str = "dispatched";
-/// The directory of the groups' own directories, in the raft directory.
-pub const GROUPS_DIR: &str = "groups";
-
-/// The directory of group `group`'s index and meta file in the store directory `dir`.
-pub fn group_dir(dir: &Path, group: u64) -> PathBuf {
-    dir.join(RAFT_DIR).join(GROUPS_DIR).join(group.to_string())
-}
-
-/// How a [`RaftLogEngine`] keeps its groups.
-#[derive(Debug, Clone)]
-pub struct GroupsConfig {
-    /// How often the maintenance thread flushes every group's index and
-    /// advances the dispatch checkpoint (what recovery replays from), then
-    /// reclaims log segments.
-    pub checkpoint_interval_ms: u64,
-    /// A group whose oldest live entry is this many bytes or more behind the
-    /// log's end, and in a segment that could otherwise go, has its live entries
-    /// rewritten at the log's end. Every byte of a group is rewritten at most
-    /// once per this many bytes of log written, so the cost is bounded by the
-    /// lagging groups' live bytes over this lag. `u64::MAX`: never rewrite (a
-    /// lagging group then keeps every segment from its oldest live entry on).
-    pub rewrite_lag_bytes: u64,
-}
-
-impl Default for GroupsConfig {
-    /// A checkpoint every second; groups lagging four segments of the default
-    /// log (256 MiB) are rewritten.
-    fn default() -> Self {
-        GroupsConfig { checkpoint_interval_ms: 1000, rewrite_lag_bytes: 256 << 20 }
-    }
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Registry {
+    /// Live groups and the log offset each was created at: records of a group
+    /// below it belong to an earlier group of that id, dropped.
+    groups: BTreeMap<u64, u64>,
+    /// Groups being dropped: their files go at the next open if a crash
+    /// interrupted the drop.
+    dropping: Vec<u64>,
 }
 
 /// What the engine's purge has done since it opened.
@@ -95,31 +77,6 @@ pub struct ReclaimStats {
     pub segments_deleted: u64,
 }
 
-/// What recovery found at open.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct EngineRecovery {
-    /// Groups opened.
-    pub groups: usize,
-    /// The log offset replay started at (the dispatch checkpoint).
-    pub replayed_from: u64,
-    /// Records read by the replay.
-    pub records_replayed: u64,
-    /// Index entries found past the checkpoint and cut before the replay.
-    pub entries_cut: u64,
-    /// Time the whole open took.
-    pub elapsed: Duration,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct Registry {
-    /// Live groups and the log offset each was created at: records of a group
-    /// below it belong to an earlier group of that id, dropped.
-    groups: BTreeMap<u64, u64>,
-    /// Groups being dropped: their files go at the next open if a crash
-    /// interrupted the drop.
-    dropping: Vec<u64>,
-}
-
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 struct Dispatched {
     offset: u64,
@@ -132,22 +89,10 @@ pub(crate) enum Job<C: RaftTypeConfig> {
     Barrier(tokio::sync::oneshot::Sender<()>),
 }
 
-/// One raft group's state on the engine.
-pub(crate) struct Group<C: RaftTypeConfig> {
-    pub(crate) id: u64,
-    pub(crate) index: ConsumeQueue,
-    pub(crate) meta: MetaStore<C::NodeId>,
-    /// One writer (append, truncate, purge, rewrite) at a time.
-    pub(crate) write: tokio::sync::Mutex<()>,
-    /// Readers against the rewrite's swap of the index to the copies.
-    pub(crate) view: RwLock<()>,
-    pub(crate) dropped: AtomicBool,
-}
-
 /// Operations between their log append and their index update: the dispatch
 /// checkpoint stays below the first record of each.
 #[derive(Default)]
-struct InFlight {
+pub(crate) struct InFlight {
     next_ticket: AtomicU64,
     starts: Mutex<HashMap<u64, u64>>,
 }
@@ -164,7 +109,7 @@ impl InFlight {
         InFlightGuard { in_flight: self, ticket }
     }
 
-    fn min_start(&self) -> Option<u64> {
+    pub(crate) fn min_start(&self) -> Option<u64> {
         self.starts.lock().values().copied().min()
     }
 }
@@ -183,10 +128,10 @@ struct Maintenance {
 }
 
 pub(crate) struct Engine<C: RaftTypeConfig> {
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     pub(crate) log: CommitLog,
-    storage: Arc<dyn Storage>,
-    config: RaftStoreConfig,
+    pub(crate) storage: Arc<dyn Storage>,
+    pub(crate) config: RaftStoreConfig,
     groups: RwLock<HashMap<u64, Arc<Group<C>>>>,
     /// Creates and drops, one at a time, with the registry as the file says.
     registry: Mutex<Registry>,
@@ -194,11 +139,11 @@ pub(crate) struct Engine<C: RaftTypeConfig> {
     notifier: Mutex<Option<std::thread::JoinHandle<()>>>,
     maintenance: Mutex<Option<std::thread::JoinHandle<()>>>,
     wake: (Mutex<Maintenance>, Condvar),
-    in_flight: InFlight,
+    pub(crate) in_flight: InFlight,
     /// The dispatch checkpoint as written, one checkpoint at a time.
-    dispatched: Mutex<u64>,
+    pub(crate) dispatched: Mutex<u64>,
     /// One reclaim round at a time.
-    reclaiming: Mutex<ReclaimStats>,
+    pub(crate) reclaiming: Mutex<ReclaimStats>,
     recovery: Mutex<EngineRecovery>,
     closed: AtomicBool,
 }
@@ -539,98 +484,6 @@ where
     Ok(if last.as_ref().map(|l| l.index) >= purged.as_ref().map(|p| p.index) { last } else { purged })
 }
 
-/// Applies one record of the log to its group's index at recovery.
-///
-/// The index on disk may be ahead of the checkpoint in one way: a truncation is
-/// cut into the index (durably) when it happens, so entries replayed from
-/// before its record can land past the index's end. Such a gap is noted in
-/// `gap` (where it starts) and must be closed by a later cut at or below it
-/// (that truncation's record, or an entry replacing the suffix); one still
-/// open at the end of the replay is damage ([`RaftStoreError::IndexGap`]).
-fn replay<C: RaftTypeConfig>(
-    group: &Group<C>,
-    header: Header,
-    at: CqEntry,
-    gap: &mut Option<(u64, u64)>,
-) -> Result<(), RaftStoreError> {
-    let index = &group.index;
-    let i = header.index;
-    let wanted_from = group.meta.purged().map_or(0, |p| p.index.saturating_add(1));
-    let cut = |index: &ConsumeQueue, from: u64, gap: &mut Option<(u64, u64)>| {
-        if gap.is_some_and(|(start, _)| from <= start) {
-            *gap = None;
-        }
-        cut_from(index, from)
-    };
-    let put = |index: &ConsumeQueue, gap: &mut Option<(u64, u64)>| -> Result<(), RaftStoreError> {
-        let next = index.next_index();
-        if !index.is_empty() && i > next {
-            if next <= wanted_from {
-                // Everything the index holds is purged (a snapshot past the
-                // last entry): it starts over here.
-                index.clear()?;
-            } else if gap.is_none() {
-                *gap = Some((next, i));
-            }
-        }
-        // A new leader's entry replaces the suffix from its index on.
-        cut(index, i, gap)?;
-        index.put(i, at)?;
-        Ok(())
-    };
-    match header.kind {
-        Kind::Truncation => cut(index, i.max(wanted_from), gap)?,
-        // Entries at or below the purged id are not wanted: the index keeps
-        // those it has while their segments last (reads start above it), but
-        // never takes them back, so records far below a snapshot installed
-        // beyond the log's end cost an open nothing.
-        _ if i < wanted_from => {}
-        Kind::Entry => put(index, gap)?,
-        // An entry the index still holds elsewhere stays there: the rewrite
-        // moved the index only once all its copies were durable, so an index
-        // that did not move holds the originals, which are still in the log.
-        Kind::Rewritten if index.get(i)?.is_some() => {}
-        Kind::Rewritten => put(index, gap)?,
-    }
-    Ok(())
-}
-
-/// Drops the index's entries from `i` on; an index left without entries
-/// starts over (it takes any index next).
-fn cut_from(index: &ConsumeQueue, i: u64) -> Result<(), RaftStoreError> {
-    if i <= index.min_index() {
-        if index.next_index() != i || !index.is_empty() {
-            index.clear()?;
-        }
-    } else {
-        index.truncate_from(i)?;
-    }
-    Ok(())
-}
-
-fn open_group_files<C: RaftTypeConfig>(
-    storage: &Arc<dyn Storage>,
-    dir: &Path,
-    id: u64,
-    config: &RaftStoreConfig,
-) -> Result<Group<C>, RaftStoreError> {
-    let group_dir = group_dir(dir, id);
-    storage.create_dir_all(&group_dir).map_err(io_err(&group_dir))?;
-    let meta = MetaStore::open(Arc::clone(storage), &group_dir)?;
-    // The engine flushes every index from its maintenance thread, and the
-    // groups share the storage.
-    let index_config = ConsumeQueueConfig { own_flush_service: false, owns_storage: false, ..config.index.clone() };
-    let index = ConsumeQueue::open(Arc::clone(storage), &group_dir.join(INDEX_DIR), index_config)?;
-    Ok(Group {
-        id,
-        index,
-        meta,
-        write: tokio::sync::Mutex::new(()),
-        view: RwLock::new(()),
-        dropped: AtomicBool::new(false),
-    })
-}
-
 fn read_json<T: DeserializeOwned>(storage: &dyn Storage, path: &Path) -> Result<Option<T>, RaftStoreError> {
     match storage.read_small(path).map_err(io_err(path))? {
         Some(bytes) => serde_json::from_slice(&bytes)
@@ -824,7 +677,7 @@ impl<C: RaftTypeConfig> Engine<C> {
         changed.notify_all();
     }
 
-    fn live_groups(&self) -> Vec<Arc<Group<C>>> {
+    pub(crate) fn live_groups(&self) -> Vec<Arc<Group<C>>> {
         self.groups.read().values().cloned().collect()
     }
 

@@ -88,21 +88,26 @@
 
 #![forbid(unsafe_code)]
 
+mod config;
 mod engine;
+mod error;
+mod group;
+mod layout;
 mod meta;
 #[cfg(planted_bugs)]
 pub mod planted;
 mod record;
+mod recovery;
 
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use commitlog::{CommitLog, CommitLogConfig, DurabilityHandle, FlushDiskType};
-use consume_queue::{ConsumeQueue, ConsumeQueueConfig, CqError};
+use commitlog::{CommitLog, DurabilityHandle};
+use consume_queue::ConsumeQueue;
 use mapped_file::Storage;
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{
@@ -111,194 +116,14 @@ use openraft::{
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-pub use engine::{
-    group_dir, EngineRecovery, GroupsConfig, RaftLogEngine, ReclaimStats, DISPATCHED_FILE, GROUPS_DIR, GROUPS_FILE,
-};
-use engine::{Group, Job, Owner};
+pub use config::{GroupsConfig, RaftStoreConfig};
+use engine::{Job, Owner};
+pub use engine::{RaftLogEngine, ReclaimStats};
+pub use error::RaftStoreError;
+use group::Group;
+pub use layout::{group_dir, DISPATCHED_FILE, GROUPS_DIR, GROUPS_FILE, INDEX_DIR, LOG_DIR, RAFT_DIR, SINGLE_GROUP};
 pub use meta::META_FILE;
-
-/// The commit log's directory inside a raft store directory.
-pub const LOG_DIR: &str = "log";
-/// The raft state's directory (the groups' indexes and meta files) inside a
-/// raft store directory.
-pub const RAFT_DIR: &str = "raft";
-/// The index's directory inside a group's directory ([`group_dir`]).
-pub const INDEX_DIR: &str = "index";
-/// The group [`RaftLogStore::open`] opens: a store directory with one raft group.
-pub const SINGLE_GROUP: u64 = 0;
-
-/// Errors of opening and running a [`RaftLogStore`] or a [`RaftLogEngine`]
-/// (given to openraft as [`StorageError`]s).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RaftStoreError {
-    /// The commit log failed.
-    #[error(transparent)]
-    Log(#[from] commitlog::Error),
-    /// Records could not be made durable.
-    #[error(transparent)]
-    Flush(#[from] commitlog::FlushError),
-    /// An index failed.
-    #[error(transparent)]
-    Index(#[from] CqError),
-    /// The raft directory is held by another store.
-    #[error(transparent)]
-    Lock(#[from] mapped_file::LockError),
-    /// A file could not be read or written.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: io::Error,
-    },
-    /// A meta, registry or checkpoint file is damaged.
-    #[error("raft state file {} is damaged: {reason}", path.display())]
-    Meta {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A record of the log is not one this store writes (a log written by
-    /// something else, or by a version whose records had no group header).
-    #[error("record at offset {offset} is not a raft group record: {reason}")]
-    Format {
-        /// The record's offset.
-        offset: u64,
-        /// What is wrong.
-        reason: &'static str,
-    },
-    /// A record does not hold an entry.
-    #[error("record at offset {offset} is not a raft entry: {source}")]
-    Decode {
-        /// The record's offset.
-        offset: u64,
-        /// Why it does not decode.
-        #[source]
-        source: serde_json::Error,
-    },
-    /// An entry could not be encoded.
-    #[error("cannot encode a raft entry: {0}")]
-    Encode(#[source] serde_json::Error),
-    /// A group's index points at a record that is not the entry it should be.
-    #[error("raft group {group}: index {index} points at the record for index {found}")]
-    Mismatch {
-        /// The group.
-        group: u64,
-        /// The index asked for.
-        index: u64,
-        /// The index the record holds.
-        found: u64,
-    },
-    /// A group's index misses entries the log's replay needs before the
-    /// next one: the index files were damaged or lost.
-    #[error("raft group {group}: the index ends before {next} but the log's next entry for it is {found}")]
-    IndexGap {
-        /// The group.
-        group: u64,
-        /// Where the group's index ends.
-        next: u64,
-        /// The entry the log holds next.
-        found: u64,
-    },
-    /// The engine has no such group.
-    #[error("raft group {group} does not exist")]
-    NoSuchGroup {
-        /// The group.
-        group: u64,
-    },
-    /// The group was dropped: its store writes and reads nothing more.
-    #[error("raft group {group} was dropped")]
-    GroupDropped {
-        /// The group.
-        group: u64,
-    },
-    /// The configuration cannot work.
-    #[error("invalid raft store config: {reason}")]
-    InvalidConfig {
-        /// What is wrong.
-        reason: String,
-    },
-    /// The store was shut down: nothing more is written.
-    #[error("the raft log store is shut down")]
-    ShutDown,
-}
-
-/// Configuration of a [`RaftLogStore`] or a [`RaftLogEngine`].
-#[derive(Debug, Clone)]
-pub struct RaftStoreConfig {
-    /// The commit log's. It must flush synchronously (`SyncFlush`, waiting for
-    /// durability), must not limit reads to durable records (openraft reads
-    /// what it appended before the callback, to replicate it), and must not
-    /// delete segments by itself: only openraft's `purge` may delete entries
-    /// (a segment deleted for its age or for disk space would take entries no
-    /// snapshot holds yet). So segments never expire (`file_reserved_time_ms`
-    /// `u64::MAX`) and `clean_file_forcibly_enable` is off; the disk-space guard
-    /// stays (appends fail with a storage error at `disk_space_warning_level_ratio`).
-    pub log: CommitLogConfig,
-    /// Each group's index. The engine runs no flush service per index (it
-    /// flushes them all from its maintenance thread) and the indexes share one
-    /// storage, whatever `own_flush_service` and `owns_storage` say.
-    pub index: ConsumeQueueConfig,
-    /// How the engine keeps its groups: checkpoints and rewrites.
-    pub groups: GroupsConfig,
-}
-
-impl Default for RaftStoreConfig {
-    /// 64 MiB log segments, 1 MiB bodies at most, no deletion but openraft's
-    /// purge; indexes of 32 Ki entries (640 KiB) a segment, so that a thousand
-    /// groups map 640 MiB of index, not RocketMQ's 6 MB each; the groups'
-    /// defaults.
-    fn default() -> Self {
-        let log = CommitLogConfig {
-            mapped_file_size_commit_log: 64 << 20,
-            max_message_size: 1 << 20,
-            flush_disk_type: FlushDiskType::SyncFlush,
-            wait_store_msg_ok: true,
-            read_limit_to_flushed: false,
-            file_reserved_time_ms: u64::MAX,
-            delete_when: String::new(),
-            clean_file_forcibly_enable: false,
-            ..CommitLogConfig::default()
-        };
-        let index = ConsumeQueueConfig::with_entries_per_segment(32 * consume_queue::ENTRIES_PER_SEGMENT_MULTIPLE);
-        RaftStoreConfig { log, index, groups: GroupsConfig::default() }
-    }
-}
-
-impl RaftStoreConfig {
-    fn validate(&self) -> Result<(), RaftStoreError> {
-        let log = &self.log;
-        if log.flush_disk_type != FlushDiskType::SyncFlush || !log.wait_store_msg_ok {
-            return Err(RaftStoreError::InvalidConfig {
-                reason: "the commit log must flush synchronously (sync_flush, wait_store_msg_ok)".into(),
-            });
-        }
-        if log.read_limit_to_flushed {
-            return Err(RaftStoreError::InvalidConfig {
-                reason: "read_limit_to_flushed must be off: openraft reads entries before they are durable".into(),
-            });
-        }
-        if log.file_reserved_time_ms != u64::MAX || log.clean_file_forcibly_enable {
-            return Err(RaftStoreError::InvalidConfig {
-                reason: format!(
-                    "the commit log must not delete segments by itself, only openraft's purge may: \
-                     file_reserved_time_ms must be u64::MAX (never expire; it is {}) and \
-                     clean_file_forcibly_enable false (it is {})",
-                    log.file_reserved_time_ms, log.clean_file_forcibly_enable
-                ),
-            });
-        }
-        if self.groups.checkpoint_interval_ms == 0 {
-            return Err(RaftStoreError::InvalidConfig {
-                reason: "groups.checkpoint_interval_ms must be positive".into(),
-            });
-        }
-        Ok(())
-    }
-}
+pub use recovery::EngineRecovery;
 
 /// openraft's log store for one raft group: over its own commit log
 /// ([`open`](Self::open)) or over a [`RaftLogEngine`] shared with other groups

@@ -18,7 +18,7 @@ use openraft::{LogId, NodeId, Vote};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::RaftStoreError;
+use crate::error::RaftStoreError;
 
 /// How often, at most, the committed id is written (each write is three syncs:
 /// file, rename, directory); as RocketMQ's checkpoint, which is written every

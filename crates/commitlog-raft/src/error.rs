@@ -1,0 +1,107 @@
+//! What can go wrong, as one typed error.
+
+use std::io;
+use std::path::PathBuf;
+
+use consume_queue::CqError;
+#[cfg(doc)]
+use openraft::StorageError;
+
+/// Errors of opening and running a [`RaftLogStore`](crate::RaftLogStore) or a [`RaftLogEngine`](crate::RaftLogEngine)
+/// (given to openraft as [`StorageError`]s).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RaftStoreError {
+    /// The commit log failed.
+    #[error(transparent)]
+    Log(#[from] commitlog::Error),
+    /// Records could not be made durable.
+    #[error(transparent)]
+    Flush(#[from] commitlog::FlushError),
+    /// An index failed.
+    #[error(transparent)]
+    Index(#[from] CqError),
+    /// The raft directory is held by another store.
+    #[error(transparent)]
+    Lock(#[from] mapped_file::LockError),
+    /// A file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// A meta, registry or checkpoint file is damaged.
+    #[error("raft state file {} is damaged: {reason}", path.display())]
+    Meta {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A record of the log is not one this store writes (a log written by
+    /// something else, or by a version whose records had no group header).
+    #[error("record at offset {offset} is not a raft group record: {reason}")]
+    Format {
+        /// The record's offset.
+        offset: u64,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A record does not hold an entry.
+    #[error("record at offset {offset} is not a raft entry: {source}")]
+    Decode {
+        /// The record's offset.
+        offset: u64,
+        /// Why it does not decode.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// An entry could not be encoded.
+    #[error("cannot encode a raft entry: {0}")]
+    Encode(#[source] serde_json::Error),
+    /// A group's index points at a record that is not the entry it should be.
+    #[error("raft group {group}: index {index} points at the record for index {found}")]
+    Mismatch {
+        /// The group.
+        group: u64,
+        /// The index asked for.
+        index: u64,
+        /// The index the record holds.
+        found: u64,
+    },
+    /// A group's index misses entries the log's replay needs before the
+    /// next one: the index files were damaged or lost.
+    #[error("raft group {group}: the index ends before {next} but the log's next entry for it is {found}")]
+    IndexGap {
+        /// The group.
+        group: u64,
+        /// Where the group's index ends.
+        next: u64,
+        /// The entry the log holds next.
+        found: u64,
+    },
+    /// The engine has no such group.
+    #[error("raft group {group} does not exist")]
+    NoSuchGroup {
+        /// The group.
+        group: u64,
+    },
+    /// The group was dropped: its store writes and reads nothing more.
+    #[error("raft group {group} was dropped")]
+    GroupDropped {
+        /// The group.
+        group: u64,
+    },
+    /// The configuration cannot work.
+    #[error("invalid raft store config: {reason}")]
+    InvalidConfig {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The store was shut down: nothing more is written.
+    #[error("the raft log store is shut down")]
+    ShutDown,
+}
