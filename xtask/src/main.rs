@@ -515,23 +515,13 @@ fn raft_bench(seconds: u64) -> Result<(), String> {
                 let args =
                     ["bench", "--store", store, "--groups", &groups_arg, "--seconds", &secs, "--clients", &clients];
                 let out = run_timed(Command::new(exe), "raft-node", &args, &[], true)?;
-                let rate = out
-                    .split("\"committed_per_sec\": ")
-                    .nth(1)
-                    .and_then(|r| r.trim().trim_end_matches('}').trim().parse::<f64>().ok())
-                    .ok_or(format!("no rate in {out:?}"))?;
-                rates.entry((groups, store)).or_default().push(rate);
+                rates.entry((groups, store)).or_default().push(json_number(&out, "committed_per_sec")?);
             }
         }
     }
-    let median = |v: &[f64]| {
-        let mut v = v.to_vec();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let mut rows = String::new();
     for groups in GROUPS {
-        let m = |store: &str| median(&rates[&(groups, store)]);
+        let m = |store: &str| median_by(&rates[&(groups, store)], |r| *r);
         let runs =
             |store: &str| rates[&(groups, store)].iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", ");
         rows.push_str(&format!(
@@ -546,8 +536,8 @@ fn raft_bench(seconds: u64) -> Result<(), String> {
             runs("memory"),
         ));
     }
-    let one = median(&rates[&(1, "commitlog")]);
-    let eight = median(&rates[&(8, "commitlog")]);
+    let one = median_by(&rates[&(1, "commitlog")], |r| *r);
+    let eight = median_by(&rates[&(8, "commitlog")], |r| *r);
     let section = format!(
         "<!-- raft-bench:start -->\n## Replicated log: a 3-node openraft cluster on loopback\n\n\
          `cargo xtask raft-bench` ({seconds} s per run; G raft groups per node, keys sharded over them; 32 clients for \
@@ -564,6 +554,22 @@ fn raft_bench(seconds: u64) -> Result<(), String> {
     );
     print!("{section}");
     replace_section("docs/benchmarks.md", "raft-bench", &section)
+}
+
+/// The number after `"name": ` in a run's one-line JSON output.
+fn json_number(out: &str, name: &str) -> Result<f64, String> {
+    out.split(&format!("\"{name}\": "))
+        .nth(1)
+        .and_then(|r| r.split([',', '}']).next())
+        .and_then(|r| r.trim().parse::<f64>().ok())
+        .ok_or(format!("no {name} in {out:?}"))
+}
+
+/// The run whose `key` is the median of `runs` (the upper one of an even count).
+fn median_by<T: Copy>(runs: &[T], key: impl Fn(&T) -> f64) -> T {
+    let mut runs = runs.to_vec();
+    runs.sort_by(|a, b| key(a).total_cmp(&key(b)));
+    runs[runs.len() / 2]
 }
 
 /// Writes `section` between `<!-- {marker}:start -->` and `<!-- {marker}:end -->`
@@ -597,13 +603,6 @@ fn raft_api(seconds: u64) -> Result<(), String> {
     let ours = Path::new("target/release/examples/storage_api");
     let peers = Path::new("raft-compare/target/release/commitlog-raft-compare");
     let secs = seconds.to_string();
-    let field = |out: &str, name: &str| -> Result<f64, String> {
-        out.split(&format!("\"{name}\": "))
-            .nth(1)
-            .and_then(|r| r.split([',', '}']).next())
-            .and_then(|r| r.trim().parse::<f64>().ok())
-            .ok_or(format!("no {name} in {out:?}"))
-    };
     /// A run's entries/s, p50 and p99 (µs).
     type Run = (f64, f64, f64);
     let mut runs: std::collections::BTreeMap<(u64, &str), Vec<Run>> = Default::default();
@@ -619,16 +618,13 @@ fn raft_api(seconds: u64) -> Result<(), String> {
                     let args = ["--store", store, "--batch", batch_arg.as_str(), "--seconds", &secs];
                     run_timed(Command::new(peers), "raft-compare", &args, &[], true)?
                 };
-                let figures = (field(&out, "entries_per_sec")?, field(&out, "p50_us")?, field(&out, "p99_us")?);
+                let figures =
+                    (json_number(&out, "entries_per_sec")?, json_number(&out, "p50_us")?, json_number(&out, "p99_us")?);
                 runs.entry((batch, store)).or_default().push(figures);
             }
         }
     }
-    let median = |v: &[Run]| {
-        let mut v = v.to_vec();
-        v.sort_by(|a, b| a.0.total_cmp(&b.0));
-        v[v.len() / 2]
-    };
+    let median = |v: &[Run]| median_by(v, |r| r.0);
     let mut rows = String::new();
     for batch in BATCHES {
         let ours = median(&runs[&(batch, "commitlog")]);

@@ -303,8 +303,7 @@ where
         for record in log.iter_from(replay_from) {
             let record = record?;
             recovery.records_replayed += 1;
-            let (header, _) = Header::decode(&record.body)
-                .ok_or(RaftStoreError::Format { offset: record.offset, reason: "no group record header" })?;
+            let (header, _) = Header::parse(&record.body, record.offset)?;
             let Some(group) = groups.get(&header.group) else { continue }; // dropped
             if registry.groups.get(&header.group).is_some_and(|&created| record.offset < created) {
                 continue; // an earlier group of this id
@@ -588,8 +587,7 @@ where
     pub(crate) fn entry(&self, group: &Group<C>, i: u64) -> Result<Option<C::Entry>, RaftStoreError> {
         let Some(at) = group.index.get(i)? else { return Ok(None) };
         let record = self.log.read(at.offset)?;
-        let (header, payload) = Header::decode(&record.body)
-            .ok_or(RaftStoreError::Format { offset: at.offset, reason: "no group record header" })?;
+        let (header, payload) = Header::parse(&record.body, at.offset)?;
         if header.group != group.id || header.index != i || header.kind == Kind::Truncation {
             return Err(RaftStoreError::Mismatch { group: group.id, index: i, found: header.index });
         }
@@ -711,7 +709,7 @@ impl<C: RaftTypeConfig> Engine<C> {
     /// The log offset of the group's first live entry (above its purged id),
     /// if it has one.
     fn first_live_offset(group: &Group<C>) -> Result<Option<u64>, RaftStoreError> {
-        let from = group.meta.purged().map_or(0, |p| p.index.saturating_add(1)).max(group.index.min_index());
+        let from = group.live_from();
         if from >= group.index.next_index() {
             return Ok(None);
         }
@@ -753,15 +751,14 @@ impl<C: RaftTypeConfig> Engine<C> {
         if group.dropped.load(Ordering::Acquire) {
             return Ok((0, 0));
         }
-        let from = group.meta.purged().map_or(0, |p| p.index.saturating_add(1)).max(group.index.min_index());
+        let from = group.live_from();
         let next = group.index.next_index();
         let mut bodies = Vec::with_capacity(usize::try_from(next.saturating_sub(from)).unwrap_or(0));
         let mut bytes = 0u64;
         for i in from..next {
             let Some(at) = group.index.get(i)? else { break };
             let record = self.log.read(at.offset)?;
-            let (header, payload) = Header::decode(&record.body)
-                .ok_or(RaftStoreError::Format { offset: at.offset, reason: "no group record header" })?;
+            let (header, payload) = Header::parse(&record.body, at.offset)?;
             bodies.push(Header { kind: Kind::Rewritten, ..header }.encode(payload));
             bytes += record.size;
         }

@@ -26,6 +26,19 @@ pub(crate) struct Group<C: RaftTypeConfig> {
     pub(crate) dropped: AtomicBool,
 }
 
+impl<C: RaftTypeConfig> Group<C> {
+    /// The first raft index above the group's purged id (0 if none is purged).
+    pub(crate) fn after_purged(&self) -> u64 {
+        self.meta.purged().map_or(0, |p| p.index.saturating_add(1))
+    }
+
+    /// The group's first live entry's index: above the purged id, and held by
+    /// the index (it may keep purged entries while their segments last).
+    pub(crate) fn live_from(&self) -> u64 {
+        self.after_purged().max(self.index.min_index())
+    }
+}
+
 /// Opens (or creates) group `id`'s index and meta file in the store directory `dir`.
 pub(crate) fn open_group_files<C: RaftTypeConfig>(
     storage: &Arc<dyn Storage>,

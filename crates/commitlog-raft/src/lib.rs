@@ -284,15 +284,13 @@ where
     ) -> Result<Vec<C::Entry>, StorageError<C::NodeId>> {
         self.check_live().map_err(read_err::<C>)?;
         let index = &self.group.index;
-        let after_purged = self.group.meta.purged().map_or(0, |p| p.index + 1);
         let _view = self.group.view.read();
         let start = match range.start_bound() {
             Bound::Included(&s) => s,
             Bound::Excluded(&s) => s.saturating_add(1),
             Bound::Unbounded => 0,
         }
-        .max(after_purged)
-        .max(index.min_index());
+        .max(self.group.live_from());
         let end = match range.end_bound() {
             Bound::Included(&e) => e.saturating_add(1),
             Bound::Excluded(&e) => e,

@@ -12,6 +12,8 @@
 //! The header lets recovery route every record to its group's index without
 //! decoding an entry.
 
+use crate::error::RaftStoreError;
+
 /// Bytes of the header.
 pub(crate) const HEADER: usize = 17;
 
@@ -75,6 +77,12 @@ impl Header {
         let group = u64::from_le_bytes(body.get(1..9)?.try_into().ok()?);
         let index = u64::from_le_bytes(body.get(9..HEADER)?.try_into().ok()?);
         Some((Header { kind, group, index }, &body[HEADER..]))
+    }
+
+    /// As [`decode`](Self::decode), a body without a header being a
+    /// [`RaftStoreError::Format`] error naming the record at `offset`.
+    pub(crate) fn parse(body: &[u8], offset: u64) -> Result<(Header, &[u8]), RaftStoreError> {
+        Header::decode(body).ok_or(RaftStoreError::Format { offset, reason: "no group record header" })
     }
 }
 

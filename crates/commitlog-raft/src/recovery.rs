@@ -41,7 +41,7 @@ pub(crate) fn replay<C: RaftTypeConfig>(
 ) -> Result<(), RaftStoreError> {
     let index = &group.index;
     let i = header.index;
-    let wanted_from = group.meta.purged().map_or(0, |p| p.index.saturating_add(1));
+    let wanted_from = group.after_purged();
     let cut = |index: &ConsumeQueue, from: u64, gap: &mut Option<(u64, u64)>| {
         if gap.is_some_and(|(start, _)| from <= start) {
             *gap = None;
