@@ -127,6 +127,18 @@ impl Cluster {
         }
     }
 
+    /// Every node's log syncs so far ([`Rpc::Syncs`]).
+    pub(crate) async fn syncs(&self) -> Result<BTreeMap<NodeId, u64>, Error> {
+        let mut syncs = BTreeMap::new();
+        for (&id, addr) in &self.addrs {
+            match call_once(addr, &Rpc::Syncs, Duration::from_secs(10)).await? {
+                Reply::Syncs(n) => syncs.insert(id, n),
+                other => return Err(format!("syncs of node {id}: {other:?}").into()),
+            };
+        }
+        Ok(syncs)
+    }
+
     pub(crate) fn stop(&mut self) {
         let ids: Vec<NodeId> = self.children.keys().copied().collect();
         for id in ids {

@@ -45,6 +45,9 @@ pub(crate) fn group_of(key: &str, groups: u64) -> u64 {
 /// machine, all of them (unless in memory) on one commit log.
 pub(crate) struct Node {
     pub(crate) groups: Vec<(Raft<TypeConfig>, Arc<StateMachine>)>,
+    /// The engines the groups' logs are on: one (shared), one per group
+    /// (separate), or none (memory).
+    pub(crate) engines: Vec<RaftLogEngine<TypeConfig>>,
 }
 
 impl Node {
@@ -106,7 +109,7 @@ pub(crate) async fn serve(
         Stores::Shared => Some(RaftLogEngine::<TypeConfig>::open(&dir, RaftStoreConfig::default())?),
         Stores::Separate | Stores::Memory => None,
     };
-    let mut node = Node { groups: Vec::new() };
+    let mut node = Node { groups: Vec::new(), engines: engine.iter().cloned().collect() };
     for group in 0..groups {
         let memory = stores == Stores::Memory;
         let sm = Arc::new(if memory { StateMachine::default() } else { StateMachine::open(&sm_dir(&dir, group))? });
@@ -118,6 +121,7 @@ pub(crate) async fn serve(
             (Stores::Separate, _) => {
                 let store =
                     RaftLogStore::<TypeConfig>::open(dir.join(format!("log-{group}")), RaftStoreConfig::default())?;
+                node.engines.push(store.engine());
                 Raft::new(id, config, network, store, Arc::clone(&sm)).await?
             }
             _ => Raft::new(id, config, network, mem::MemLogStore::default(), Arc::clone(&sm)).await?,
@@ -218,5 +222,6 @@ async fn handle_group(node: &Node, rpc: Rpc) -> Result<Reply, String> {
             let metrics = node.group(g)?.0.metrics().borrow().clone();
             Reply::Compaction(metrics.snapshot.map(|l| l.index), metrics.purged.map(|l| l.index))
         }
+        Rpc::Syncs => Reply::Syncs(node.engines.iter().map(|e| e.commit_log().flush_stats().group_commit.flushes).sum()),
     })
 }

@@ -20,6 +20,9 @@ pub(crate) enum Rpc {
     Address(NodeId),
     /// The index of the group's last snapshot and of its last purged entry.
     Compaction(u64),
+    /// How many times the node's logs have synced so far (group-commit
+    /// flushes, summed over its commit logs; 0 in memory).
+    Syncs,
 }
 
 /// A reply on the wire.
@@ -37,6 +40,8 @@ pub(crate) enum Reply {
     Address(Option<String>),
     /// The last snapshot's and the last purged entry's index.
     Compaction(Option<u64>, Option<u64>),
+    /// The node's log syncs so far.
+    Syncs(u64),
     /// The request was refused: malformed, larger than the node accepts, or for
     /// a group the node does not run.
     Refused(String),

@@ -14,7 +14,7 @@ async fn node(limits: Limits) -> String {
     let raft = Raft::new(1, config, Network { group: 0 }, mem::MemLogStore::default(), Arc::clone(&sm)).await.unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(serve_on(listener, Arc::new(Node { groups: vec![(raft, sm)] }), limits));
+    tokio::spawn(serve_on(listener, Arc::new(Node { groups: vec![(raft, sm)], engines: Vec::new() }), limits));
     addr
 }
 
