@@ -36,7 +36,6 @@ use std::time::{Duration, Instant};
 use commitlog::{CommitLog, DurabilityHandle};
 use consume_queue::CqEntry;
 use mapped_file::{MmapStorage, Storage};
-use openraft::storage::LogFlushed;
 use openraft::{LogId, RaftLogId, RaftTypeConfig};
 use parking_lot::{Condvar, Mutex, RwLock};
 use serde::de::DeserializeOwned;
@@ -80,13 +79,6 @@ pub struct ReclaimStats {
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 struct Dispatched {
     offset: u64,
-}
-
-/// Waits for appended batches to become durable and fires their callbacks, in
-/// order; a barrier waits for every one before it.
-pub(crate) enum Job<C: RaftTypeConfig> {
-    Flushed { handle: DurabilityHandle, group: Arc<Group<C>>, last: LogId<C::NodeId>, callback: LogFlushed<C> },
-    Barrier(tokio::sync::oneshot::Sender<()>),
 }
 
 /// Operations between their log append and their index update: the dispatch
@@ -135,8 +127,6 @@ pub(crate) struct Engine<C: RaftTypeConfig> {
     groups: RwLock<HashMap<u64, Arc<Group<C>>>>,
     /// Creates and drops, one at a time, with the registry as the file says.
     registry: Mutex<Registry>,
-    jobs: Mutex<Option<std::sync::mpsc::Sender<Job<C>>>>,
-    notifier: Mutex<Option<std::thread::JoinHandle<()>>>,
     maintenance: Mutex<Option<std::thread::JoinHandle<()>>>,
     wake: (Mutex<Maintenance>, Condvar),
     pub(crate) in_flight: InFlight,
@@ -319,7 +309,6 @@ where
         if let Some((&group, &Some((next, found)))) = gaps.iter().find(|(_, gap)| gap.is_some()) {
             return Err(RaftStoreError::IndexGap { group, next, found });
         }
-        let (tx, rx) = std::sync::mpsc::channel::<Job<C>>();
         let engine = Arc::new(Engine {
             dir: dir.to_path_buf(),
             log,
@@ -327,8 +316,6 @@ where
             config,
             groups: RwLock::new(groups),
             registry: Mutex::new(registry),
-            jobs: Mutex::new(Some(tx)),
-            notifier: Mutex::new(None),
             maintenance: Mutex::new(None),
             wake: (Mutex::new(Maintenance::default()), Condvar::new()),
             in_flight: InFlight::default(),
@@ -343,11 +330,6 @@ where
             let last = group_last_log_id(&engine.inner, group)?;
             group.meta.set_flushed(last);
         }
-        let notifier = std::thread::Builder::new()
-            .name("raft-log-flushed".into())
-            .spawn(move || notify_flushed::<C>(rx))
-            .map_err(io_err(dir))?;
-        *engine.inner.notifier.lock() = Some(notifier);
         let maintained = Arc::clone(&engine.inner.0);
         let maintenance = std::thread::Builder::new()
             .name("raft-log-maintenance".into())
@@ -399,7 +381,7 @@ where
         let engine = &self.inner;
         let group = engine.groups.read().get(&id).cloned().ok_or(RaftStoreError::NoSuchGroup { group: id })?;
         let _write = group.write.lock().await;
-        drain(engine).await;
+        crate::flushed::drain(&group).await;
         let path = engine.dir.join(RAFT_DIR).join(GROUPS_FILE);
         let mut registry = engine.registry.lock();
         let mut next = registry.clone();
@@ -506,50 +488,6 @@ fn remove_file(storage: &dyn Storage, path: &Path) -> Result<(), RaftStoreError>
     }
 }
 
-/// Waits until every callback of an earlier append has fired.
-pub(crate) async fn drain<C: RaftTypeConfig>(engine: &Engine<C>) {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let sent = engine.jobs.lock().as_ref().is_some_and(|jobs| jobs.send(Job::Barrier(tx)).is_ok());
-    if sent {
-        let _ = rx.await;
-    }
-}
-
-pub(crate) fn fail<C: RaftTypeConfig>(job: Job<C>) {
-    if let Job::Flushed { callback, .. } = job {
-        callback.log_io_completed(Err(io::Error::other("the raft log store is shut down")));
-    }
-}
-
-/// The notifier thread: one durability wait at a time, in append order (the
-/// log's order, so one queue serves every group). It awaits each handle as a
-/// future (woken by the group-commit service) rather than `wait`ing: a
-/// blocking wait of a lone waiter spins for a while, and this thread is always
-/// a lone waiter, beside openraft's and the peers' threads.
-fn notify_flushed<C: RaftTypeConfig>(jobs: std::sync::mpsc::Receiver<Job<C>>) {
-    let runtime = match tokio::runtime::Builder::new_current_thread().build() {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            tracing::error!(%err, "raft log engine: cannot start the durability notifier");
-            return jobs.into_iter().for_each(fail);
-        }
-    };
-    for job in jobs {
-        match job {
-            Job::Flushed { handle, group, last, callback } => {
-                let result = runtime.block_on(handle);
-                if result.is_ok() {
-                    group.meta.set_flushed(Some(last));
-                }
-                callback.log_io_completed(result.map_err(io::Error::other));
-            }
-            Job::Barrier(done) => {
-                let _ = done.send(());
-            }
-        }
-    }
-}
-
 /// The maintenance thread: committed ids every [`COMMITTED_INTERVAL`], a
 /// checkpoint and a reclaim round every `checkpoint_interval_ms` or when a
 /// purge asks for one.
@@ -652,21 +590,8 @@ impl<C: RaftTypeConfig> Engine<C> {
         self.in_flight.enter(self.log.max_offset())
     }
 
-    /// Queues a durability wait for the notifier.
-    pub(crate) fn notify(&self, job: Job<C>) {
-        let jobs = self.jobs.lock();
-        match jobs.as_ref() {
-            Some(jobs) => {
-                if let Err(std::sync::mpsc::SendError(job)) = jobs.send(job) {
-                    fail(job);
-                }
-            }
-            None => fail(job),
-        }
-    }
-
     pub(crate) fn is_shut_down(&self) -> bool {
-        self.jobs.lock().is_none()
+        self.closed.load(Ordering::Acquire)
     }
 
     pub(crate) fn wake_maintenance(&self, reclaim: bool) {
@@ -789,14 +714,7 @@ impl<C: RaftTypeConfig> Engine<C> {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        self.jobs.lock().take();
         let current = std::thread::current().id();
-        if let Some(thread) = self.notifier.lock().take() {
-            // The notifier itself may hold the last reference for a moment.
-            if thread.thread().id() != current {
-                let _ = thread.join();
-            }
-        }
         {
             let (state, changed) = &self.wake;
             state.lock().stop = true;
@@ -821,12 +739,9 @@ impl<C: RaftTypeConfig> Engine<C> {
         first_err.map_or(Ok(()), Err)
     }
 
-    /// Stops the notifier only (a test's window inside `shutdown`).
+    /// Closes the engine to new appends only (a test's window inside `shutdown`).
     #[cfg(test)]
-    pub(crate) fn stop_notifier(&self) {
-        self.jobs.lock().take();
-        if let Some(thread) = self.notifier.lock().take() {
-            let _ = thread.join();
-        }
+    pub(crate) fn begin_shutdown(&self) {
+        self.closed.store(true, Ordering::Release);
     }
 }

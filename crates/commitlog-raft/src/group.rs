@@ -1,7 +1,7 @@
 //! One raft group's state on the engine: its index, its meta file, its locks.
 
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
 use consume_queue::{ConsumeQueue, ConsumeQueueConfig};
@@ -24,6 +24,10 @@ pub(crate) struct Group<C: RaftTypeConfig> {
     /// Readers against the rewrite's swap of the index to the copies.
     pub(crate) view: RwLock<()>,
     pub(crate) dropped: AtomicBool,
+    /// Appends whose flush callback is not answered yet ([`crate::flushed`]).
+    pub(crate) unanswered: AtomicU64,
+    /// Woken when `unanswered` drops to zero.
+    pub(crate) answered: tokio::sync::Notify,
 }
 
 impl<C: RaftTypeConfig> Group<C> {
@@ -60,5 +64,7 @@ pub(crate) fn open_group_files<C: RaftTypeConfig>(
         write: tokio::sync::Mutex::new(()),
         view: RwLock::new(()),
         dropped: AtomicBool::new(false),
+        unanswered: AtomicU64::new(0),
+        answered: tokio::sync::Notify::new(),
     })
 }

@@ -91,6 +91,7 @@
 mod config;
 mod engine;
 mod error;
+mod flushed;
 mod group;
 mod layout;
 mod meta;
@@ -117,7 +118,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 pub use config::{GroupsConfig, RaftStoreConfig};
-use engine::{Job, Owner};
+use engine::Owner;
 pub use engine::{RaftLogEngine, ReclaimStats};
 pub use error::RaftStoreError;
 use group::Group;
@@ -228,7 +229,8 @@ where
         engine::group_last_log_id(&self.engine, &self.group)
     }
 
-    /// Appends `entries` and hands their durability wait to the notifier. The
+    /// Appends `entries`; their callback is answered when they are durable
+    /// (by the thread that completes the flush, [`flushed`]). The
     /// callback is answered exactly once, whatever happens: with the flush's
     /// result, or with an error if the entries could not be written or the store
     /// is shut down (openraft would wait for it for ever).
@@ -245,7 +247,7 @@ where
         }
         match self.write_entries(&entries) {
             Ok(handle) => {
-                self.engine.notify(Job::Flushed { handle, group: Arc::clone(&self.group), last, callback });
+                flushed::answer_when_durable(handle, Arc::clone(&self.group), last, callback);
                 Ok(())
             }
             Err(err) => {
@@ -360,7 +362,7 @@ where
         self.check_live().map_err(storage_err::<C>)?;
         // Every callback in flight fires first: none may report entries that
         // the cut removes as durable after new ones take their place.
-        engine::drain(&self.engine).await;
+        flushed::drain(&self.group).await;
         let index = &self.group.index;
         let i = log_id.index.max(index.min_index());
         if i < index.next_index() {
@@ -394,7 +396,7 @@ where
         if keep >= index.next_index() {
             // Everything is purged (a snapshot beyond the last entry): the index
             // starts over at the next append.
-            engine::drain(&self.engine).await;
+            flushed::drain(&self.group).await;
             index.clear().map_err(storage_err::<C>)?;
         } else {
             index.delete_before(keep).map_err(storage_err::<C>)?;
@@ -432,12 +434,12 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_append_once_the_notifier_stopped_answers_its_callback_with_an_error() {
+    async fn an_append_once_the_shutdown_began_answers_its_callback_with_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = RaftLogStore::<Strings>::open(dir.path(), config()).unwrap();
         store.blocking_append(vec![entry(1)]).await.unwrap();
-        // The window inside `shutdown`: the notifier is gone, the log still open.
-        store.engine.stop_notifier();
+        // The window inside `shutdown`: the engine is closed, the log still open.
+        store.engine.begin_shutdown();
         let err = store.blocking_append(vec![entry(2)]).await.unwrap_err();
         assert!(err.to_string().contains("shut down"), "the callback was dropped unanswered: {err}");
         assert_eq!(store.index().next_index(), 2, "nothing written after the shutdown began");

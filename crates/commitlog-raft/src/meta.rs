@@ -108,9 +108,19 @@ impl<NID: NodeId> MetaStore<NID> {
         self.state.lock().committed_wanted = committed;
     }
 
-    /// The local log is durable up to `log_id`.
+    /// The local log is durable up to `log_id` (and no further: a truncation
+    /// may lower it).
     pub(crate) fn set_flushed(&self, log_id: Option<LogId<NID>>) {
         self.state.lock().flushed = log_id;
+    }
+
+    /// The local log is durable up to `log_id` at least: an append's flush,
+    /// which never lowers what a later append's flush raised.
+    pub(crate) fn raise_flushed(&self, log_id: LogId<NID>) {
+        let mut state = self.state.lock();
+        if state.flushed.as_ref().is_none_or(|flushed| flushed.index < log_id.index) {
+            state.flushed = Some(log_id);
+        }
     }
 
     /// Writes the committed id asked for, as far as the local log is durable,

@@ -17,6 +17,10 @@ pub enum Bug {
     /// naming records that are gone, and the originals below the checkpoint
     /// are never replayed.
     RewriteNotAwaited = 2,
+    /// An append's flush callback is answered as soon as the entries are
+    /// written, before the sync: openraft counts them durable, and a power cut
+    /// takes them.
+    AnsweredBeforeDurable = 4,
 }
 
 static ACTIVE: AtomicU16 = AtomicU16::new(0);

@@ -47,7 +47,7 @@ pub fn run(seed: u64) -> ExitCode {
     use message_store::planted::Bug as S;
     use segment_queue::planted::Bug as Q;
     let t0 = Instant::now();
-    let cases: [Case; 18] = [
+    let cases: [Case; 19] = [
         (Bug::File(F::AckBeforeSync), "power-loss", power_loss_catches),
         (Bug::File(F::AckBeforeSync), "raft-power-loss", raft_power_loss_catches),
         (Bug::File(F::RetryAfterFailedSync), "power-loss", power_loss_catches),
@@ -56,6 +56,7 @@ pub fn run(seed: u64) -> ExitCode {
         (Bug::File(F::TruncateLeavesTail), "generations", generations_catches),
         (Bug::Raft(R::TruncationNotAwaited), "raft-power-loss", raft_power_loss_catches),
         (Bug::Raft(R::RewriteNotAwaited), "raft-power-loss", raft_power_loss_catches),
+        (Bug::Raft(R::AnsweredBeforeDurable), "raft-power-loss", raft_power_loss_catches),
         (Bug::Log(L::TruncateKeepsCheckpoint), "races", races_catches),
         (Bug::Queue(Q::FrontAfterDeletion), "segment-dirs", segment_dirs_catches),
         (Bug::Log(L::SegmentsUnchecked), "segment-dirs", segment_dirs_catches),
@@ -78,7 +79,7 @@ pub fn run(seed: u64) -> ExitCode {
         }
     }
     println!(
-        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync, truncation not awaited, rewrite not awaited; generations: truncation leaves the tail; segment-dirs: front recorded after deletion, segments unchecked at open, new segment unrecorded; races: checkpoint unclamped, truncation keeping the checkpoint; message-store: dispatch before durable, queue not cut at recovery, offset outside the put lock, index not flushed before the dispatch point, consume-queue file created unsynced and not synced before the dispatch point) ({:.1?})",
+        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync, callback answered before the sync, truncation not awaited, rewrite not awaited; generations: truncation leaves the tail; segment-dirs: front recorded after deletion, segments unchecked at open, new segment unrecorded; races: checkpoint unclamped, truncation keeping the checkpoint; message-store: dispatch before durable, queue not cut at recovery, offset outside the put lock, index not flushed before the dispatch point, consume-queue file created unsynced and not synced before the dispatch point) ({:.1?})",
         cases.len() - missed.len(),
         cases.len(),
         t0.elapsed()

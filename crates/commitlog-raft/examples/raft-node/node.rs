@@ -222,6 +222,8 @@ async fn handle_group(node: &Node, rpc: Rpc) -> Result<Reply, String> {
             let metrics = node.group(g)?.0.metrics().borrow().clone();
             Reply::Compaction(metrics.snapshot.map(|l| l.index), metrics.purged.map(|l| l.index))
         }
-        Rpc::Syncs => Reply::Syncs(node.engines.iter().map(|e| e.commit_log().flush_stats().group_commit.flushes).sum()),
+        Rpc::Syncs => {
+            Reply::Syncs(node.engines.iter().map(|e| e.commit_log().flush_stats().group_commit.flushes).sum())
+        }
     })
 }
