@@ -504,7 +504,10 @@ fn raft_bench(seconds: u64) -> Result<(), String> {
     cargo(&["build", "-q", "--release", "-p", "commitlog-raft", "--example", "raft-node"], &[])?;
     let exe = Path::new("target/release/examples/raft-node");
     let secs = seconds.to_string();
-    let mut rates: std::collections::BTreeMap<(u64, &str), Vec<f64>> = Default::default();
+    /// A run's committed entries/s, the group-0 leader's and the busiest node's
+    /// log syncs per committed entry, and how many nodes led a group.
+    type Run = (f64, f64, f64, f64);
+    let mut rates: std::collections::BTreeMap<(u64, &str), Vec<Run>> = Default::default();
     for round in 0..3 {
         for groups in GROUPS {
             for k in 0..STORES.len() {
@@ -515,29 +518,42 @@ fn raft_bench(seconds: u64) -> Result<(), String> {
                 let args =
                     ["bench", "--store", store, "--groups", &groups_arg, "--seconds", &secs, "--clients", &clients];
                 let out = run_timed(Command::new(exe), "raft-node", &args, &[], true)?;
-                rates.entry((groups, store)).or_default().push(json_number(&out, "committed_per_sec")?);
+                let run = (
+                    json_number(&out, "committed_per_sec")?,
+                    json_number(&out, "group0_leader_syncs_per_entry")?,
+                    json_number(&out, "max_node_syncs_per_entry")?,
+                    json_number(&out, "leading_nodes")?,
+                );
+                rates.entry((groups, store)).or_default().push(run);
             }
         }
     }
     let mut rows = String::new();
     for groups in GROUPS {
-        let m = |store: &str| median_by(&rates[&(groups, store)], |r| *r);
+        let run = |store: &str| median_by(&rates[&(groups, store)], |r| r.0);
+        let m = |store: &str| run(store).0;
         let runs =
-            |store: &str| rates[&(groups, store)].iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", ");
+            |store: &str| rates[&(groups, store)].iter().map(|r| format!("{:.0}", r.0)).collect::<Vec<_>>().join(", ");
+        let syncs = |store: &str| format!("{:.2} / {:.2}", run(store).1, run(store).2);
+        let leading = |store: &str| format!("{:.0}", run(store).3);
         rows.push_str(&format!(
-            "| {groups} | {:.0} | {:.0} | {:.0} | {:.2}x | {:.2}x | {} / {} / {} |\n",
+            "| {groups} | {:.0} | {:.0} | {:.0} | {:.2}x | {:.2}x | {} | {} | {} / {} | {} / {} / {} |\n",
             m("commitlog"),
             m("separate"),
             m("memory"),
             m("commitlog") / m("separate"),
             m("commitlog") / m("memory"),
+            syncs("commitlog"),
+            syncs("separate"),
+            leading("commitlog"),
+            leading("separate"),
             runs("commitlog"),
             runs("separate"),
             runs("memory"),
         ));
     }
-    let one = median_by(&rates[&(1, "commitlog")], |r| *r);
-    let eight = median_by(&rates[&(8, "commitlog")], |r| *r);
+    let one = median_by(&rates[&(1, "commitlog")], |r| r.0).0;
+    let eight = median_by(&rates[&(8, "commitlog")], |r| r.0).0;
     let section = format!(
         "<!-- raft-bench:start -->\n## Replicated log: a 3-node openraft cluster on loopback\n\n\
          `cargo xtask raft-bench` ({seconds} s per run; G raft groups per node, keys sharded over them; 32 clients for \
@@ -545,9 +561,12 @@ fn raft_bench(seconds: u64) -> Result<(), String> {
          committed and applied; 3 rounds, the order rotating; the `raft-node` example's processes, JSON over \
          TCP, snapshots off). *shared*: every group of a node on one commit log (`RaftLogEngine`); *separate*: \
          a commit log per group (its own syncs); *memory*: an in-memory log store reporting every append durable \
-         at once (the ceiling).\n\n\
-         | groups | shared (entries/s) | separate | memory | shared / separate | shared / memory | runs (shared / separate / memory) |\n\
-         |---|---|---|---|---|---|---|\n{rows}\n\
+         at once (the ceiling). *syncs/entry*: log syncs (group-commit flushes that made bytes durable, \
+         from each node's `Syncs` RPC before and after the run) per committed entry, of the node leading group 0 \
+         / of the busiest node, in the median run; *leaders on*: how many nodes led a group in that run (one: \
+         group 0's leader's figure is every group's leader's).\n\n\
+         | groups | shared (entries/s) | separate | memory | shared / separate | shared / memory | syncs/entry shared | syncs/entry separate | leaders on (shared / separate) | runs (shared / separate / memory) |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n{rows}\n\
          8 groups on one log: **{:.2}x** the 1-group figure. See docs/replication.md for where the time goes.\n\
          <!-- raft-bench:end -->\n",
         eight / one

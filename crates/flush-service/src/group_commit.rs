@@ -86,8 +86,11 @@ struct WriteList {
 /// Counters of a group-commit service.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GroupCommitStats {
-    /// Flushes issued.
+    /// Flushes issued (a round flushes even with nothing to sync).
     pub flushes: u64,
+    /// Flushes that made bytes durable (moved the flushed offset): the syncs
+    /// the disk saw.
+    pub syncing_flushes: u64,
     /// Requests completed durable.
     pub acknowledged: u64,
     /// Requests completed with a timeout.
@@ -101,6 +104,7 @@ pub struct GroupCommitStats {
 #[derive(Debug, Default)]
 struct Counters {
     flushes: AtomicU64,
+    syncing_flushes: AtomicU64,
     acknowledged: AtomicU64,
     timeouts: AtomicU64,
     failed: AtomicU64,
@@ -280,6 +284,7 @@ impl GroupCommit {
             self.fail_all(&source);
             return 0;
         }
+        let flushed_before = self.target.state().flushed_where;
         let sync_started = std::time::Instant::now();
         let result = if self.config.commit_before_flush {
             self.target.commit(0).and_then(|_| self.target.flush(0))
@@ -290,6 +295,9 @@ impl GroupCommit {
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
         match result {
             Ok(flushed) => {
+                if flushed > flushed_before {
+                    self.counters.syncing_flushes.fetch_add(1, Ordering::Relaxed);
+                }
                 // Requests queued while the sync ran may be covered by it too (their
                 // bytes were in place before it started): one sync serves them all.
                 self.swap();
@@ -454,6 +462,7 @@ impl GroupCommit {
     pub fn stats(&self) -> GroupCommitStats {
         GroupCommitStats {
             flushes: self.counters.flushes.load(Ordering::Relaxed),
+            syncing_flushes: self.counters.syncing_flushes.load(Ordering::Relaxed),
             acknowledged: self.counters.acknowledged.load(Ordering::Relaxed),
             timeouts: self.counters.timeouts.load(Ordering::Relaxed),
             failed: self.counters.failed.load(Ordering::Relaxed),

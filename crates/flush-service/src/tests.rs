@@ -53,6 +53,19 @@ fn concurrent_requests_are_batched_into_one_flush() {
 }
 
 #[test]
+fn only_flushes_that_make_bytes_durable_count_as_syncs() {
+    let target = MemoryTarget::new();
+    let gc = group_commit(target.clone(), clock(), false);
+    gc.run_round(); // nothing written: a round, no sync
+    let written = gc.put_request(target.append(10));
+    gc.run_round();
+    assert!(settle(written).is_ok());
+    gc.run_round(); // nothing new
+    let stats = gc.stats();
+    assert_eq!((stats.flushes, stats.syncing_flushes), (3, 1), "{stats:?}");
+}
+
+#[test]
 fn a_flush_serves_every_request_it_covered_and_later_ones_wait_for_the_next_round() {
     let target = MemoryTarget::new();
     let gc = group_commit(target.clone(), clock(), false);

@@ -173,19 +173,19 @@ pub(crate) async fn bench(args: &[String]) -> Result<(), Error> {
     }
     let committed = done.load(Ordering::Relaxed);
     let rate = committed as f64 / started.elapsed().as_secs_f64();
-    // Each node's syncs over the run, per committed entry: at one group the
-    // leader's and its followers'; with more, every node leads some groups and
-    // follows the others, and one sync of its log serves both. The busiest
-    // node's figure is the one reported (the leader's at one group).
+    // Each node's syncs over the run, per committed entry: the leader's of
+    // group 0, and the busiest node's (a node may lead some groups and follow
+    // others, and one sync of its log serves both).
     let syncs_after = cluster.syncs().await?;
     let per_entry = |id: &NodeId| (syncs_after[id] - syncs_before[id]) as f64 / committed.max(1) as f64;
     let busiest = cluster.addrs.keys().map(per_entry).fold(0.0, f64::max);
     let leader = per_entry(&leaders[&0]);
+    let leading_nodes = leaders.values().collect::<BTreeSet<_>>().len();
     cluster.stop();
     println!(
         "{{\"store\": \"{}\", \"groups\": {groups}, \"clients\": {clients}, \"seconds\": {seconds}, \
          \"committed_per_sec\": {rate:.0}, \"group0_leader_syncs_per_entry\": {leader:.3}, \
-         \"max_node_syncs_per_entry\": {busiest:.3}}}",
+         \"max_node_syncs_per_entry\": {busiest:.3}, \"leading_nodes\": {leading_nodes}}}",
         stores.name()
     );
     Ok(())

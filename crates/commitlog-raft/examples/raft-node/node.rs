@@ -223,7 +223,7 @@ async fn handle_group(node: &Node, rpc: Rpc) -> Result<Reply, String> {
             Reply::Compaction(metrics.snapshot.map(|l| l.index), metrics.purged.map(|l| l.index))
         }
         Rpc::Syncs => {
-            Reply::Syncs(node.engines.iter().map(|e| e.commit_log().flush_stats().group_commit.flushes).sum())
+            Reply::Syncs(node.engines.iter().map(|e| e.commit_log().flush_stats().group_commit.syncing_flushes).sum())
         }
     })
 }

@@ -21,7 +21,8 @@ pub(crate) enum Rpc {
     /// The index of the group's last snapshot and of its last purged entry.
     Compaction(u64),
     /// How many times the node's logs have synced so far (group-commit
-    /// flushes, summed over its commit logs; 0 in memory).
+    /// flushes that made bytes durable, summed over its commit logs; 0 in
+    /// memory).
     Syncs,
 }
 
