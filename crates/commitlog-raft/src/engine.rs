@@ -31,7 +31,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use commitlog::{CommitLog, DurabilityHandle};
 use consume_queue::CqEntry;
@@ -45,13 +45,16 @@ use crate::config::RaftStoreConfig;
 use crate::error::RaftStoreError;
 use crate::group::{open_group_files, Group};
 use crate::layout::{DISPATCHED_FILE, GROUPS_FILE, LOG_DIR, RAFT_DIR};
-use crate::meta::COMMITTED_INTERVAL;
 use crate::record::{Header, Kind};
 use crate::recovery::EngineRecovery;
 use crate::recovery::{cut_from, replay};
 #[cfg(doc)]
 use crate::GroupsConfig;
 use crate::RaftLogStore;
+
+mod maintenance;
+pub use maintenance::ReclaimStats;
+use maintenance::{maintain, Dispatched, Maintenance};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Registry {
@@ -61,24 +64,6 @@ struct Registry {
     /// Groups being dropped: their files go at the next open if a crash
     /// interrupted the drop.
     dropping: Vec<u64>,
-}
-
-/// What the engine's purge has done since it opened.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ReclaimStats {
-    /// Reclaim rounds run.
-    pub rounds: u64,
-    /// Entries copied forward (rewritten) out of segments about to go.
-    pub rewritten_entries: u64,
-    /// Bytes of those entries' records.
-    pub rewritten_bytes: u64,
-    /// Log segments deleted.
-    pub segments_deleted: u64,
-}
-
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
-struct Dispatched {
-    offset: u64,
 }
 
 /// Operations between their log append and their index update: the dispatch
@@ -110,13 +95,6 @@ impl Drop for InFlightGuard<'_> {
     fn drop(&mut self) {
         self.in_flight.starts.lock().remove(&self.ticket);
     }
-}
-
-#[derive(Default)]
-struct Maintenance {
-    stop: bool,
-    /// A purge asked for a reclaim round.
-    reclaim_wanted: bool,
 }
 
 pub(crate) struct Engine<C: RaftTypeConfig> {
@@ -488,34 +466,6 @@ fn remove_file(storage: &dyn Storage, path: &Path) -> Result<(), RaftStoreError>
     }
 }
 
-/// The maintenance thread: committed ids every [`COMMITTED_INTERVAL`], a
-/// checkpoint and a reclaim round every `checkpoint_interval_ms` or when a
-/// purge asks for one.
-fn maintain<C: RaftTypeConfig>(engine: &Engine<C>) {
-    let mut next_round = Instant::now();
-    loop {
-        let reclaim = {
-            let (state, changed) = &engine.wake;
-            let mut state = state.lock();
-            if !state.stop && !state.reclaim_wanted {
-                let until = (Instant::now() + COMMITTED_INTERVAL).min(next_round.max(Instant::now()));
-                changed.wait_until(&mut state, until);
-            }
-            if state.stop {
-                return;
-            }
-            std::mem::take(&mut state.reclaim_wanted) || Instant::now() >= next_round
-        };
-        engine.write_committed();
-        if reclaim {
-            next_round = Instant::now() + Duration::from_millis(engine.config.groups.checkpoint_interval_ms);
-            if let Err(err) = engine.reclaim() {
-                tracing::warn!(%err, "raft log engine: checkpoint or reclaim failed; retrying next round");
-            }
-        }
-    }
-}
-
 impl<C> Engine<C>
 where
     C: RaftTypeConfig,
@@ -594,120 +544,8 @@ impl<C: RaftTypeConfig> Engine<C> {
         self.closed.load(Ordering::Acquire)
     }
 
-    pub(crate) fn wake_maintenance(&self, reclaim: bool) {
-        let (state, changed) = &self.wake;
-        state.lock().reclaim_wanted |= reclaim;
-        changed.notify_all();
-    }
-
     pub(crate) fn live_groups(&self) -> Vec<Arc<Group<C>>> {
         self.groups.read().values().cloned().collect()
-    }
-
-    fn write_committed(&self) {
-        for group in self.live_groups() {
-            if let Err(err) = group.meta.write_committed() {
-                tracing::warn!(%err, group = group.id, "writing the committed log id failed; retrying with the next change");
-            }
-        }
-    }
-
-    pub(crate) fn checkpoint(&self) -> Result<u64, RaftStoreError> {
-        let mut dispatched = self.dispatched.lock();
-        // Every record below `end` is in its group's index, but those of an
-        // operation between its append and its index update.
-        let end = self.log.max_offset();
-        let indexed = self.in_flight.min_start().map_or(end, |start| start.min(end));
-        for group in self.live_groups() {
-            group.index.flush()?;
-        }
-        // And the checkpoint never passes what the log holds durably.
-        let offset = indexed.min(self.log.flushed_offset());
-        if offset > *dispatched {
-            let path = self.dir.join(RAFT_DIR).join(DISPATCHED_FILE);
-            write_json(&*self.storage, &path, &Dispatched { offset })?;
-            *dispatched = offset;
-        }
-        Ok(*dispatched)
-    }
-
-    /// The log offset of the group's first live entry (above its purged id),
-    /// if it has one.
-    fn first_live_offset(group: &Group<C>) -> Result<Option<u64>, RaftStoreError> {
-        let from = group.live_from();
-        if from >= group.index.next_index() {
-            return Ok(None);
-        }
-        Ok(group.index.get(from)?.map(|e| e.offset))
-    }
-
-    pub(crate) fn reclaim(&self) -> Result<ReclaimStats, RaftStoreError> {
-        let mut stats = self.reclaiming.lock();
-        stats.rounds += 1;
-        let segment = self.log.config().mapped_file_size_commit_log as u64;
-        let end = self.log.max_offset();
-        // The first segment that must stay for its live entries, without rewrites.
-        let lag = self.config.groups.rewrite_lag_bytes;
-        for group in self.live_groups() {
-            let Some(first) = Self::first_live_offset(&group)? else { continue };
-            // Only a group in a segment that could otherwise go is worth copying.
-            if end.saturating_sub(first) < lag || first / segment == end / segment {
-                continue;
-            }
-            let (entries, bytes) = self.rewrite(&group)?;
-            stats.rewritten_entries += entries;
-            stats.rewritten_bytes += bytes;
-        }
-        let dispatched = self.checkpoint()?;
-        let mut keep = dispatched;
-        for group in self.live_groups() {
-            if let Some(first) = Self::first_live_offset(&group)? {
-                keep = keep.min(first);
-            }
-        }
-        stats.segments_deleted += self.log.delete_segments_before(keep, usize::MAX)? as u64;
-        Ok(*stats)
-    }
-
-    /// Copies the group's live entries to the log's end and moves its index to
-    /// the copies; returns the entries and bytes copied.
-    fn rewrite(&self, group: &Group<C>) -> Result<(u64, u64), RaftStoreError> {
-        let _write = group.write.blocking_lock();
-        if group.dropped.load(Ordering::Acquire) {
-            return Ok((0, 0));
-        }
-        let from = group.live_from();
-        let next = group.index.next_index();
-        let mut bodies = Vec::with_capacity(usize::try_from(next.saturating_sub(from)).unwrap_or(0));
-        let mut bytes = 0u64;
-        for i in from..next {
-            let Some(at) = group.index.get(i)? else { break };
-            let record = self.log.read(at.offset)?;
-            let (header, payload) = Header::parse(&record.body, at.offset)?;
-            bodies.push(Header { kind: Kind::Rewritten, ..header }.encode(payload));
-            bytes += record.size;
-        }
-        if bodies.is_empty() {
-            return Ok((0, 0));
-        }
-        let _in_flight = self.in_flight();
-        let (positions, durable) = self.write_records(group, from, &bodies, false)?;
-        // The index moves to the copies only once they are all durable: until
-        // then (and after a crash before it) it names the originals, which stay.
-        #[cfg(planted_bugs)]
-        let awaited = !crate::planted::is_active(crate::planted::Bug::RewriteNotAwaited);
-        #[cfg(not(planted_bugs))]
-        let awaited = true;
-        if awaited {
-            durable.wait()?;
-        }
-        {
-            let _view = group.view.write();
-            group.index.truncate_from(from)?;
-            group.index.put_batch(from, &positions)?;
-        }
-        tracing::debug!(group = group.id, entries = bodies.len(), bytes, "raft group rewritten forward");
-        Ok((bodies.len() as u64, bytes))
     }
 
     pub(crate) fn shutdown(&self) -> Result<(), RaftStoreError> {
