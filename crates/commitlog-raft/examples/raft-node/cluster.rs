@@ -127,6 +127,26 @@ impl Cluster {
         }
     }
 
+    /// Moves the groups' leadership round the nodes, group g to the node
+    /// `g mod 3 + 1`, as a multi-raft deployment balances its leaders: each
+    /// such node campaigns for the group until it leads it (or the deadline).
+    pub(crate) async fn spread_leaders(&self, deadline: Instant) -> Result<BTreeMap<u64, NodeId>, Error> {
+        let ids: Vec<NodeId> = self.addrs.keys().copied().collect();
+        for group in 0..self.groups {
+            let wanted = ids[group as usize % ids.len()];
+            while self.leader(group, deadline).await? != wanted {
+                if Instant::now() > deadline {
+                    return Err(format!("node {wanted} never took group {group}").into());
+                }
+                match call_once(&self.addrs[&wanted], &Rpc::Campaign(group), Duration::from_secs(5)).await? {
+                    Reply::Campaign(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                    other => return Err(format!("campaign for group {group}: {other:?}").into()),
+                }
+            }
+        }
+        self.leaders(deadline).await
+    }
+
     /// Every node's log syncs so far ([`Rpc::Syncs`]).
     pub(crate) async fn syncs(&self) -> Result<BTreeMap<NodeId, u64>, Error> {
         let mut syncs = BTreeMap::new();

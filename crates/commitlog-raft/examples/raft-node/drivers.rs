@@ -145,7 +145,13 @@ pub(crate) async fn bench(args: &[String]) -> Result<(), Error> {
     let mut cluster = Cluster::start(root.path(), groups, stores, false)?;
     cluster.wait_listening(Instant::now() + Duration::from_secs(30)).await?;
     cluster.init().await?;
-    let leaders = cluster.leaders(Instant::now() + Duration::from_secs(30)).await?;
+    // openraft elects the node the cluster was initialized through for every
+    // group (it campaigns first); `--spread-leaders` moves them round the nodes.
+    let leaders = if args.iter().any(|a| a == "--spread-leaders") {
+        cluster.spread_leaders(Instant::now() + Duration::from_secs(60)).await?
+    } else {
+        cluster.leaders(Instant::now() + Duration::from_secs(30)).await?
+    };
     let syncs_before = cluster.syncs().await?;
     let done = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs(seconds);

@@ -10,13 +10,13 @@
 //! raft-node init --addr 127.0.0.1:7001 --peers 1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003
 //! raft-node put --addr 127.0.0.1:7001 --key K --value V [--groups 1]  # follows the group's leader; prints the index
 //! raft-node kill-test [--groups 1] [--kills 20] [--interval-ms 800]   # SIGKILL the node leading most groups
-//! raft-node bench [--store commitlog|separate|memory] [--groups 1] [--seconds 5] [--clients 32]
+//! raft-node bench [--store commitlog|separate|memory] [--groups 1] [--seconds 5] [--clients 32] [--spread-leaders]
 //! ```
 //!
 //! The RPCs carry no authentication: anyone who can reach a node's port can
-//! write, read every key, or initialize and reconfigure the cluster. `serve`
-//! therefore refuses an address that is not loopback unless `--allow-remote`
-//! says the network is trusted. What any connection can make a node hold is
+//! write, read every key, start elections, or initialize and reconfigure the
+//! cluster. `serve` therefore refuses an address that is not loopback unless
+//! `--allow-remote` says the network is trusted. What any connection can make a node hold is
 //! bounded (`rpc::Limits`): frames of at most 16 MiB (a larger length prefix is
 //! refused before its body is read), 10 s to send a frame or take a reply, 60 s
 //! of silence, 64 connections at once; a malformed or oversized request gets a
@@ -39,7 +39,12 @@
 //! `bench` measures committed writes per second of a cluster of G groups with
 //! every group on one commit log (`commitlog`), with a commit log per group
 //! (`separate`: the layout where groups share no syncs), or with an in-memory
-//! log store (`memory`: the ceiling, no durability at all).
+//! log store (`memory`: the ceiling, no durability at all), and each node's
+//! log syncs per committed entry (its `Syncs` RPC before and after). Every
+//! group's leader is then the node the cluster was initialized through (it
+//! campaigns first); `--spread-leaders` has group g's leadership moved to node
+//! `g mod 3 + 1` first (a `Campaign` RPC), as a multi-raft deployment balances
+//! its leaders.
 //!
 //! One job per file: `main.rs` the commands, `node.rs` a node (its raft
 //! configuration, serving and applying RPCs), `rpc.rs` the wire, `network.rs`

@@ -222,6 +222,7 @@ async fn handle_group(node: &Node, rpc: Rpc) -> Result<Reply, String> {
             let metrics = node.group(g)?.0.metrics().borrow().clone();
             Reply::Compaction(metrics.snapshot.map(|l| l.index), metrics.purged.map(|l| l.index))
         }
+        Rpc::Campaign(g) => Reply::Campaign(node.group(g)?.0.trigger().elect().await.map_err(|e| e.to_string())),
         Rpc::Syncs => {
             Reply::Syncs(node.engines.iter().map(|e| e.commit_log().flush_stats().group_commit.syncing_flushes).sum())
         }

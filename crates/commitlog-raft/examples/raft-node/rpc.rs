@@ -24,6 +24,9 @@ pub(crate) enum Rpc {
     /// flushes that made bytes durable, summed over its commit logs; 0 in
     /// memory).
     Syncs,
+    /// Start an election for the group on this node (it becomes its leader
+    /// if its log is as fresh as a majority's).
+    Campaign(u64),
 }
 
 /// A reply on the wire.
@@ -43,6 +46,7 @@ pub(crate) enum Reply {
     Compaction(Option<u64>, Option<u64>),
     /// The node's log syncs so far.
     Syncs(u64),
+    Campaign(Result<(), String>),
     /// The request was refused: malformed, larger than the node accepts, or for
     /// a group the node does not run.
     Refused(String),
