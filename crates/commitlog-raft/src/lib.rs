@@ -434,6 +434,18 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_append_is_acknowledged_after_a_sync_that_made_it_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = RaftLogStore::<Strings>::open(dir.path(), config()).unwrap();
+        let before = store.commit_log().flush_stats().group_commit;
+        store.blocking_append(vec![entry(1)]).await.unwrap();
+        let after = store.commit_log().flush_stats().group_commit;
+        assert!(after.syncing_flushes > before.syncing_flushes, "acknowledged without a sync: {after:?}");
+        assert!(store.commit_log().flushed_offset() >= store.commit_log().max_offset(), "not durable when answered");
+        store.shutdown().unwrap();
+    }
+
+    #[tokio::test]
     async fn an_append_once_the_shutdown_began_answers_its_callback_with_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = RaftLogStore::<Strings>::open(dir.path(), config()).unwrap();
