@@ -82,7 +82,7 @@ use openraft::raft::{
 };
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
 use cluster::*;

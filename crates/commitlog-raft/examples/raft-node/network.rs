@@ -11,7 +11,7 @@ pub(crate) struct Peer {
     group: u64,
     target: NodeId,
     addr: String,
-    stream: Option<TcpStream>,
+    stream: Option<Connection>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {

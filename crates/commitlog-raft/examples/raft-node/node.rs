@@ -160,7 +160,7 @@ pub(crate) async fn serve_on(listener: TcpListener, node: Arc<Node>, limits: Lim
         tokio::spawn(async move {
             let _permit = permit;
             let _ = stream.set_nodelay(true);
-            serve_connection(stream, &node, &limits).await;
+            serve_connection(BufReader::new(stream), &node, &limits).await;
         });
     }
 }

@@ -105,12 +105,19 @@ impl std::fmt::Display for FrameError {
     }
 }
 
+/// Writes one frame, its length prefix and body in one write (one segment on a
+/// `TCP_NODELAY` connection, not two).
 pub(crate) async fn write_frame<S: AsyncWrite + Unpin>(stream: &mut S, value: &impl Serialize) -> std::io::Result<()> {
-    let bytes = serde_json::to_vec(value).map_err(std::io::Error::other)?;
-    let len = u32::try_from(bytes.len()).map_err(std::io::Error::other)?;
-    stream.write_all(&len.to_le_bytes()).await?;
-    stream.write_all(&bytes).await
+    let mut frame = vec![0u8; 4];
+    serde_json::to_writer(&mut frame, value).map_err(std::io::Error::other)?;
+    let len = u32::try_from(frame.len() - 4).map_err(std::io::Error::other)?;
+    frame[..4].copy_from_slice(&len.to_le_bytes());
+    stream.write_all(&frame).await
 }
+
+/// A connection as both ends use it: reads buffered (a frame's prefix and body
+/// usually arrive in one read), writes straight through.
+pub(crate) type Connection = BufReader<TcpStream>;
 
 /// Reads one frame within `limits`: the length prefix within the idle time, the
 /// rest within the frame time, and never allocates more than the limit.
@@ -140,7 +147,7 @@ pub(crate) async fn read_frame<T: for<'de> Deserialize<'de>, S: AsyncRead + Unpi
 
 /// One request, one reply, on a fresh connection (clients) or a kept one (peers).
 pub(crate) async fn call(
-    stream: &mut Option<TcpStream>,
+    stream: &mut Option<Connection>,
     addr: &str,
     rpc: &Rpc,
     timeout: Duration,
@@ -149,7 +156,7 @@ pub(crate) async fn call(
         if stream.is_none() {
             let s = TcpStream::connect(addr).await?;
             s.set_nodelay(true)?;
-            *stream = Some(s);
+            *stream = Some(BufReader::new(s));
         }
         let s = stream.as_mut().expect("connected above");
         write_frame(s, rpc).await?;
