@@ -25,12 +25,10 @@ use parking_lot::Mutex;
 
 use crate::group::Group;
 
-/// One append waiting for its bytes to be durable.
-struct Pending<C: RaftTypeConfig> {
-    handle: Mutex<Option<DurabilityHandle>>,
-    answer: Mutex<Option<Answer<C>>>,
-}
+/// One append waiting for its bytes to be durable; `None` once answered.
+struct Pending<C: RaftTypeConfig>(Mutex<Option<(DurabilityHandle, Answer<C>)>>);
 
+/// What answering an append takes: its group, its last id, openraft's callback.
 struct Answer<C: RaftTypeConfig> {
     group: Arc<Group<C>>,
     last: LogId<C::NodeId>,
@@ -52,33 +50,30 @@ pub(crate) fn answer_when_durable<C: RaftTypeConfig>(
         handle
     };
     group.unanswered.fetch_add(1, Ordering::AcqRel);
-    let pending = Arc::new(Pending {
-        handle: Mutex::new(Some(handle)),
-        answer: Mutex::new(Some(Answer { group, last, callback })),
-    });
+    let pending = Arc::new(Pending(Mutex::new(Some((handle, Answer { group, last, callback })))));
     pending.poll();
 }
 
 impl<C: RaftTypeConfig> Pending<C> {
-    /// Polls the handle with this append's waker; answers if it resolved.
+    /// Polls the handle with this append's waker; answers (outside the lock)
+    /// if it resolved.
     fn poll(self: &Arc<Self>) {
-        let result = {
-            let mut slot = self.handle.lock();
-            let Some(handle) = slot.as_mut() else { return }; // answered already
+        let (result, answer) = {
+            let mut slot = self.0.lock();
+            let Some((handle, _)) = slot.as_mut() else { return }; // answered already
             let waker = Waker::from(Arc::clone(self));
             match Pin::new(handle).poll(&mut Context::from_waker(&waker)) {
                 Poll::Pending => return,
-                Poll::Ready(result) => {
-                    slot.take();
-                    result
-                }
+                Poll::Ready(result) => (result, slot.take().expect("matched above").1),
             }
         };
-        self.answer(result);
+        answer.give(result);
     }
+}
 
-    fn answer(&self, result: Result<(), FlushError>) {
-        let Some(Answer { group, last, callback }) = self.answer.lock().take() else { return };
+impl<C: RaftTypeConfig> Answer<C> {
+    fn give(self, result: Result<(), FlushError>) {
+        let Answer { group, last, callback } = self;
         if result.is_ok() {
             group.meta.raise_flushed(last);
         }

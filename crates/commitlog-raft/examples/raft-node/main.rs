@@ -16,12 +16,12 @@
 //! The RPCs carry no authentication: anyone who can reach a node's port can
 //! write, read every key, start elections, or initialize and reconfigure the
 //! cluster. `serve` therefore refuses an address that is not loopback unless
-//! `--allow-remote` says the network is trusted. What any connection can make a node hold is
-//! bounded (`rpc::Limits`): frames of at most 16 MiB (a larger length prefix is
-//! refused before its body is read), 10 s to send a frame or take a reply, 60 s
-//! of silence, 64 connections at once; a malformed or oversized request gets a
-//! `Refused` reply and never ends the node (`tests.rs` throws random and
-//! hostile frames at one).
+//! `--allow-remote` says the network is trusted. What any connection can make
+//! a node hold is bounded (`rpc::Limits`): frames of at most 16 MiB (a larger
+//! length prefix is refused before its body is read), 10 s to send a frame or
+//! take a reply, 60 s of silence, 64 connections at once; a malformed or
+//! oversized request gets a `Refused` reply and never ends the node (`tests.rs`
+//! throws random and hostile frames at one).
 //!
 //! `kill-test` starts three `serve` processes, initializes every group, writes
 //! from several clients (a write counts once `client_write` returned: committed

@@ -46,6 +46,7 @@ pub(crate) enum Reply {
     Compaction(Option<u64>, Option<u64>),
     /// The node's log syncs so far.
     Syncs(u64),
+    /// Whether the election could be started.
     Campaign(Result<(), String>),
     /// The request was refused: malformed, larger than the node accepts, or for
     /// a group the node does not run.
