@@ -2,7 +2,7 @@
 #![allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 use super::*;
-use commitlog::{CommitLogConfig, FlushDiskType};
+use commitlog::{CommitLog, CommitLogConfig, FlushDiskType, Record};
 use mapped_file::SimStorage;
 use std::path::PathBuf;
 
