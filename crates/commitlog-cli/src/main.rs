@@ -31,7 +31,7 @@ macro_rules! outln {
 mod args;
 mod bench;
 mod bench_doc;
-mod inspect_cmds;
+mod inspect;
 mod messages;
 mod produce;
 mod table;
@@ -58,17 +58,17 @@ enum Command {
     /// Append stdin lines as records; print each offset once acknowledged.
     Produce(produce::ProduceArgs),
     /// Print `OFFSET<TAB>BODY` for each record, in order (read-only).
-    Consume(inspect_cmds::ConsumeArgs),
+    Consume(inspect::ConsumeArgs),
     /// Check every segment and record with CRCs (read-only); exit 3 on problems.
-    Verify(inspect_cmds::DirArgs),
+    Verify(inspect::DirArgs),
     /// Run recovery (may truncate a torn tail) and print what it did; with
     /// `--salvage`, first accept damage or missing segments (moved aside).
-    Recover(inspect_cmds::RecoverArgs),
+    Recover(inspect::RecoverArgs),
     /// Remove a segment directory that holds no segment from the store's list
     /// (retiring a disk; the log must be closed).
-    ForgetDir(inspect_cmds::ForgetDirArgs),
+    ForgetDir(inspect::ForgetDirArgs),
     /// Print segments, offsets and checkpoint contents (read-only).
-    Stat(inspect_cmds::StatArgs),
+    Stat(inspect::StatArgs),
     /// Message store: put stdin lines on a topic's queue; print
     /// `QUEUE_OFFSET<TAB>LOG_OFFSET` for each once acknowledged.
     Send(messages::SendArgs),
@@ -203,16 +203,27 @@ fn existing_dir(dir: &Path) -> Result<(), CliError> {
     }
 }
 
+/// A flag Ctrl-C (or SIGTERM) raises: the commands that run until stopped
+/// (`consume --follow`, `stat --watch`, `receive --follow`) look at it and end
+/// cleanly, exit code 0.
+fn stop_on_ctrl_c() -> Result<std::sync::Arc<std::sync::atomic::AtomicBool>, CliError> {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let raise = std::sync::Arc::clone(&stop);
+    ctrlc::set_handler(move || raise.store(true, std::sync::atomic::Ordering::SeqCst))
+        .map_err(|e| CliError::Input(format!("cannot handle Ctrl-C: {e}")))?;
+    Ok(stop)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(args) => bench::run(args),
         Command::Produce(args) => produce::run(args),
-        Command::Consume(args) => inspect_cmds::consume(args),
-        Command::Verify(args) => inspect_cmds::verify(args),
-        Command::Recover(args) => inspect_cmds::recover(args),
-        Command::ForgetDir(args) => inspect_cmds::forget_dir(args),
-        Command::Stat(args) => inspect_cmds::stat(args),
+        Command::Consume(args) => inspect::consume(args),
+        Command::Verify(args) => inspect::verify(args),
+        Command::Recover(args) => inspect::recover(args),
+        Command::ForgetDir(args) => inspect::forget_dir(args),
+        Command::Stat(args) => inspect::stat(args),
         Command::Send(args) => messages::send(args),
         Command::Receive(args) => messages::receive(args),
         Command::Topics(args) => messages::topics(args),

@@ -237,12 +237,7 @@ fn follow(args: &ReceiveArgs) -> Result<(), CliError> {
     if !inspect::topics(dir)?.iter().any(|(t, count)| t == topic && queue < *count) {
         return Err(CliError::Usage(format!("{}: no queue {topic}/{queue}", dir.display())));
     }
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    {
-        let stop = std::sync::Arc::clone(&stop);
-        ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::SeqCst))
-            .map_err(|e| CliError::Input(format!("cannot handle Ctrl-C: {e}")))?;
-    }
+    let stop = crate::stop_on_ctrl_c()?;
     let committed = || -> Result<Option<u64>, CliError> {
         Ok(inspect::consumer_offsets(dir)?
             .into_iter()

@@ -1,0 +1,187 @@
+//! `recover` (run recovery, or first salvage what stops it) and `forget-dir`
+//! (retire an empty segment directory): the commands that change a store.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use commitlog::inspect;
+use commitlog::CommitLog;
+use serde::Serialize;
+
+use super::DirArgs;
+use crate::{existing_dir, io, log_config, CliError, FlushArg};
+
+/// `recover`'s arguments.
+#[derive(Args)]
+pub struct RecoverArgs {
+    #[command(flatten)]
+    dir: DirArgs,
+    /// Accept what stops the store from opening: damage below the checkpoint,
+    /// segments missing at its front or end. Every valid record before the first
+    /// problem is kept; the damaged rest of its segment and every later segment
+    /// are moved aside into `salvaged-<ms>/` in their directory, and listed.
+    #[arg(long)]
+    salvage: bool,
+}
+
+#[derive(Serialize)]
+struct MovedReport {
+    from: String,
+    to: String,
+    offset: Option<u64>,
+    bytes: u64,
+}
+
+#[derive(Serialize)]
+struct SalvageSummary {
+    front: u64,
+    end: u64,
+    stopped_by: Option<String>,
+    front_lost: Option<(u64, u64)>,
+    durable_lost: Option<(u64, u64)>,
+    moved: Vec<MovedReport>,
+}
+
+#[derive(Serialize)]
+struct RecoverReport {
+    dir: String,
+    clean_shutdown: bool,
+    checkpoint_offset: u64,
+    scanned_from: u64,
+    /// Records below `scanned_from` were not checked by this recovery.
+    unchecked_below: u64,
+    records_scanned: u64,
+    end_offset: u64,
+    bytes_truncated: u64,
+    segments_deleted: usize,
+    stopped_at: Option<String>,
+    salvage: Option<SalvageSummary>,
+}
+
+/// Opens the log (running recovery) and shuts it down cleanly; with
+/// `--salvage`, first accepts what stops it from opening.
+pub fn recover(args: RecoverArgs) -> Result<(), CliError> {
+    let dir = &args.dir.dir;
+    existing_dir(dir)?;
+    inspect::check_store_dir(dir)?;
+    let salvage = if args.salvage {
+        let s = commitlog::admin::salvage(dir)?;
+        for m in &s.moved {
+            eprintln!(
+                "commitlog: moved aside: {} ({} bytes{}) -> {}",
+                m.from.display(),
+                m.bytes,
+                m.offset.map_or(String::new(), |o| format!(" from offset {o}")),
+                m.to.display()
+            );
+        }
+        Some(SalvageSummary {
+            front: s.front,
+            end: s.end,
+            stopped_by: s.stopped_by,
+            front_lost: s.front_lost,
+            durable_lost: s.durable_lost,
+            moved: s
+                .moved
+                .iter()
+                .map(|m| MovedReport {
+                    from: m.from.display().to_string(),
+                    to: m.to.display().to_string(),
+                    offset: m.offset,
+                    bytes: m.bytes,
+                })
+                .collect(),
+        })
+    } else {
+        None
+    };
+    let config = log_config(dir, FlushArg::Async, false, None, &crate::SegmentPathArgs::default())?;
+    let log = CommitLog::open(dir, config)?;
+    let r = log.recovery_report().clone();
+    let min_offset = log.min_offset();
+    log.shutdown()?;
+    let report = RecoverReport {
+        dir: dir.display().to_string(),
+        clean_shutdown: r.clean_shutdown,
+        checkpoint_offset: r.durable_offset,
+        scanned_from: r.scanned_from,
+        unchecked_below: r.scanned_from.saturating_sub(min_offset),
+        records_scanned: r.records_recovered,
+        end_offset: r.end_offset,
+        bytes_truncated: r.bytes_truncated,
+        segments_deleted: r.segments_deleted,
+        stopped_at: r.stopped_at.map(|(o, reason)| format!("{o}: {reason}")),
+        salvage,
+    };
+    if args.dir.json {
+        return outln!("{}", serde_json::to_string_pretty(&report).expect("serialisable"));
+    }
+    if let Some(s) = &report.salvage {
+        outln!("{}: salvaged", report.dir)?;
+        outln!("kept                records from {} to {}", s.front, s.end)?;
+        if let Some(why) = &s.stopped_by {
+            outln!("stopped by          {why}")?;
+        }
+        if let Some((from, to)) = s.front_lost {
+            outln!("lost at the front   [{from}, {to}): segments missing")?;
+        }
+        if let Some((from, to)) = s.durable_lost {
+            outln!("durable data given up [{from}, {to})")?;
+        }
+        for m in &s.moved {
+            outln!("moved aside         {} -> {} ({} bytes)", m.from, m.to, m.bytes)?;
+        }
+    }
+    outln!(
+        "{}: {} recovery",
+        report.dir,
+        if report.clean_shutdown { "normal (clean shutdown)" } else { "abnormal (abort marker found)" }
+    )?;
+    outln!("checkpoint offset   {}", report.checkpoint_offset)?;
+    outln!("scanned from        {}", report.scanned_from)?;
+    outln!("records scanned     {}", report.records_scanned)?;
+    outln!("end offset          {}", report.end_offset)?;
+    outln!("bytes truncated     {}", report.bytes_truncated)?;
+    outln!("segments deleted    {}", report.segments_deleted)?;
+    if let Some(s) = &report.stopped_at {
+        outln!("stopped at          {s}")?;
+    }
+    if report.unchecked_below > 0 {
+        outln!(
+            "not checked         the {} bytes from {min_offset} to {}: recovery checks only the checkpoint's segment on; run `commitlog verify` to check everything",
+            report.unchecked_below,
+            report.scanned_from
+        )?;
+    }
+    Ok(())
+}
+
+/// `forget-dir`'s arguments.
+#[derive(Args)]
+pub struct ForgetDirArgs {
+    /// Store directory (the log must be closed).
+    #[arg(long)]
+    dir: PathBuf,
+    /// The segment directory to remove from the store's list: it must hold no
+    /// segment (deleted by retention, or lost with its disk).
+    #[arg(value_name = "SEGMENT_DIR")]
+    segment_dir: PathBuf,
+}
+
+/// Removes a segment directory that holds no segment from the store's list.
+pub fn forget_dir(args: ForgetDirArgs) -> Result<(), CliError> {
+    existing_dir(&args.dir)?;
+    let segment_dir =
+        std::path::absolute(&args.segment_dir).map_err(io(format!("resolving {}", args.segment_dir.display())))?;
+    let report = commitlog::admin::forget_segment_dir(&args.dir, &segment_dir)?;
+    outln!("{}: {} forgotten", args.dir.display(), report.forgotten.display())?;
+    for d in &report.remaining {
+        outln!("segment directory   {} ({})", d.path.display(), if d.read_only { "read-only" } else { "writable" })?;
+    }
+    if let Some((front, first)) = report.front_missing {
+        outln!(
+            "warning             the remaining directories hold no segment for [{front}, {first}): the next open refuses until `commitlog recover --salvage` accepts their loss"
+        )?;
+    }
+    outln!("leave it out of store_path_commit_log / read_only_commit_log_store_paths from now on")
+}
