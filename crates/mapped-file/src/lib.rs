@@ -50,6 +50,8 @@ use transient_pool::WriteBuffer;
 
 mod error;
 mod latch;
+mod name;
+mod outcome;
 #[cfg(planted_bugs)]
 pub mod planted;
 #[allow(unsafe_code)]
@@ -61,6 +63,9 @@ mod loom_models;
 
 pub use error::MappedFileError;
 pub use latch::{FailureLatch, SyncFailure};
+use name::{check_offset_space, new_segment_path};
+pub use name::{file_name, parse_file_name, segment_end, FILE_NAME_LEN};
+pub use outcome::{is_due, AppendStatus, Appended, Placed, Progress};
 // The I/O layer this crate's API names, re-exported so a user of one segment
 // needs no second dependency.
 #[cfg(feature = "sim")]
@@ -76,140 +81,6 @@ use region::{AppendRefused, Filled, Region, ResetRefused, WriteFailed};
 
 /// The page size that least-pages thresholds count in (RocketMQ's `OS_PAGE_SIZE`).
 pub const OS_PAGE_SIZE: usize = 4096;
-
-/// Width of a segment file name.
-pub const FILE_NAME_LEN: usize = 20;
-
-/// The file name of the segment starting at `offset`: 20 zero-padded digits.
-pub fn file_name(offset: u64) -> String {
-    format!("{offset:020}")
-}
-
-/// Parses a segment file name back into its start offset; `None` unless the name
-/// is exactly 20 ASCII digits.
-pub fn parse_file_name(name: &str) -> Option<u64> {
-    if name.len() != FILE_NAME_LEN || !name.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    name.parse().ok()
-}
-
-/// The absolute offset one past the end of a segment of `file_size` bytes that
-/// starts at `file_from_offset`; `None` if it does not fit in a `u64`.
-pub fn segment_end(file_from_offset: u64, file_size: usize) -> Option<u64> {
-    u64::try_from(file_size).ok().and_then(|size| file_from_offset.checked_add(size))
-}
-
-/// Every absolute offset of a segment, and the one past its end, must fit in a
-/// `u64`: positions are added to the start offset everywhere.
-fn check_offset_space(path: &Path, file_from_offset: u64, file_size: usize) -> Result<(), MappedFileError> {
-    match segment_end(file_from_offset, file_size) {
-        Some(_) => Ok(()),
-        None => Err(MappedFileError::OffsetOverflow {
-            path: path.to_path_buf(),
-            file_from_offset,
-            file_size: file_size as u64,
-        }),
-    }
-}
-
-/// The path of a new segment of `file_size` bytes at `file_from_offset` in `dir`,
-/// once the size and the offset space are checked.
-fn new_segment_path(dir: &Path, file_from_offset: u64, file_size: usize) -> Result<PathBuf, MappedFileError> {
-    let path = dir.join(file_name(file_from_offset));
-    if file_size == 0 {
-        return Err(MappedFileError::BadPosition { path, pos: 0, file_size });
-    }
-    check_offset_space(&path, file_from_offset, file_size)?;
-    Ok(path)
-}
-
-/// What an append closure did with the free tail it was given.
-#[derive(Debug)]
-pub enum AppendStatus<T> {
-    /// It wrote `bytes` bytes at the start of the tail; `value` is handed back.
-    Written {
-        /// How many bytes were written (at most the tail's length).
-        bytes: usize,
-        /// Anything the caller wants back.
-        value: T,
-    },
-    /// The record does not fit; nothing was written.
-    DoesNotFit,
-}
-
-/// What [`MappedFile::place`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placed {
-    /// The bytes were placed at this absolute offset.
-    Appended {
-        /// Where the first byte went.
-        offset: u64,
-    },
-    /// They did not fit: the segment's rest was padded (it is full now), and the
-    /// caller goes on in the next segment.
-    Padded,
-}
-
-/// The result of [`MappedFile::append_with`].
-#[derive(Debug)]
-pub enum Appended<T> {
-    /// Bytes were appended.
-    Written {
-        /// Absolute offset of the first byte written.
-        wrote_offset: u64,
-        /// Number of bytes written.
-        bytes: usize,
-        /// The closure's value.
-        value: T,
-    },
-    /// The closure reported that its record does not fit in `remaining` bytes.
-    DoesNotFit {
-        /// Free bytes at the tail.
-        remaining: usize,
-    },
-}
-
-impl<T> Appended<T> {
-    /// The absolute offset written at, if anything was written.
-    pub fn wrote_offset(&self) -> Option<u64> {
-        match self {
-            Appended::Written { wrote_offset, .. } => Some(*wrote_offset),
-            Appended::DoesNotFit { .. } => None,
-        }
-    }
-}
-
-/// How far a position moved in a commit or flush: from `from` to `to` (file-relative).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Progress {
-    /// Position before the call.
-    pub from: usize,
-    /// Position after the call.
-    pub to: usize,
-}
-
-impl Progress {
-    /// Bytes the position moved.
-    pub fn moved(&self) -> usize {
-        // `to >= from`: positions only move forward in a commit or flush.
-        self.to.saturating_sub(self.from)
-    }
-}
-
-/// RocketMQ's `isAbleToFlush` / `isAbleToCommit`: whether moving a position from
-/// `done` to `target` is due. A full file always qualifies; `least_pages == 0`
-/// means any byte; otherwise at least `least_pages` 4 KiB pages must be crossed.
-pub fn is_due(done: usize, target: usize, file_size: usize, least_pages: usize) -> bool {
-    if target <= done {
-        return false;
-    }
-    if target == file_size || least_pages == 0 {
-        return true;
-    }
-    // `target > done` (checked above), so the page counts do not underflow.
-    (target / OS_PAGE_SIZE).saturating_sub(done / OS_PAGE_SIZE) >= least_pages
-}
 
 /// Whether a segment's mapping is still held ([`MappedFile::mapping_watch`]).
 ///
