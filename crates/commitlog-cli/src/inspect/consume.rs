@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::Args;
 use commitlog::inspect::{self, Listing};
 
-use super::listing;
+use super::{listing, problems_found};
 use crate::{io, stop_on_ctrl_c, CliError};
 
 #[derive(Args)]
@@ -157,10 +157,7 @@ pub fn consume(args: ConsumeArgs) -> Result<(), CliError> {
         eprintln!("commitlog: problem: {}: {}", p.path.display(), p.message);
     }
     let Some(first) = listing.segments.first() else {
-        return match listing.problems.len() {
-            0 => Ok(()),
-            n => Err(CliError::Problems(n)),
-        };
+        return problems_found(listing.problems.len());
     };
     let from = args.from.unwrap_or(first.start_offset);
     let size = listing.segment_size.max(1);
@@ -217,16 +214,8 @@ pub fn consume(args: ConsumeArgs) -> Result<(), CliError> {
             eprintln!(
                 "commitlog: note: stopped at offset {offset}: {why}, above the durable offset (a torn tail: the next open truncates it)"
             );
-            problems_found(&listing)
+            problems_found(listing.problems.len())
         }
-        _ => problems_found(&listing),
-    }
-}
-
-/// Exit 3 if the listing had problems (already printed).
-fn problems_found(listing: &Listing) -> Result<(), CliError> {
-    match listing.problems.len() {
-        0 => Ok(()),
-        n => Err(CliError::Problems(n)),
+        _ => problems_found(listing.problems.len()),
     }
 }

@@ -36,6 +36,14 @@ pub(crate) fn listing(dir: &std::path::Path) -> Result<Listing, CliError> {
     Ok(inspect::list_segments(dir)?)
 }
 
+/// Exit 3 if there were `count` problems (already printed), as `verify` does.
+pub(crate) fn problems_found(count: usize) -> Result<(), CliError> {
+    match count {
+        0 => Ok(()),
+        n => Err(CliError::Problems(n)),
+    }
+}
+
 /// A segment's file name.
 pub(crate) fn name(path: &std::path::Path) -> String {
     path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()

@@ -4,7 +4,7 @@ use commitlog::inspect;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use super::{listing, name, DirArgs, ProblemReport};
+use super::{listing, name, problems_found, DirArgs, ProblemReport};
 use crate::table::render;
 use crate::CliError;
 
@@ -132,8 +132,5 @@ pub fn verify(args: DirArgs) -> Result<(), CliError> {
             outln!("clean")?;
         }
     }
-    match report.problems.len() {
-        0 => Ok(()),
-        n => Err(CliError::Problems(n)),
-    }
+    problems_found(report.problems.len())
 }
