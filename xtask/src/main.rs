@@ -13,6 +13,7 @@
 //! cargo xtask miri                       the unit tests of transient-pool and mapped-file under Miri
 //!                                        (heap-backed memory; nightly with the miri component)
 //! cargo xtask crash [--soak]             the crash-consistency suite and loom (CI-sized, or hours with --soak)
+//! cargo xtask crash --layer L [--seed S]  one layer of the suite (with a seed: the one run a failure named)
 //! cargo xtask fuzz --seconds N           coverage-guided fuzzing of the recovery parser (nightly and
 //!                                        cargo-fuzz; not part of ci, its own CI job)
 //! cargo xtask msrv                       cargo check of the workspace on the declared rust-version
@@ -44,7 +45,7 @@ use std::process::{exit, Command};
 use std::time::Instant;
 
 const USAGE: &str =
-    "usage: cargo xtask <ci | release-check | test | proptest --cases N [--seed S] | loom | miri | crash [--soak] | fuzz --seconds N | msrv | bench-compare [--quick] [--baseline FILE] | raft-kill [--kills N] [--groups G] | raft-bench [--seconds S] | scale [--queues N] | index-lookup [--keys N] | latency [--rate R]>";
+    "usage: cargo xtask <ci | release-check | test | proptest --cases N [--seed S] | loom | miri | crash [--soak] [--layer L [--seed S]] | fuzz --seconds N | msrv | bench-compare [--quick] [--baseline FILE] | raft-kill [--kills N] [--groups G] | raft-bench [--seconds S] | scale [--queues N] | index-lookup [--keys N] | latency [--rate R]>";
 
 fn main() {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -54,7 +55,7 @@ fn main() {
         Some("test") => test(),
         Some("proptest") => proptest(&args[1..]),
         Some("loom") => loom().map(|passed| println!("loom: {passed} models passed")),
-        Some("crash") => crash(args.iter().any(|a| a == "--soak")),
+        Some("crash") => crash_args(&args[1..]).and_then(|(soak, layer)| crash(soak, layer)),
         Some("fuzz") => seconds_arg(&args[1..]).and_then(fuzz),
         Some("miri") => miri(),
         Some("msrv") => msrv(),
@@ -129,7 +130,7 @@ fn ci() -> Result<(), String> {
     cargo(&["fmt", "--all", "--check"], &[])?;
     cargo(&["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"], &[])?;
     test()?;
-    crash(false)?;
+    crash(false, None)?;
     raft_kill(20, 8)?;
     release_check()?;
     package()?;
@@ -278,10 +279,18 @@ fn passed_count(output: &str) -> Option<u64> {
 /// target directory, so no other build contains them), then 7 (loom), each
 /// printing one line with its figure. Layer 6, fuzzing, needs nightly and runs on
 /// its own (`cargo xtask fuzz`), so this stays on stable Rust.
-fn crash(soak: bool) -> Result<(), String> {
+fn crash(soak: bool, layer: Option<(String, Option<String>)>) -> Result<(), String> {
     let mut args = vec!["run", "--release", "--quiet", "-p", "crash-suite", "--"];
     if soak {
         args.push("--soak");
+    }
+    if let Some((layer, seed)) = &layer {
+        // One layer, or one run of it: the suite alone, no planted bugs, no loom.
+        args.extend(["--layer", layer]);
+        if let Some(seed) = seed {
+            args.extend(["--seed", seed]);
+        }
+        return cargo(&args, &[]);
     }
     cargo(&args, &[])?;
     let rustflags = format!("{} --cfg planted_bugs", env::var("RUSTFLAGS").unwrap_or_default());
@@ -294,6 +303,28 @@ fn crash(soak: bool) -> Result<(), String> {
         "concurrency: {passed} loom models passed (flush-service: no lost wake-up; no ack above the flushed offset, flushed offset monotonic, every waiter answered; mapped-file: readers see only whole appends and commits, no byte changes under a view)"
     );
     Ok(())
+}
+
+/// `crash`'s options: `--soak`, and `--layer L [--seed S]` (one layer, or the
+/// one run of it a failure named).
+fn crash_args(args: &[String]) -> Result<(bool, Option<(String, Option<String>)>), String> {
+    let value = |name: &str| args.iter().position(|a| a == name).map(|i| args.get(i + 1).cloned());
+    let layer = match value("--layer") {
+        Some(Some(layer)) => Some(layer),
+        Some(None) => {
+            return Err("--layer needs a layer name (as the suite prints them: power-loss, message-store, ...)".into())
+        }
+        None => None,
+    };
+    let seed = match value("--seed") {
+        Some(Some(seed)) if seed.parse::<u64>().is_ok() => Some(seed),
+        Some(_) => return Err("--seed needs a number".into()),
+        None => None,
+    };
+    if seed.is_some() && layer.is_none() {
+        return Err("--seed reproduces one run of a layer: give --layer too".into());
+    }
+    Ok((args.iter().any(|a| a == "--soak"), layer.map(|l| (l, seed))))
 }
 
 /// Runs `rustup run <toolchain> cargo <args>`, failing on a non-zero exit; with

@@ -106,18 +106,87 @@ impl ConsumeQueue {
         Self::open_with(storage, dir, config, false)
     }
 
+    /// [`reopen`](Self::reopen) for an owner that kept the queue's extent when
+    /// it closed it: the first index and the next are `first` and `next` (the
+    /// first as corrected by [`delete_expired`](Self::delete_expired), or an
+    /// empty queue's start from [`start_empty_at`](Self::start_empty_at),
+    /// neither of which its files show), with no scan.
+    pub fn reopen_at(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        config: ConsumeQueueConfig,
+        first: u64,
+        next: u64,
+    ) -> Result<Self, CqError> {
+        let queue = Self::load(storage, dir, &config)?;
+        let end = position(next)?;
+        if let Some(last) = queue.last_mapped_file() {
+            let pos = last.position_of(end).unwrap_or(last.file_size());
+            last.set_positions(pos)?;
+        }
+        queue.set_committed_where(end);
+        queue.set_flushed_where(queue.flushed_where().min(end));
+        let range = (next > 0 || queue.segment_count() > 0).then_some((first.min(next), next));
+        Self::with_range(queue, config, range)
+    }
+
+    /// Opens (or creates) the queue in `dir` for an owner that knows where it
+    /// ends: every entry below index `end` was durable when the owner recorded
+    /// `end` (flushed first), so nothing is scanned for holes. Entries at and
+    /// above `end` are erased (written after, they may be torn) and the
+    /// positions set there; the first index is the first segment's first entry
+    /// (its leading zeros are the queue's start). Files that end before `end`
+    /// end the queue with them: a [`next_index`](Self::next_index) below `end`
+    /// tells the owner entries are missing. [`first_damaged`](Self::first_damaged)
+    /// checks what was found.
+    pub fn open_to(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        config: ConsumeQueueConfig,
+        end: u64,
+    ) -> Result<Self, CqError> {
+        let queue = Self::load(storage, dir, &config)?;
+        let range = match (queue.first_mapped_file(), queue.last_mapped_file()) {
+            (Some(first_segment), Some(last_segment)) => {
+                let start = index_at(first_segment.file_from_offset());
+                if end <= start {
+                    // Nothing these files hold was recorded: written after, stale.
+                    queue.clear()?;
+                    return Self::with_range(queue, config, None);
+                }
+                let next = end.min(index_at(last_segment.file_end()));
+                let cut = queue.truncate_dirty_files(position(next)?)?;
+                if cut.bytes_dropped_in_place > 0 || cut.segments_deleted > 0 {
+                    tracing::debug!(dir = %dir.display(), next, "consume queue: entries written after the recorded end erased");
+                }
+                queue.set_committed_where(position(next)?);
+                let bytes = first_segment.read(0, first_segment.read_position())?;
+                let zeros = bytes.chunks_exact(CQ_STORE_UNIT_SIZE).take_while(|c| CqEntry::decode(c).is_none()).count();
+                drop(bytes);
+                Some((start.saturating_add(zeros as u64).min(next), next))
+            }
+            _ => None,
+        };
+        Self::with_range(queue, config, range)
+    }
+
+    /// The segments of the queue in `dir`.
+    fn load(storage: Arc<dyn Storage>, dir: &Path, config: &ConsumeQueueConfig) -> Result<Arc<SegmentQueue>, CqError> {
+        config.validate()?;
+        let queue_config = QueueConfig {
+            preallocate_next_segment: config.preallocate_next_segment,
+            ..QueueConfig::new(config.mapped_file_size_consume_queue)
+        };
+        Ok(Arc::new(SegmentQueue::load(storage, dir, queue_config, None)?))
+    }
+
     fn open_with(
         storage: Arc<dyn Storage>,
         dir: &Path,
         config: ConsumeQueueConfig,
         recovering: bool,
     ) -> Result<Self, CqError> {
-        config.validate()?;
-        let queue_config = QueueConfig {
-            preallocate_next_segment: config.preallocate_next_segment,
-            ..QueueConfig::new(config.mapped_file_size_consume_queue)
-        };
-        let queue = Arc::new(SegmentQueue::load(storage, dir, queue_config, None)?);
+        let queue = Self::load(storage, dir, &config)?;
         let range = Self::scan(&queue)?;
         match range {
             Some((_, next)) if recovering => {
@@ -138,6 +207,16 @@ impl ConsumeQueue {
             }
             None => {}
         }
+        Self::with_range(queue, config, range)
+    }
+
+    /// The queue over loaded segments whose entries span `range`, with its
+    /// flush service if it runs one.
+    fn with_range(
+        queue: Arc<SegmentQueue>,
+        config: ConsumeQueueConfig,
+        range: Option<(u64, u64)>,
+    ) -> Result<Self, CqError> {
         let flusher = if config.own_flush_service {
             let target = Arc::new(QueueTarget::new(Arc::clone(&queue)));
             Some(AsyncFlush::start(target, Arc::new(SystemClock::new()), &config.flush_config(), false, None)?)
@@ -304,6 +383,23 @@ impl ConsumeQueue {
         }
     }
 
+    /// Makes an empty queue start at `index`: its first entry and its end are
+    /// `index` until the next put (which takes `index` or later). For an owner
+    /// that knows the queue's messages up to there are gone (expired with its
+    /// log) but its offsets must go on from there. Refused for a queue that
+    /// holds entries.
+    pub fn start_empty_at(&self, index: u64) -> Result<(), CqError> {
+        let _write = self.write.lock();
+        let mut range = self.range.lock();
+        match *range {
+            Some((first, next)) if first < next => Err(CqError::OutOfOrder { index, next }),
+            _ => {
+                *range = Some((index, index));
+                Ok(())
+            }
+        }
+    }
+
     /// Entry `index`, or `None` if the queue does not hold it (below its first
     /// entry or not put yet).
     pub fn get(&self, index: u64) -> Result<Option<CqEntry>, CqError> {
@@ -395,6 +491,40 @@ impl ConsumeQueue {
         Ok(low)
     }
 
+    /// The first index in `[from, next)` where the queue stops being a
+    /// plausible index of a log: an entry missing (zeros), naming a record
+    /// that starts before the previous entry's record ends, or ending past
+    /// `limit`. `None` when every entry there is plausible. For an owner that
+    /// knows these entries were durable (below the end it recorded), any such
+    /// entry is damage. Reads each entry once, a segment at a time.
+    pub fn first_damaged(&self, from: u64, limit: u64) -> Result<Option<u64>, CqError> {
+        let (first, next) = match *self.range.lock() {
+            Some(range) => range,
+            None => return Ok(None),
+        };
+        let mut index = from.max(first);
+        let mut previous_end = 0u64;
+        while index < next {
+            let Some(file) = self.queue.find_mapped_file_by_offset(position(index)?, false) else {
+                return Ok(Some(index)); // a segment missing inside the queue
+            };
+            let start = file.position_of(position(index)?).ok_or(CqError::IndexOverflow { index })?;
+            let end = file.position_of(position(next)?).unwrap_or(file.file_size());
+            let bytes = file.read(start, end.saturating_sub(start))?;
+            for chunk in bytes.chunks_exact(CQ_STORE_UNIT_SIZE) {
+                match CqEntry::decode(chunk) {
+                    Some(entry) if entry.offset >= previous_end && entry.end() <= limit => previous_end = entry.end(),
+                    _ => return Ok(Some(index)),
+                }
+                index = index.saturating_add(1);
+            }
+            if bytes.len() < end.saturating_sub(start) {
+                return Ok(Some(index)); // a short read: the segment ends early
+            }
+        }
+        Ok(None)
+    }
+
     /// Expires the entries naming records below `log_min_offset`, the log's first
     /// offset once its cleaning deleted its oldest segments (RocketMQ's
     /// `CleanConsumeQueueService`): the segments holding only such entries are
@@ -416,6 +546,21 @@ impl ConsumeQueue {
         let new_first = first.max(first_live.min(next));
         *range = Some((new_first, next));
         Ok((deleted, new_first.saturating_sub(was_first)))
+    }
+
+    /// The lowest log first offset at which [`delete_expired`](Self::delete_expired)
+    /// would delete a segment: one past the record the first segment's last
+    /// entry names (`u64::MAX` with one segment, which never goes; 0 if that
+    /// entry is missing). Lets an owner of many closed queues tell which to
+    /// open for expiry.
+    pub fn expiry_threshold(&self) -> Result<u64, CqError> {
+        let segments = self.queue.segments();
+        let Some(second) = segments.get(1) else { return Ok(u64::MAX) };
+        let last_of_first = index_at(second.file_from_offset()).saturating_sub(1);
+        Ok(match self.get(last_of_first)? {
+            Some(entry) => entry.offset.saturating_add(1),
+            None => 0,
+        })
     }
 
     /// Flushes every entry now; returns the flushed byte position.

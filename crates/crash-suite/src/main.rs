@@ -68,23 +68,23 @@ fn main() -> ExitCode {
         }
     }
     let soak = args.iter().any(|a| a == "--soak");
-    // `--only LAYER` runs one layer (for working on it); CI runs them all.
-    let only = arg(&args, "--only");
-    let layer_wanted = |name: &str| only.as_deref().is_none_or(|o| o == name);
+    // `--layer LAYER` (or `--only`) runs one layer; with `--seed S` as well it
+    // reproduces one run: the one seed a failure named, nothing else, judged
+    // by its violations only. Without `--layer`, `--seed` is the base seed.
+    let only = arg(&args, "--layer").or_else(|| arg(&args, "--only"));
     let seed: u64 = arg(&args, "--seed").and_then(|s| s.parse().ok()).unwrap_or(0x5EED);
+    let repro = only.is_some() && arg(&args, "--seed").is_some();
     let scale = if soak { 20 } else { 1 };
-    let mut failed = false;
-    let mut report = |ok: bool, line: String| {
-        println!("{line}");
-        failed |= !ok;
-    };
+    let mut run = Runner { only, repro, seed, failed: false, failures: Vec::new() };
 
-    if layer_wanted("corruption") {
+    if run.wanted("corruption") {
         // 1. Corruption matrix.
         let t0 = Instant::now();
         let mut c = corruption::Tally::default();
-        for s in 0..scale as u64 {
-            let t = corruption::run(seed + s, soak);
+        for s in run.seeds(0, scale as u64) {
+            let t = corruption::run(s, soak);
+            let bad = t.panics + t.garbage + t.silent_below_checkpoint + t.unclear_errors;
+            run.check("corruption", s, bad as u64, || corruption_line(&t, t0));
             c.cases += t.cases;
             c.panics += t.panics;
             c.garbage += t.garbage;
@@ -94,201 +94,145 @@ fn main() -> ExitCode {
                 c.kinds = t.kinds;
             }
         }
-        let kinds: Vec<String> = c.kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
-        report(
-            c.panics + c.garbage + c.silent_below_checkpoint + c.unclear_errors == 0,
-            format!(
-                "corruption: {} cases ({}), {} panics, {} garbage records, {} silent losses below the checkpoint, {} unclear errors ({:.1?})",
-                c.cases,
-                kinds.join(", "),
-                c.panics,
-                c.garbage,
-                c.silent_below_checkpoint,
-                c.unclear_errors,
-                t0.elapsed()
-            ),
-        );
+        let bad = c.panics + c.garbage + c.silent_below_checkpoint + c.unclear_errors;
+        run.report(bad == 0, corruption_line(&c, t0));
     }
 
-    if layer_wanted("power-loss") {
-        // 2. Simulated power loss, then the planted bugs.
+    if run.wanted("power-loss") {
+        // 2. Simulated power loss.
         let t0 = Instant::now();
         let mut p = power_loss::Tally::default();
         // Enough runs for the crash-state floor, however quickly flushes happen.
         let target_states = 110_000 * scale as u64;
         let mut seeds = 0u64;
-        while (seeds < 24 * scale as u64 || p.states < target_states) && seeds < 2000 * scale as u64 {
-            p.add(power_loss::run_seed(seed + seeds, 48, seeds % 3 == 2, false));
+        for s in run.seeds(0, 2000 * scale as u64) {
+            if !run.repro && seeds >= 24 * scale as u64 && p.states >= target_states {
+                break;
+            }
+            // One run in three injects a sync failure.
+            let t = power_loss::run_seed(s, 48, s % 3 == 1, false);
+            run.check("power-loss", s, t.violations(), || power_loss_line(&t, 1, t0));
+            p.add(t);
             seeds += 1;
         }
-        report(
-            p.violations() == 0 && p.states >= 100_000 * scale as u64,
-            format!(
-                "power-loss (pwrite and mmap runs alternate; every fourth over two segment directories): {} crash states over {seeds} runs, {} acked records, {} acked lost, {} garbage, {} failed recoveries ({:.1?})",
-                p.states,
-                p.acked,
-                p.lost,
-                p.garbage,
-                p.open_errors,
-                t0.elapsed()
-            ),
+        run.report(
+            p.violations() == 0 && (run.repro || p.states >= 100_000 * scale as u64),
+            power_loss_line(&p, seeds, t0),
         );
     }
 
-    if layer_wanted("raft-power-loss") {
+    if run.wanted("raft-power-loss") {
         // 2c. Simulated power loss under the replicated log's store.
         let t0 = Instant::now();
-        let mut r = raft_power_loss::Tally::default();
+        let mut r = power_loss::Tally::default();
         let runs = 4 * scale as u64;
-        for s in 0..runs {
-            r.add(raft_power_loss::run_seed(seed + 7000 + s, 2, false));
+        for s in run.seeds(7000, runs) {
+            let t = raft_power_loss::run_seed(s, 2, false);
+            run.check("raft-power-loss", s, t.violations(), || raft_line(&t, 1, t0));
+            r.add(t);
         }
-        report(
-            r.violations() == 0 && r.states >= 10_000 * scale as u64 && r.rewritten > 0,
-            format!(
-                "raft-power-loss (commitlog-raft: two groups on one log, entries, indexes, vote, purges, truncations, rewrites of the lagging group on one simulated disk): {} crash states over {runs} runs, {} entries acked, {} rewritten, {} acked lost, {} garbage, {} failed opens ({:.1?})",
-                r.states,
-                r.acked,
-                r.rewritten,
-                r.lost,
-                r.garbage,
-                r.open_errors,
-                t0.elapsed()
-            ),
+        run.report(
+            r.violations() == 0 && (run.repro || (r.states >= 10_000 * scale as u64 && r.rewritten > 0)),
+            raft_line(&r, runs, t0),
         );
     }
 
-    if layer_wanted("segment-dirs") {
+    if run.wanted("segment-dirs") {
         // 2d. Segment directories that go missing, under power loss.
         let t0 = Instant::now();
         let mut d = segment_dirs::Tally::default();
         let runs = 12 * scale as u64;
-        for s in 0..runs {
-            d.add(segment_dirs::run_seed(seed + 13_000 + s, 3, false));
+        for s in run.seeds(13_000, runs) {
+            let t = segment_dirs::run_seed(s, 3, false);
+            run.check("segment-dirs", s, t.violations(), || segment_dirs_line(&t, 1, t0));
+            d.add(t);
         }
-        report(
-            d.violations() == 0 && d.refused > 0 && d.deletions > 0 && d.states >= 2000 * scale as u64,
-            format!(
-                "segment-dirs (a retired disk, front deletions, one directory unmounted): {} crash states over {runs} runs, {} acked, {} segments deleted from the front; unmounted: {} refused, {} opened whole, {} opened short; {} complete stores refused, {} acked lost, {} garbage ({:.1?})",
-                d.states,
-                d.acked,
-                d.deletions,
-                d.refused,
-                d.whole_without,
-                d.silent_losses,
-                d.false_refusals,
-                d.lost,
-                d.garbage,
-                t0.elapsed()
-            ),
+        run.report(
+            d.violations() == 0 && (run.repro || (d.refused > 0 && d.deletions > 0 && d.states >= 2000 * scale as u64)),
+            segment_dirs_line(&d, runs, t0),
         );
     }
 
-    if layer_wanted("message-store") {
+    if run.wanted("message-store") {
         // 2f. The message store under simulated power loss.
         let t0 = Instant::now();
         let mut m = message_layer::Tally::default();
         let runs = 24 * scale as u64;
-        for s in 0..runs {
-            m.add(message_layer::run_seed(seed + 17_000 + s, 4, false));
+        for s in run.seeds(17_000, runs) {
+            let t = message_layer::run_seed(s, 4, false);
+            run.check("message-store", s, t.violations(), || message_line(&t, 1, t0));
+            m.add(t);
         }
-        report(
-            m.violations() == 0 && m.states >= 5_000 * scale as u64,
-            format!(
-                "message-store (puts on shared queues, a consumer committing offsets; one run in four async, every other with two consume queues open at most): {} crash states over {runs} runs, {} acked, {} consumed, {} acked or consumed lost, {} garbage, {} committed offsets lost, {} keys not found, {} offsets reused, {} failed opens, {} failed reads ({:.1?})",
-                m.states,
-                m.acked,
-                m.consumed,
-                m.lost,
-                m.garbage,
-                m.offsets_lost,
-                m.keys_lost,
-                m.reused,
-                m.open_errors,
-                m.read_errors,
-                t0.elapsed()
-            ),
-        );
+        run.report(m.violations() == 0 && (run.repro || m.states >= 5_000 * scale as u64), message_line(&m, runs, t0));
     }
 
-    if layer_wanted("races") {
+    if run.wanted("races") {
         // 2e. Truncations racing a flush and a group-commit round.
         let t0 = Instant::now();
         let r = races::run(seed, 50 * scale as u64);
-        report(
-            r.violations() == 0 && r.cases > 0,
-            format!(
-                "races (truncate_from inside flush_all's window and inside a group-commit round, on the real queue): {} cases, {} checkpoints above the data, {} unopenable stores, {} unsynced bytes acknowledged, {} dead rounds ({:.1?})",
-                r.cases,
-                r.checkpoint_above,
-                r.unopenable,
-                r.acked_unsynced,
-                r.dead_rounds,
-                t0.elapsed()
-            ),
+        let line = format!(
+            "races (truncate_from inside flush_all's window and inside a group-commit round, on the real queue): {} cases, {} checkpoints above the data, {} unopenable stores, {} unsynced bytes acknowledged, {} dead rounds ({:.1?})",
+            r.cases,
+            r.checkpoint_above,
+            r.unopenable,
+            r.acked_unsynced,
+            r.dead_rounds,
+            t0.elapsed()
         );
+        run.check("races", seed, r.violations(), || line.clone());
+        run.report(r.violations() == 0 && r.cases > 0, line);
     }
 
-    if layer_wanted("generations") {
+    if run.wanted("generations") {
         // 2b. Several generations: what a recovery cut never comes back.
         let t0 = Instant::now();
         let mut g = generations::Tally::default();
         let gen_seeds = 100 * scale as u64;
-        for s in 0..gen_seeds {
-            g.add(generations::run_seed(seed + 5000 + s, 50));
+        for s in run.seeds(5000, gen_seeds) {
+            let t = generations::run_seed(s, 50);
+            run.check("generations", s, t.violations(), || generations_line(&t, t0));
+            g.add(t);
         }
-        report(
-            g.violations() == 0 && g.states >= 5000 * scale as u64 && g.cuts > 0 && g.second_crashes > 0,
-            format!(
-                "generations (write path switches each generation): {} states crash -> recover -> append -> shutdown or crash ({} crashed again) -> recover, {} recoveries cut bytes, {} acked, {} resurrected, {} out of order, {} acked lost, {} garbage, {} failed opens ({:.1?})",
-                g.states,
-                g.second_crashes,
-                g.cuts,
-                g.acked,
-                g.resurrected,
-                g.misordered,
-                g.lost,
-                g.garbage,
-                g.open_errors,
-                t0.elapsed()
-            ),
+        run.report(
+            g.violations() == 0
+                && (run.repro || (g.states >= 5000 * scale as u64 && g.cuts > 0 && g.second_crashes > 0)),
+            generations_line(&g, t0),
         );
     }
 
-    if layer_wanted("kill") {
+    if run.wanted("kill") {
         // 3. Real SIGKILLs.
         let t0 = Instant::now();
         let k = kill::run(seed, 200 * scale);
-        report(
-            k.lost + k.garbage == 0 && k.acked > 0,
-            format!(
-                "kill (write path switches each restart): {} SIGKILLs, {} acked records, {} acked lost, {} garbage ({:.1?})",
-                k.kills,
-                k.acked,
-                k.lost,
-                k.garbage,
-                t0.elapsed()
-            ),
+        let line = format!(
+            "kill (write path switches each restart): {} SIGKILLs, {} acked records, {} acked lost, {} garbage ({:.1?})",
+            k.kills,
+            k.acked,
+            k.lost,
+            k.garbage,
+            t0.elapsed()
         );
+        run.check("kill", seed, (k.lost + k.garbage) as u64, || line.clone());
+        run.report(k.lost + k.garbage == 0 && k.acked > 0, line);
     }
 
-    if layer_wanted("sync-failure") {
+    if run.wanted("sync-failure") {
         // 4. Sync failure.
         let t0 = Instant::now();
         let f = sync_failure::run(seed, 50 * scale);
-        report(
-            f.acked_after + f.lost == 0 && f.refused_clearly == f.failures_injected,
-            format!(
-                "sync-failure (pwrite and mmap alternate): {} injected sync errors, {} acked before them, {} acked after, {} lost after restart, {}/{} refused further writes clearly ({:.1?})",
-                f.failures_injected,
-                f.acked_before,
-                f.acked_after,
-                f.lost,
-                f.refused_clearly,
-                f.failures_injected,
-                t0.elapsed()
-            ),
+        let line = format!(
+            "sync-failure (pwrite and mmap alternate): {} injected sync errors, {} acked before them, {} acked after, {} lost after restart, {}/{} refused further writes clearly ({:.1?})",
+            f.failures_injected,
+            f.acked_before,
+            f.acked_after,
+            f.lost,
+            f.refused_clearly,
+            f.failures_injected,
+            t0.elapsed()
         );
+        let bad = f.acked_after + f.lost + f.failures_injected.saturating_sub(f.refused_clearly);
+        run.check("sync-failure", seed, bad as u64, || line.clone());
+        run.report(bad == 0, line);
     }
 
     // 5. Disk full; 5b. the disk-space guard and the cleaning service, each on a
@@ -300,21 +244,172 @@ fn main() -> ExitCode {
         ("disk-guard", "disk-fast-fill: ", disk_full::run_fast_fill),
         ("disk-guard", "disk-clean: ", disk_full::run_clean),
     ];
-    for (layer, passed, run) in disk_layers {
-        if !layer_wanted(layer) {
+    for (layer, passed, disk_run) in disk_layers {
+        if !run.wanted(layer) {
             continue;
         }
         let name = passed.split(':').next().unwrap_or(layer);
-        match run() {
-            disk_full::Outcome::Passed { detail } => report(true, format!("{passed}{detail}")),
-            disk_full::Outcome::Failed { detail } => report(false, format!("{name}: FAILED: {detail}")),
-            disk_full::Outcome::Skipped { reason } => report(true, format!("{name}: skipped: {reason}")),
+        match disk_run() {
+            disk_full::Outcome::Passed { detail } => run.report(true, format!("{passed}{detail}")),
+            disk_full::Outcome::Failed { detail } => {
+                let line = format!("{name}: FAILED: {detail}");
+                run.check(layer, seed, 1, || line.clone());
+                run.report(false, line);
+            }
+            disk_full::Outcome::Skipped { reason } => run.report(true, format!("{name}: skipped: {reason}")),
+        }
+    }
+    run.finish()
+}
+
+/// What a run of the suite has seen: whether anything failed, and the runs
+/// (layer and seed) that saw violations, for the summary that ends the output.
+struct Runner {
+    /// The one layer to run, if given.
+    only: Option<String>,
+    /// Reproducing one run: that layer, that seed, nothing else.
+    repro: bool,
+    seed: u64,
+    failed: bool,
+    failures: Vec<Failure>,
+}
+
+/// A run that saw a violation.
+struct Failure {
+    layer: &'static str,
+    seed: u64,
+    line: String,
+}
+
+impl Runner {
+    fn wanted(&self, layer: &str) -> bool {
+        self.only.as_deref().is_none_or(|o| o == layer)
+    }
+
+    /// The seeds of a layer's `runs` runs (the base seed plus `offset` plus
+    /// the run's number), or only the seed given when reproducing.
+    fn seeds(&self, offset: u64, runs: u64) -> Vec<u64> {
+        if self.repro {
+            return vec![self.seed];
+        }
+        (0..runs).map(|s| self.seed + offset + s).collect()
+    }
+
+    /// Remembers the run of `layer` under `seed` if it saw `violations`.
+    fn check(&mut self, layer: &'static str, seed: u64, violations: u64, line: impl FnOnce() -> String) {
+        if violations > 0 {
+            self.failures.push(Failure { layer, seed, line: line() });
         }
     }
 
-    if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
+    /// Prints a layer's line; `ok` false fails the suite.
+    fn report(&mut self, ok: bool, line: String) {
+        println!("{}{line}", if ok { "" } else { "FAILED: " });
+        self.failed |= !ok;
     }
+
+    /// Ends with what failed, each run with its seed and the command that
+    /// reproduces it, so that the last lines of one CI log are enough.
+    fn finish(self) -> ExitCode {
+        if !self.failed {
+            return ExitCode::SUCCESS;
+        }
+        println!();
+        if self.failures.is_empty() {
+            println!("crash suite FAILED: a layer ran too few cases to count (see the FAILED line above); no run saw a violation");
+        }
+        for f in &self.failures {
+            println!("crash suite FAILED: layer {}, seed {}: {}", f.layer, f.seed, f.line);
+            println!("  reproduce: cargo xtask crash --layer {} --seed {}", f.layer, f.seed);
+        }
+        ExitCode::FAILURE
+    }
+}
+
+fn corruption_line(c: &corruption::Tally, t0: Instant) -> String {
+    let kinds: Vec<String> = c.kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    format!(
+        "corruption: {} cases ({}), {} panics, {} garbage records, {} silent losses below the checkpoint, {} unclear errors ({:.1?})",
+        c.cases,
+        kinds.join(", "),
+        c.panics,
+        c.garbage,
+        c.silent_below_checkpoint,
+        c.unclear_errors,
+        t0.elapsed()
+    )
+}
+
+fn power_loss_line(p: &power_loss::Tally, runs: u64, t0: Instant) -> String {
+    format!(
+        "power-loss (pwrite and mmap runs alternate; every fourth over two segment directories): {} crash states over {runs} runs, {} acked records, {} acked lost, {} garbage, {} failed recoveries ({:.1?})",
+        p.states,
+        p.acked,
+        p.lost,
+        p.garbage,
+        p.open_errors,
+        t0.elapsed()
+    )
+}
+
+fn raft_line(r: &power_loss::Tally, runs: u64, t0: Instant) -> String {
+    format!(
+        "raft-power-loss (commitlog-raft: two groups on one log, entries, indexes, vote, purges, truncations, rewrites of the lagging group on one simulated disk): {} crash states over {runs} runs, {} entries acked, {} rewritten, {} acked lost, {} garbage, {} failed opens ({:.1?})",
+        r.states,
+        r.acked,
+        r.rewritten,
+        r.lost,
+        r.garbage,
+        r.open_errors,
+        t0.elapsed()
+    )
+}
+
+fn segment_dirs_line(d: &segment_dirs::Tally, runs: u64, t0: Instant) -> String {
+    format!(
+        "segment-dirs (a retired disk, front deletions, one directory unmounted): {} crash states over {runs} runs, {} acked, {} segments deleted from the front; unmounted: {} refused, {} opened whole, {} opened short; {} complete stores refused, {} acked lost, {} garbage ({:.1?})",
+        d.states,
+        d.acked,
+        d.deletions,
+        d.refused,
+        d.whole_without,
+        d.silent_losses,
+        d.false_refusals,
+        d.lost,
+        d.garbage,
+        t0.elapsed()
+    )
+}
+
+fn message_line(m: &message_layer::Tally, runs: u64, t0: Instant) -> String {
+    format!(
+        "message-store (puts on shared queues, a consumer committing offsets; one run in four async, every other with two consume queues open at most): {} crash states over {runs} runs, {} acked, {} consumed, {} acked or consumed lost, {} garbage, {} committed offsets lost, {} keys not found, {} offsets reused, {} failed opens, {} failed reads ({:.1?})",
+        m.states,
+        m.acked,
+        m.consumed,
+        m.lost,
+        m.garbage,
+        m.offsets_lost,
+        m.keys_lost,
+        m.reused,
+        m.open_errors,
+        m.read_errors,
+        t0.elapsed()
+    )
+}
+
+fn generations_line(g: &generations::Tally, t0: Instant) -> String {
+    format!(
+        "generations (write path switches each generation): {} states crash -> recover -> append -> shutdown or crash ({} crashed again) -> recover, {} recoveries cut bytes, {} acked, {} resurrected, {} out of order, {} acked lost, {} garbage, {} failed opens ({:.1?})",
+        g.states,
+        g.second_crashes,
+        g.cuts,
+        g.acked,
+        g.resurrected,
+        g.misordered,
+        g.lost,
+        g.garbage,
+        g.open_errors,
+        t0.elapsed()
+    )
 }

@@ -10,17 +10,16 @@
 //! with the error kept for [`MessageStore::dispatch_error`](crate::MessageStore):
 //! it never skips what it cannot read.
 
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use commitlog::{CommitLog, Record};
-use consume_queue::CqEntry;
+use consume_queue::{ConsumeQueue, CqEntry};
 use parking_lot::Mutex;
-use store_io::Storage;
 
+use crate::checkpoint::{IndexRecord, Recorded, RecordedTopic};
 use crate::config::DispatchLimit;
-use crate::error::{io_err, StoreError};
+use crate::error::StoreError;
 use crate::index::Index;
 use crate::message::{decode_header, Header};
 use crate::queues::{Queue, QueueContext};
@@ -42,8 +41,6 @@ pub(crate) struct Dispatcher {
     error: Mutex<Option<String>>,
     /// Records of the log that are not messages of a known queue (skipped).
     pub(crate) skipped: AtomicU64,
-    /// Queues rebuilt from the log because entries were missing.
-    pub(crate) rebuilt: AtomicU64,
 }
 
 impl Dispatcher {
@@ -63,7 +60,6 @@ impl Dispatcher {
             running: Mutex::new(()),
             error: Mutex::new(None),
             skipped: AtomicU64::new(0),
-            rebuilt: AtomicU64::new(0),
         }
     }
 
@@ -132,7 +128,9 @@ impl Dispatcher {
         result.map(|()| count)
     }
 
-    /// Puts one record's entry into its queue's consume queue.
+    /// Puts one record's entry into its queue's consume queue. A queue whose
+    /// entries do not lead up to this message (some missing, or one naming
+    /// another record) is repaired from the log first: it never skips it.
     fn dispatch(&self, record: &Record) -> Result<(), StoreError> {
         let header = match decode_header(&record.body) {
             Ok(header) => header,
@@ -149,32 +147,23 @@ impl Dispatcher {
         };
         let cq = queue.consume_queue(&self.context, &self.log)?;
         let entry = entry_of(record, header.tags_code);
-        if header.queue_offset < cq.min_index() {
-            // Below the queue's first entry, yet the log holds it: the consume
-            // queue lost its front (a crash kept later sectors of a file but not
-            // its first). Rebuilt from the log.
-            self.rebuild(&queue, record.offset)?;
-        }
-        let next = cq.next_index();
-        if header.queue_offset < next {
+        let (first, next) = (cq.min_index(), cq.next_index());
+        if header.queue_offset < next && header.queue_offset >= first {
             // The queue has this offset already: fine if it names this record
-            // (dispatched before), else the log and the index disagree.
-            if cq.get(header.queue_offset)?.is_some_and(|e| e.offset == record.offset) {
+            // (dispatched before), else the queue is damaged there.
+            if cq.get(header.queue_offset)?.is_some_and(|e| e.offset == record.offset && e.size == entry.size) {
                 // Its entry is there; its keys may not be (a retry after the
-                // index failed): the index skips what it holds.
-                return self.index_keys(&header, record);
+                // index failed): the index skips what it holds. Waiters hear
+                // of it either way.
+                self.index_keys(&header, record)?;
+                queue.signal.arrive(next);
+                return Ok(());
             }
-            return Err(StoreError::IndexMismatch {
-                topic: header.topic,
-                queue_id: header.queue_id,
-                queue_offset: header.queue_offset,
-                log_offset: record.offset,
-            });
-        }
-        if header.queue_offset > next {
-            // Entries before this one are missing (the consume queue lost
-            // files): rebuilt from the log, as far as it still holds them.
-            self.rebuild(&queue, record.offset)?;
+            self.repair(&queue, &cq, header.queue_offset, record.offset, "an entry names another record")?;
+        } else if !cq.is_empty() && header.queue_offset != next {
+            // Below the queue's first entry while the log holds it (the queue
+            // lost its front), or beyond its end (entries missing).
+            self.repair(&queue, &cq, header.queue_offset.min(next), record.offset, "entries missing")?;
         }
         cq.put(header.queue_offset, entry)?;
         self.index_keys(&header, record)?;
@@ -190,82 +179,96 @@ impl Dispatcher {
         }
     }
 
-    /// Rebuilds `queue`'s consume queue from the log's records below `upto`.
-    fn rebuild(&self, queue: &Queue, upto: u64) -> Result<(), StoreError> {
-        tracing::warn!(topic = %queue.topic, queue = queue.queue_id, "consume queue misses entries; rebuilding it from the log");
-        self.rebuilt.fetch_add(1, Ordering::Relaxed);
+    /// Repairs `queue`'s consume queue from index `from`, putting its messages
+    /// of the log below `upto` again (the caller dispatches what follows).
+    /// Counted, and said loudly.
+    fn repair(&self, queue: &Queue, cq: &ConsumeQueue, from: u64, upto: u64, why: &str) -> Result<(), StoreError> {
+        tracing::warn!(topic = %queue.topic, queue = queue.queue_id, from, why, "consume queue damaged; repairing it from the log");
+        self.context.repaired.fetch_add(1, Ordering::Relaxed);
+        let put = queue.repair_range(cq, from, &self.log, upto)?;
+        self.context.entries_repaired.fetch_add(put, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Repairs `queue` from index `from` while the store runs (a reader found
+    /// the entry there damaged): with dispatch held, its messages up to the
+    /// dispatch point are put again. Returns the repaired consume queue.
+    pub(crate) fn repair_live(&self, queue: &Queue, from: u64, why: &str) -> Result<Arc<ConsumeQueue>, StoreError> {
+        let _running = self.running.lock();
         let cq = queue.consume_queue(&self.context, &self.log)?;
-        cq.clear()?;
-        for record in self.log.iter_from(self.log.min_offset()) {
+        self.repair(queue, &cq, from, self.point(), why)?;
+        queue.signal.arrive(cq.next_index());
+        Ok(cq)
+    }
+
+    /// At open, before dispatch starts: puts the messages of `[from, upto)`
+    /// again into `queues` (marked to start empty) and, if `reindex`, their
+    /// keys into the index (emptied), in one pass over the log. For derived
+    /// data found missing whole (a queue's directory, the index files).
+    pub(crate) fn rebuild_below(
+        &self,
+        queues: &[Arc<Queue>],
+        reindex: bool,
+        from: u64,
+        upto: u64,
+    ) -> Result<u64, StoreError> {
+        let _running = self.running.lock();
+        let wanted: std::collections::HashSet<(&str, u32)> =
+            queues.iter().map(|q| (q.topic.as_str(), q.queue_id)).collect();
+        let mut put = 0u64;
+        for record in self.log.iter_from(from.max(self.log.min_offset())) {
             let record = record?;
             if record.offset >= upto {
                 break;
             }
             let Ok(header) = decode_header(&record.body) else { continue };
-            if header.topic == queue.topic && header.queue_id == queue.queue_id {
-                cq.put(header.queue_offset, entry_of(&record, header.tags_code))?;
+            if wanted.contains(&(header.topic.as_str(), header.queue_id)) {
+                if let Some(queue) = self.context.queues.get(&header.topic, header.queue_id) {
+                    let cq = queue.consume_queue(&self.context, &self.log)?;
+                    if cq.is_empty() || header.queue_offset >= cq.next_index() {
+                        cq.put(header.queue_offset, entry_of(&record, header.tags_code))?;
+                        put = put.saturating_add(1);
+                    }
+                }
+            }
+            if reindex {
+                self.index_keys(&header, &record)?;
             }
         }
-        Ok(())
+        Ok(put)
+    }
+
+    /// What the checkpoint would record now: the dispatch point and, sampled
+    /// with dispatch held (so that they belong to that point), every queue's
+    /// extent and the index's live file.
+    pub(crate) fn sample(&self) -> Recorded {
+        let _running = self.running.lock();
+        let mut recorded = Recorded {
+            point: self.point(),
+            log_min: self.log.min_offset(),
+            index: self.index.as_ref().map_or(IndexRecord::Off, |index| index.record()),
+            ..Recorded::default()
+        };
+        for (topic, queues) in self.context.queues.topics() {
+            let mut entry =
+                RecordedTopic { queues: u32::try_from(queues.len()).unwrap_or(u32::MAX), ..Default::default() };
+            for queue in queues.iter() {
+                let extent = queue
+                    .extent()
+                    .or_else(|| self.context.recorded.as_ref().map(|r| r.extent(&queue.topic, queue.queue_id)));
+                if let Some(extent) = extent.filter(|(_, end)| *end > 0) {
+                    entry.extents.insert(queue.queue_id, extent);
+                }
+            }
+            recorded.topics.insert(topic, entry);
+        }
+        recorded
     }
 }
 
 /// The consume-queue entry of `record`.
-fn entry_of(record: &Record, tags_code: u64) -> CqEntry {
+pub(crate) fn entry_of(record: &Record, tags_code: u64) -> CqEntry {
     // A record lies within one segment, whose size is a u32 at most... or the
     // entry says u32::MAX and its check against the log fails loudly.
     CqEntry { offset: record.offset, size: u32::try_from(record.size).unwrap_or(u32::MAX), tag: tags_code }
-}
-
-/// The dispatch checkpoint, `config/dispatch`: a dispatch point below which every
-/// consume-queue entry was flushed before the file was written.
-#[derive(Debug)]
-pub(crate) struct DispatchCheckpoint {
-    path: PathBuf,
-}
-
-/// Parses the dispatch checkpoint at `path`.
-pub(crate) fn parse_point(path: &Path, bytes: &[u8]) -> Result<u64, StoreError> {
-    let bad = |reason: &str| StoreError::BadFile { path: path.to_path_buf(), reason: reason.to_string() };
-    if bytes.len() != 20 || &bytes[..8] != CHECKPOINT_MAGIC {
-        return Err(bad("not a dispatch checkpoint of this version"));
-    }
-    let crc = u32::from_le_bytes(bytes[16..20].try_into().unwrap_or_default());
-    if crc32c::crc32c(&bytes[..16]) != crc {
-        return Err(bad("checksum mismatch"));
-    }
-    Ok(u64::from_le_bytes(bytes[8..16].try_into().unwrap_or_default()))
-}
-
-/// Where the dispatch checkpoint of the store in `root` is.
-pub(crate) fn checkpoint_path(root: &Path) -> PathBuf {
-    root.join("config").join("dispatch")
-}
-
-/// The checkpoint file's first bytes.
-const CHECKPOINT_MAGIC: &[u8; 8] = b"MSDISP01";
-
-impl DispatchCheckpoint {
-    pub(crate) fn new(root: &Path) -> Self {
-        DispatchCheckpoint { path: checkpoint_path(root) }
-    }
-
-    /// The point recorded, or `None` if none was.
-    pub(crate) fn load(&self, storage: &dyn Storage) -> Result<Option<u64>, StoreError> {
-        match storage.read_small(&self.path).map_err(io_err(&self.path))? {
-            Some(bytes) => parse_point(&self.path, &bytes).map(Some),
-            None => Ok(None),
-        }
-    }
-
-    /// Records `point` (atomically: a crash leaves the old point or this one).
-    pub(crate) fn store(&self, storage: &dyn Storage, point: u64) -> Result<(), StoreError> {
-        let mut bytes = Vec::with_capacity(20);
-        bytes.extend_from_slice(CHECKPOINT_MAGIC);
-        bytes.extend_from_slice(&point.to_le_bytes());
-        bytes.extend_from_slice(&crc32c::crc32c(&bytes).to_le_bytes());
-        let dir = self.path.parent().unwrap_or(&self.path);
-        storage.create_dir_all(dir).map_err(io_err(dir))?;
-        storage.replace_small(&self.path, &bytes).map_err(io_err(&self.path))
-    }
 }

@@ -4,6 +4,7 @@
 use consume_queue::ConsumeQueue;
 
 use crate::message::{tags_code, StoredMessage};
+use crate::store::Named;
 use crate::{MessageStore, StoreError};
 
 /// What a consumer wants of a queue's messages.
@@ -106,6 +107,40 @@ impl MessageStore {
         filter: &TagFilter,
     ) -> Result<GetResult, StoreError> {
         let cq = self.consume_queue_of(topic, queue_id)?;
+        let result = match self.read_queue(&cq, topic, queue_id, offset, max_count, max_bytes, filter)? {
+            Ok(result) => result,
+            Err(damaged_at) => {
+                // An entry missing or naming another record: the consume queue is
+                // damaged there. Repaired from the log, then read again.
+                let queue = self.queue(topic, queue_id)?;
+                let cq = self.core.dispatcher.repair_live(&queue, damaged_at, "a read found an entry damaged")?;
+                self.read_queue(&cq, topic, queue_id, offset, max_count, max_bytes, filter)?.map_err(|index| {
+                    StoreError::IndexMismatch {
+                        topic: topic.to_string(),
+                        queue_id,
+                        queue_offset: index,
+                        log_offset: cq.get(index).ok().flatten().map_or(0, |e| e.offset),
+                    }
+                })?
+            }
+        };
+        tracing::trace!(group, topic, queue_id, offset, found = result.messages.len(), "get_messages");
+        Ok(result)
+    }
+
+    /// [`get_messages`](Self::get_messages) over `cq`; `Err(index)` if the
+    /// entry at `index` is missing or does not name its message.
+    #[allow(clippy::too_many_arguments)]
+    fn read_queue(
+        &self,
+        cq: &ConsumeQueue,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+        max_count: usize,
+        max_bytes: u64,
+        filter: &TagFilter,
+    ) -> Result<Result<GetResult, u64>, StoreError> {
         let (min, max) = (cq.min_index(), cq.next_index());
         let answer = |status, next_offset| GetResult {
             status,
@@ -115,42 +150,43 @@ impl MessageStore {
             messages: Vec::new(),
         };
         if max == 0 {
-            return Ok(answer(GetStatus::NoMessageInQueue, 0));
+            return Ok(Ok(answer(GetStatus::NoMessageInQueue, 0)));
         }
         if offset < min {
-            return Ok(answer(GetStatus::OffsetTooSmall, min));
+            return Ok(Ok(answer(GetStatus::OffsetTooSmall, min)));
         }
         if offset == max {
-            return Ok(answer(GetStatus::NoNewMessage, offset));
+            return Ok(Ok(answer(GetStatus::NoNewMessage, offset)));
         }
         if offset > max {
-            return Ok(answer(GetStatus::OffsetOverflow, max));
+            return Ok(Ok(answer(GetStatus::OffsetOverflow, max)));
         }
         let scan = self.core.config.max_filter_entries.max(max_count as u64);
         let mut result = answer(GetStatus::NoMatchedMessage, offset);
         let mut bytes = 0u64;
         let mut index = offset;
         while index < max && index < offset.saturating_add(scan) && result.messages.len() < max_count {
-            let Some(entry) = cq.get(index)? else {
-                index = index.saturating_add(1); // a gap: no entry there
-                continue;
-            };
+            // Entries are dense from the first: a missing one is damage.
+            let Some(entry) = cq.get(index)? else { return Ok(Err(index)) };
             if !result.messages.is_empty() && bytes.saturating_add(u64::from(entry.size)) > max_bytes {
                 break;
             }
-            index = index.saturating_add(1);
             if !filter.passes_code(entry.tag) {
+                index = index.saturating_add(1);
                 continue;
             }
-            let Some(message) = self.core.message_at(entry.offset)? else { continue };
-            if message.topic != topic || message.queue_id != queue_id || message.queue_offset != index - 1 {
-                return Err(StoreError::IndexMismatch {
-                    topic: topic.to_string(),
-                    queue_id,
-                    queue_offset: index - 1,
-                    log_offset: entry.offset,
-                });
+            let message = match self.core.message_at_entry(&entry)? {
+                Named::Message(message) => message,
+                Named::Expired => {
+                    index = index.saturating_add(1); // expired with the log's front meanwhile
+                    continue;
+                }
+                Named::Other => return Ok(Err(index)),
+            };
+            if message.topic != topic || message.queue_id != queue_id || message.queue_offset != index {
+                return Ok(Err(index));
             }
+            index = index.saturating_add(1);
             if filter.passes(&message) {
                 bytes = bytes.saturating_add(message.log_size);
                 result.messages.push(message);
@@ -160,8 +196,7 @@ impl MessageStore {
         if !result.messages.is_empty() {
             result.status = GetStatus::Found;
         }
-        tracing::trace!(group, topic, queue_id, offset, found = result.messages.len(), "get_messages");
-        Ok(result)
+        Ok(Ok(result))
     }
 
     /// The offset in `topic`'s queue of the first message stored at or after

@@ -27,8 +27,10 @@ use parking_lot::Mutex;
 use segment_queue::{QueueConfig, SegmentQueue};
 use store_io::Storage;
 
+use crate::checkpoint::{IndexMark, IndexRecord};
 use crate::error::StoreError;
 use crate::message::decode_header;
+use crate::queues::remove_segment_files;
 
 const HEADER: usize = 64;
 const ITEM: usize = 28;
@@ -178,69 +180,132 @@ pub(crate) struct Index {
 }
 
 impl Index {
-    /// Opens the index in `root/index`: sealed files whose items all lie below
-    /// `recovered_from` stay; the first file that is not sealed or reaches past
-    /// it becomes the live file, cut at its first item not below it (dispatch
-    /// adds the rest again) and at its last item that does not name a message
-    /// with that key in `log`; files after it are deleted.
+    /// Opens the index in `root/index`, trusting of its files only what the
+    /// dispatch checkpoint says was flushed: the sealed files before the
+    /// recorded live file (header and footer intact), and the recorded live
+    /// file's first items (checked for order, the last against the log);
+    /// what was written after is cut, files made after are deleted. Anything
+    /// else (files of another shape or damaged, nothing recorded, a recorded
+    /// file missing) and the index is emptied: the second value is then true,
+    /// and the caller indexes the log's messages below `point` again.
     pub(crate) fn open(
         storage: Arc<dyn Storage>,
         root: &Path,
         config: IndexConfig,
-        recovered_from: u64,
+        recorded: Option<IndexRecord>,
+        point: u64,
         log: &commitlog::CommitLog,
-    ) -> Result<Index, StoreError> {
+    ) -> Result<(Index, bool), StoreError> {
+        let dir = root.join("index");
         let queue_config = QueueConfig { preallocate_next_segment: false, ..QueueConfig::new(config.file_size()) };
-        let queue = Arc::new(
-            SegmentQueue::load(storage, &root.join("index"), queue_config, None).map_err(commitlog::Error::from)?,
-        );
-        let index = Index { config, queue, sealed: Mutex::new(Vec::new()), live: Mutex::new(None) };
-        let segments = index.queue.segments();
-        let mut live_at = None;
-        for (k, file) in segments.iter().enumerate() {
-            let footer = file.read(config.file_size() - FOOTER, FOOTER).map_err(commitlog::Error::from)?;
+        let queue = match SegmentQueue::load(Arc::clone(&storage), &dir, queue_config.clone(), None) {
+            Ok(queue) => queue,
+            Err(err) => {
+                tracing::warn!(dir = %dir.display(), %err, "index files damaged; rebuilding the index from the log");
+                remove_segment_files(&*storage, &dir)?;
+                SegmentQueue::load(storage, &dir, queue_config, None).map_err(commitlog::Error::from)?
+            }
+        };
+        let index = Index { config, queue: Arc::new(queue), sealed: Mutex::new(Vec::new()), live: Mutex::new(None) };
+        let rebuilt = match index.keep_recorded(recorded, point, log)? {
+            Ok(()) => false,
+            Err(why) => {
+                if !index.queue.segments().is_empty() || recorded.is_some_and(|r| r != IndexRecord::Empty) {
+                    tracing::warn!(dir = %dir.display(), why, "key index not usable; rebuilding it from the log");
+                }
+                index.sealed.lock().clear();
+                *index.live.lock() = None;
+                index.queue.clear().map_err(commitlog::Error::from)?;
+                true
+            }
+        };
+        Ok((index, rebuilt))
+    }
+
+    /// Keeps what `recorded` says is durable (see [`open`](Self::open)), or
+    /// says why the files cannot be used.
+    fn keep_recorded(
+        &self,
+        recorded: Option<IndexRecord>,
+        point: u64,
+        log: &commitlog::CommitLog,
+    ) -> Result<Result<(), &'static str>, StoreError> {
+        let segments = self.queue.segments();
+        let mark = match recorded {
+            None => return Ok(Err("no dispatch checkpoint")),
+            Some(IndexRecord::Off) => return Ok(Err("it was off when the dispatch point was recorded")),
+            Some(IndexRecord::Empty) if segments.is_empty() => return Ok(Ok(())),
+            Some(IndexRecord::Empty) => return Ok(Err("files written after the dispatch point")),
+            Some(IndexRecord::Live(mark)) => mark,
+        };
+        let Some(live_at) = segments.iter().position(|f| f.file_from_offset() == mark.live_file) else {
+            return Ok(Err("the recorded live file is missing"));
+        };
+        if mark.items > self.config.max_items {
+            return Ok(Err("more items recorded than a file holds"));
+        }
+        for file in &segments[..=live_at] {
+            let header = file.read(0, HEADER).map_err(commitlog::Error::from)?;
+            if &header[..8] != MAGIC {
+                return Ok(Err("a file's header is damaged"));
+            }
+            let slots = u32::from_le_bytes(header[8..12].try_into().unwrap_or_default());
+            let items = u32::from_le_bytes(header[12..16].try_into().unwrap_or_default());
+            if slots != self.config.hash_slots || items != self.config.max_items {
+                return Ok(Err("its files were made with another hash_slots or max_items"));
+            }
+        }
+        let mut sealed = Vec::new();
+        for file in &segments[..live_at] {
+            let footer = file.read(self.config.file_size() - FOOTER, FOOTER).map_err(commitlog::Error::from)?;
             match Span::from_footer(&footer) {
-                Some(span) if span.last_offset < recovered_from && span.count == config.max_items => {
-                    index.sealed.lock().push((Arc::clone(file), span));
+                Some(span) if span.count == self.config.max_items && span.last_offset < point => {
+                    sealed.push((Arc::clone(file), span));
                 }
-                _ => {
-                    live_at = Some(k);
-                    break;
-                }
+                _ => return Ok(Err("a sealed file's footer is damaged")),
             }
         }
-        if let Some(k) = live_at {
-            let file = Arc::clone(&segments[k]);
-            let items = file.read(HEADER, ITEM * config.max_items as usize).map_err(commitlog::Error::from)?;
-            let mut kept: Vec<Item> = Vec::new();
-            for chunk in items.chunks_exact(ITEM) {
-                let item = Item::decode(chunk);
-                let grows = kept.last().is_none_or(|last| item.offset > last.offset);
-                if item.hash == 0 && item.offset == 0 && item.time == 0 || !grows || item.offset >= recovered_from {
-                    break;
-                }
-                kept.push(item);
+        let file = Arc::clone(&segments[live_at]);
+        let bytes = file.read(HEADER, ITEM * mark.items as usize).map_err(commitlog::Error::from)?;
+        let items: Vec<Item> = bytes.chunks_exact(ITEM).map(Item::decode).collect();
+        drop(bytes);
+        let floor = sealed.last().map_or(0, |(_, span): &(Arc<MappedFile>, Span)| span.last_offset);
+        let mut previous = floor;
+        for (n, item) in items.iter().enumerate() {
+            // Items are in log order (several per message with several keys),
+            // each chained only to an earlier one of its file.
+            let zeros = item.hash == 0 && item.time == 0;
+            if zeros || item.offset < previous || item.offset >= point || item.prev as usize > n {
+                return Ok(Err("the live file's items are out of order"));
             }
-            // A torn last item (written after the last flush, partly kept).
-            while let Some(last) = kept.last() {
-                if names_a_key(log, last) {
-                    break;
-                }
-                kept.pop();
-            }
-            drop(items);
-            let end = file.file_from_offset() + (HEADER + ITEM * kept.len()) as u64;
-            index.queue.truncate_dirty_files(end).map_err(commitlog::Error::from)?;
-            let mut span = Span::default();
-            let mut slots = vec![0u32; config.hash_slots as usize];
-            for (n, item) in kept.iter().enumerate() {
-                span.add(item);
-                slots[(item.hash % u64::from(config.hash_slots)) as usize] = n as u32 + 1;
-            }
-            let file = index.queue.last_mapped_file().unwrap_or(file);
-            *index.live.lock() = Some(Live { file, span, slots });
+            previous = item.offset;
         }
-        Ok(index)
+        if items.len() != mark.items as usize || items.last().is_some_and(|last| !names_a_key(log, last)) {
+            return Ok(Err("the live file's last item does not name its message"));
+        }
+        // What was written after the point is cut; files made after, deleted.
+        let end = file.file_from_offset() + (HEADER + ITEM * items.len()) as u64;
+        self.queue.truncate_dirty_files(end).map_err(commitlog::Error::from)?;
+        let mut span = Span::default();
+        let mut slots = vec![0u32; self.config.hash_slots as usize];
+        for (n, item) in items.iter().enumerate() {
+            span.add(item);
+            slots[(item.hash % u64::from(self.config.hash_slots)) as usize] = n as u32 + 1;
+        }
+        let file = self.queue.last_mapped_file().unwrap_or(file);
+        *self.sealed.lock() = sealed;
+        *self.live.lock() = Some(Live { file, span, slots });
+        Ok(Ok(()))
+    }
+
+    /// What the checkpoint records of the index now.
+    pub(crate) fn record(&self) -> IndexRecord {
+        match self.live.lock().as_ref() {
+            Some(live) => {
+                IndexRecord::Live(IndexMark { live_file: live.file.file_from_offset(), items: live.span.count })
+            }
+            None => IndexRecord::Empty,
+        }
     }
 
     /// The log offset after the last indexed message.

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use consume_queue::{CqEntry, CQ_STORE_UNIT_SIZE};
 
-use crate::dispatch::{checkpoint_path, parse_point};
+use crate::checkpoint::{self, checkpoint_path, Loaded};
 use crate::error::{io_err, StoreError};
 use crate::get::TagFilter;
 use crate::message::{decode, StoredMessage};
@@ -77,7 +77,12 @@ pub fn consumer_offsets(root: &Path) -> Result<Vec<GroupOffset>, StoreError> {
 /// was in its consume queue, flushed, when it was recorded).
 pub fn dispatch_point(root: &Path) -> Result<Option<u64>, StoreError> {
     let path = checkpoint_path(root);
-    read_optional(&path)?.map(|bytes| parse_point(&path, &bytes)).transpose()
+    match read_optional(&path)?.map(|bytes| checkpoint::parse(&bytes)) {
+        None | Some(Loaded::Missing) => Ok(None),
+        Some(Loaded::PointOnly(point)) => Ok(Some(point)),
+        Some(Loaded::Recorded(recorded)) => Ok(Some(recorded.point)),
+        Some(Loaded::Damaged(reason)) => Err(StoreError::BadFile { path, reason }),
+    }
 }
 
 /// The consume-queue files of a queue, by start byte, sorted.

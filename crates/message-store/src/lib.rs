@@ -50,6 +50,7 @@
 
 #![forbid(unsafe_code)]
 
+mod checkpoint;
 mod config;
 mod deferred;
 mod dispatch;

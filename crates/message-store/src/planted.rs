@@ -26,6 +26,11 @@ pub enum Bug {
     /// file durable, and a power cut can take the file, with entries below the
     /// point, away.
     CreateNotSynced = 16,
+    /// A repair of a damaged consume queue trusts the damage: the queue is
+    /// cut at the first damaged entry and nothing below the dispatch point is
+    /// put again from the log, so the messages after it are unreachable and
+    /// their offsets given again.
+    RepairTrustsDamage = 32,
 }
 
 static ACTIVE: AtomicU16 = AtomicU16::new(0);

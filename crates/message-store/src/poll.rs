@@ -16,12 +16,13 @@ use crate::{MessageStore, StoreError};
 
 impl MessageStore {
     /// Blocks until `topic`'s queue holds a message at `offset` or later (its
-    /// end passes `offset`), the store shuts down, or `timeout` passes. Returns
-    /// whether a message is there to read.
+    /// end passes `offset`), the store shuts down, or `timeout` passes (a
+    /// timeout too long to add to now, `Duration::MAX` say, waits without
+    /// one). Returns whether a message is there to read.
     pub fn wait_for(&self, topic: &str, queue_id: u32, offset: u64, timeout: Duration) -> Result<bool, StoreError> {
         let queue = self.queue(topic, queue_id)?;
         self.consume_queue_of(topic, queue_id)?; // opened: its end is announced
-        Ok(queue.signal.wait_past(offset, Instant::now() + timeout))
+        Ok(queue.signal.wait_past(offset, Instant::now().checked_add(timeout)))
     }
 
     /// A future that resolves when `topic`'s queue holds a message at `offset`

@@ -8,10 +8,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Waker;
 
-use consume_queue::{ConsumeQueue, ConsumeQueueConfig, CqEntry};
+use consume_queue::{ConsumeQueue, ConsumeQueueConfig, CqEntry, CqError};
 use parking_lot::{Condvar, Mutex, RwLock};
 use store_io::Storage;
 
+use crate::checkpoint::{Extent, Recorded};
 use crate::error::StoreError;
 use crate::message::decode_header;
 
@@ -65,12 +66,17 @@ impl Signal {
     }
 
     /// Blocks until the dispatched end passes `offset`, the signal closes, or
-    /// `deadline`; returns whether it passed.
-    pub(crate) fn wait_past(&self, offset: u64, deadline: std::time::Instant) -> bool {
+    /// `deadline` (`None`: no deadline); returns whether it passed.
+    pub(crate) fn wait_past(&self, offset: u64, deadline: Option<std::time::Instant>) -> bool {
         let mut state = self.state.lock();
         while state.dispatched <= offset && !state.closed {
-            if self.arrived.wait_until(&mut state, deadline).timed_out() {
-                break;
+            match deadline {
+                Some(deadline) => {
+                    if self.arrived.wait_until(&mut state, deadline).timed_out() {
+                        break;
+                    }
+                }
+                None => self.arrived.wait(&mut state),
             }
         }
         state.dispatched > offset
@@ -104,6 +110,15 @@ pub(crate) struct Queue {
     last_used: AtomicU64,
     /// Made consistent with the log (at its first open in this process).
     checked: AtomicBool,
+    /// Its extent when it was last closed (for the checkpoint: what a closed
+    /// queue holds, without opening it).
+    closed_extent: Mutex<Option<Extent>>,
+    /// When it was last closed: the log's first offset from which its first
+    /// segment can expire (`u64::MAX`: it has one segment, which never does).
+    closed_expiry: AtomicU64,
+    /// Rebuilt from the log by the open's own pass: its first open starts it
+    /// empty instead of repairing it.
+    rebuild_at_open: AtomicBool,
     pub(crate) signal: Signal,
 }
 
@@ -113,10 +128,13 @@ pub(crate) struct QueueContext {
     pub(crate) root: PathBuf,
     pub(crate) storage: Arc<dyn Storage>,
     pub(crate) config: ConsumeQueueConfig,
-    /// The dispatch point this open recovered from: entries a consume queue
-    /// holds at or past it when first opened are stale (their records were
-    /// re-dispatched, or lost with the log's tail) and are cut.
+    /// The dispatch point this open recovered from: every queue's entries
+    /// below it are what the checkpoint recorded (`recorded`), and its messages
+    /// from it on are dispatched again.
     pub(crate) recovered_from: u64,
+    /// What the dispatch checkpoint recorded of each queue (`None`: nothing
+    /// usable, every queue is rebuilt from the log).
+    pub(crate) recorded: Option<Arc<Recorded>>,
     /// Every queue, to close idle ones from.
     pub(crate) queues: Arc<Queues>,
     /// The most consume queues open at once (each holds a file and a mapping
@@ -128,6 +146,10 @@ pub(crate) struct QueueContext {
     pub(crate) clock: AtomicU64,
     /// Consume queues closed to keep within the budget.
     pub(crate) closed_idle: AtomicU64,
+    /// Consume queues found damaged and repaired from the log.
+    pub(crate) repaired: AtomicU64,
+    /// Entries put again by those repairs.
+    pub(crate) entries_repaired: AtomicU64,
     /// Idle queues are closed, and new consume-queue files created
     /// ([`DeferredCreates`](crate::deferred::DeferredCreates)), without a sync
     /// of their own; the next thorough flush syncs them all at once
@@ -173,6 +195,11 @@ impl QueueContext {
         }
         Ok(())
     }
+
+    /// What the checkpoint recorded of `queue` (`None`: nothing usable).
+    fn recorded_extent(&self, queue: &Queue) -> Option<Extent> {
+        self.recorded.as_ref().map(|r| r.extent(&queue.topic, queue.queue_id))
+    }
 }
 
 impl Queue {
@@ -184,6 +211,9 @@ impl Queue {
             consume_queue: Mutex::new(None),
             last_used: AtomicU64::new(0),
             checked: AtomicBool::new(false),
+            closed_extent: Mutex::new(None),
+            closed_expiry: AtomicU64::new(0),
+            rebuild_at_open: AtomicBool::new(false),
             signal: Signal::default(),
         }
     }
@@ -204,12 +234,18 @@ impl Queue {
             }
             let dir = queue_dir(&context.root, &self.topic, self.queue_id);
             // Later opens (after an idle close) find what this process wrote:
-            // nothing to cut or check then.
+            // nothing to cut or check then, but what the log's cleaning
+            // deleted since expires.
             let cq = if self.checked.load(Ordering::Acquire) {
-                ConsumeQueue::reopen(Arc::clone(&context.storage), &dir, context.config.clone())?
+                let (storage, config) = (Arc::clone(&context.storage), context.config.clone());
+                let cq = match *self.closed_extent.lock() {
+                    Some((first, next)) => ConsumeQueue::reopen_at(storage, &dir, config, first, next)?,
+                    None => ConsumeQueue::reopen(storage, &dir, config)?,
+                };
+                cq.delete_expired(log.min_offset())?;
+                cq
             } else {
-                let cq = ConsumeQueue::open(Arc::clone(&context.storage), &dir, context.config.clone())?;
-                self.make_consistent(&cq, context.recovered_from, log)?;
+                let cq = self.open_checked(context, log, &dir)?;
                 self.checked.store(true, Ordering::Release);
                 cq
             };
@@ -228,6 +264,31 @@ impl Queue {
         self.consume_queue.lock().clone()
     }
 
+    /// True once this process checked the queue against the log.
+    pub(crate) fn is_checked(&self) -> bool {
+        self.checked.load(Ordering::Acquire)
+    }
+
+    /// The queue's extent as this process knows it: its consume queue's if it
+    /// is open, else what it held when closed; `None` if not checked yet.
+    pub(crate) fn extent(&self) -> Option<Extent> {
+        if let Some(cq) = &*self.consume_queue.lock() {
+            return Some((cq.min_index(), cq.next_index()));
+        }
+        *self.closed_extent.lock()
+    }
+
+    /// True when the queue is closed and expiring against `log_min` may delete
+    /// some of its files (or it was never opened, so nothing is known).
+    pub(crate) fn may_expire(&self, log_min: u64) -> bool {
+        !self.is_checked() || self.closed_expiry.load(Ordering::Acquire) <= log_min
+    }
+
+    /// Marks the queue to be rebuilt by the open's own pass over the log.
+    pub(crate) fn rebuild_at_open(&self) {
+        self.rebuild_at_open.store(true, Ordering::Release);
+    }
+
     fn is_open(&self) -> bool {
         self.consume_queue.try_lock().is_some_and(|slot| slot.is_some())
     }
@@ -241,6 +302,8 @@ impl Queue {
         let Some(mut slot) = self.consume_queue.try_lock() else { return Ok(false) };
         match slot.take() {
             Some(cq) if Arc::strong_count(&cq) == 1 => {
+                *self.closed_extent.lock() = Some((cq.min_index(), cq.next_index()));
+                self.closed_expiry.store(cq.expiry_threshold()?, Ordering::Release);
                 if context.defer_syncs {
                     context.unsynced.store(true, Ordering::Release);
                     match Arc::try_unwrap(cq) {
@@ -263,30 +326,166 @@ impl Queue {
         }
     }
 
-    /// Cuts the entries at or past `from` (stale: see
-    /// [`QueueContext::recovered_from`]), then every last entry that does not
-    /// name this queue's message of its offset in `log` (a torn entry: written
-    /// after the last flush, partly kept), and expires the entries of records
-    /// the log's cleaning deleted.
-    fn make_consistent(&self, cq: &ConsumeQueue, from: u64, log: &commitlog::CommitLog) -> Result<(), StoreError> {
+    /// Opens the consume queue in `dir` for the first time in this process
+    /// and makes it agree with the log. What the dispatch checkpoint recorded
+    /// of it (its first offset and end at the recovered point) is what it
+    /// must hold below that point; what it holds past its recorded end was
+    /// written after and is cut (dispatch puts it again). Then, below the
+    /// point, every entry must be there and in log order, the last one must
+    /// name its message, and nothing may be missing from the front or the end:
+    /// otherwise the queue is damaged, and repaired from the log from the first
+    /// entry that is not (files that do not load are removed first). Never cut
+    /// short: a queue offset the log holds is never given again.
+    fn open_checked(
+        &self,
+        context: &QueueContext,
+        log: &commitlog::CommitLog,
+        dir: &Path,
+    ) -> Result<ConsumeQueue, StoreError> {
         #[cfg(planted_bugs)]
         if crate::planted::is_active(crate::planted::Bug::QueueNotCut) {
-            return Ok(());
+            return Ok(ConsumeQueue::reopen(Arc::clone(&context.storage), dir, context.config.clone())?);
         }
-        let stale = cq.first_index_at_or_after(from)?;
-        if stale < cq.next_index() {
-            tracing::debug!(topic = %self.topic, queue = self.queue_id, from = stale, "consume queue: entries past the dispatch point cut");
-            cq.truncate_from(stale)?;
-        }
-        while let Some((index, entry)) = cq.last()? {
-            if self.names_its_message(log, index, &entry) {
-                break;
+        let (recorded_min, recorded_end) = match context.recorded_extent(self) {
+            _ if self.rebuild_at_open.swap(false, Ordering::AcqRel) => (0, 0),
+            Some(extent) => extent,
+            None => (0, 0), // nothing recorded durable: every entry is stale
+        };
+        let storage = Arc::clone(&context.storage);
+        let cq = match ConsumeQueue::open_to(Arc::clone(&storage), dir, context.config.clone(), recorded_end) {
+            Ok(cq) => cq,
+            Err(err) if is_damaged_layout(&err) => {
+                tracing::warn!(topic = %self.topic, queue = self.queue_id, %err, "consume queue files damaged; removed, the queue is rebuilt from the log");
+                remove_segment_files(&*storage, dir)?;
+                ConsumeQueue::open_to(storage, dir, context.config.clone(), 0)?
             }
-            tracing::warn!(topic = %self.topic, queue = self.queue_id, index, "consume queue: an entry that does not name its message cut");
-            cq.truncate_from(index)?;
+            Err(err) => return Err(err.into()),
+        };
+        if recorded_end == 0 {
+            return Ok(cq);
+        }
+        if recorded_min == recorded_end {
+            // Every message it had expired with the log's front: it holds none,
+            // and goes on from its end.
+            if cq.next_index() < recorded_end {
+                cq.clear()?;
+                cq.start_empty_at(recorded_end)?;
+            }
+            return Ok(cq);
+        }
+        let point = context.recovered_from;
+        let files_first = cq.min_index();
+        // The front may have moved since the point only with the log's own front.
+        let log_front_moved = context.recorded.as_ref().is_some_and(|r| log.min_offset() > r.log_min);
+        let damaged_at = if files_first > recorded_min && !log_front_moved {
+            Some(recorded_min)
+        } else {
+            cq.first_damaged(recorded_min.max(files_first), point)?
+        };
+        let damaged_at =
+            damaged_at.or_else(|| (cq.next_index() < recorded_end).then_some(cq.next_index())).or(match cq.last()? {
+                Some((index, entry)) if !self.names_its_message(log, index, &entry) => Some(index),
+                _ => None,
+            });
+        if let Some(at) = damaged_at {
+            tracing::warn!(topic = %self.topic, queue = self.queue_id, at, recorded_end, "consume queue damaged below the recorded dispatch point; repairing it from the log");
+            context.repaired.fetch_add(1, Ordering::Relaxed);
+            let put = self.repair_range(&cq, at, log, point)?;
+            context.entries_repaired.fetch_add(put, Ordering::Relaxed);
+            if cq.is_empty() && cq.next_index() < recorded_end {
+                // The log holds none of its messages any more (expired): it
+                // goes on from its end, never from an offset given before.
+                cq.clear()?;
+                cq.start_empty_at(recorded_end)?;
+            } else if cq.next_index() != recorded_end {
+                tracing::warn!(topic = %self.topic, queue = self.queue_id, end = cq.next_index(), recorded_end, "consume queue repaired to another end than the checkpoint recorded: the log holds that");
+            }
         }
         cq.delete_expired(log.min_offset())?;
-        Ok(())
+        Ok(cq)
+    }
+
+    /// Cuts `cq` at index `from` and puts again, from `log`, this queue's
+    /// messages from there up to log offset `upto` (a dispatch point: every
+    /// message below it was dispatched). The log is read from the end of the
+    /// record entry `from - 1` names, if that entry names its message, else from
+    /// its first offset with the whole queue rebuilt. If what the log holds does
+    /// not follow what was kept, the whole queue is rebuilt. Returns the
+    /// entries put.
+    pub(crate) fn repair_range(
+        &self,
+        cq: &ConsumeQueue,
+        from: u64,
+        log: &commitlog::CommitLog,
+        upto: u64,
+    ) -> Result<u64, StoreError> {
+        let before = match from.checked_sub(1).filter(|&i| i >= cq.min_index()) {
+            Some(i) => cq.get(i)?.filter(|entry| self.names_its_message(log, i, entry)),
+            None => None,
+        };
+        let mut whole = before.is_none();
+        let mut resume = before.map_or(log.min_offset(), |entry| entry.end());
+        loop {
+            #[cfg(planted_bugs)]
+            let trust = crate::planted::is_active(crate::planted::Bug::RepairTrustsDamage);
+            #[cfg(not(planted_bugs))]
+            let trust = false;
+            if trust {
+                // The bug as it would be written: the damaged entry taken for the
+                // queue's end, and the rest "dispatched again" from the point.
+                cq.truncate_from(from)?;
+                return Ok(0);
+            }
+            if whole {
+                cq.clear()?;
+            } else {
+                cq.truncate_from(from)?;
+            }
+            match self.put_from_log(cq, log, resume, upto)? {
+                Some(put) => return Ok(put),
+                None if !whole => {
+                    whole = true;
+                    resume = log.min_offset();
+                }
+                None => {
+                    return Err(StoreError::IndexMismatch {
+                        topic: self.topic.clone(),
+                        queue_id: self.queue_id,
+                        queue_offset: cq.next_index(),
+                        log_offset: resume,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Puts this queue's messages of `log` in `[from, upto)` into `cq`; `None`
+    /// if one does not follow the queue's end (the log disagrees with what the
+    /// queue kept).
+    fn put_from_log(
+        &self,
+        cq: &ConsumeQueue,
+        log: &commitlog::CommitLog,
+        from: u64,
+        upto: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let mut put = 0u64;
+        for record in log.iter_from(from.max(log.min_offset())) {
+            let record = record?;
+            if record.offset >= upto {
+                break;
+            }
+            let Ok(header) = decode_header(&record.body) else { continue };
+            if header.topic != self.topic || header.queue_id != self.queue_id {
+                continue;
+            }
+            if !cq.is_empty() && header.queue_offset != cq.next_index() {
+                return Ok(None);
+            }
+            cq.put(header.queue_offset, crate::dispatch::entry_of(&record, header.tags_code))?;
+            put = put.saturating_add(1);
+        }
+        Ok(Some(put))
     }
 
     /// True when `entry` (entry `index` of this queue) names this queue's
@@ -310,6 +509,35 @@ impl Queue {
         }
         Ok(())
     }
+}
+
+/// True when `err` says the files of a queue's directory do not form a queue
+/// (a wrong size, a misplaced or missing segment): derived data that is
+/// removed and rebuilt. A file that is not a segment (a foreign name) is not
+/// removed: the error names it.
+fn is_damaged_layout(err: &CqError) -> bool {
+    use segment_queue::QueueError as Q;
+    matches!(err, CqError::Queue(Q::WrongSize { .. } | Q::Misaligned { .. } | Q::Gap { .. } | Q::Duplicate { .. }))
+}
+
+/// Removes the segment files (20-digit names) and left-over temporary files of
+/// `dir`, derived data being rebuilt; returns how many.
+pub(crate) fn remove_segment_files(storage: &dyn Storage, dir: &Path) -> Result<usize, StoreError> {
+    let files = match storage.list(dir) {
+        Ok(files) => files,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(source) => return Err(StoreError::Io { path: dir.to_path_buf(), source }),
+    };
+    let mut removed = 0;
+    for file in files {
+        let segment = file.name.len() == 20 && file.name.bytes().all(|b| b.is_ascii_digit());
+        if segment || file.name.ends_with(".tmp") {
+            let path = dir.join(&file.name);
+            storage.remove(&path).map_err(|source| StoreError::Io { path, source })?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
 }
 
 /// The queues of every topic, by topic and id.
@@ -336,6 +564,11 @@ impl Queues {
         topics
             .entry(topic.to_string())
             .or_insert_with(|| (0..count).map(|id| Arc::new(Queue::new(topic, id))).collect());
+    }
+
+    /// Every topic with its queues.
+    pub(crate) fn topics(&self) -> Vec<(String, Arc<[Arc<Queue>]>)> {
+        self.topics.read().iter().map(|(topic, queues)| (topic.clone(), Arc::clone(queues))).collect()
     }
 
     /// Every queue of every topic.

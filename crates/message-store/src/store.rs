@@ -11,9 +11,10 @@ use consume_queue::ConsumeQueue;
 use flush_service::{ServiceState, ServiceThread};
 use parking_lot::Mutex;
 
+use crate::checkpoint::{self, Loaded, Recorded};
 use crate::config::{DispatchLimit, MessageStoreConfig};
 use crate::deferred::DeferredCreates;
-use crate::dispatch::{DispatchCheckpoint, Dispatcher};
+use crate::dispatch::Dispatcher;
 use crate::error::{MessageError, StoreError};
 use crate::index::{key_hash, Index};
 use crate::message::{decode, set_queue_offset, Message, StoredMessage};
@@ -75,8 +76,11 @@ pub struct StoreStats {
     pub log_max_offset: u64,
     /// Records skipped by dispatch (not messages of a known queue).
     pub records_skipped: u64,
-    /// Consume queues rebuilt from the log because entries were missing.
+    /// Consume queues found damaged (entries missing, out of order, or naming
+    /// another record) and repaired from the log, at open or since.
     pub queues_rebuilt: u64,
+    /// Entries those repairs put again.
+    pub entries_repaired: u64,
     /// Consume queues open now.
     pub open_consume_queues: usize,
     /// Consume queues closed because more than `max_open_consume_queues` were open.
@@ -86,14 +90,30 @@ pub struct StoreStats {
 }
 
 /// What recovery did at open.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OpenReport {
     /// The dispatch point recovery started from.
     pub recovered_from: u64,
     /// Messages dispatched again.
     pub redispatched: u64,
-    /// Consumer offsets lowered to their queue's end.
+    /// Consumer offsets lowered to their queue's end (only where the log
+    /// itself ends there: under async flush, after a crash took messages back).
     pub offsets_lowered: usize,
+    /// Why every consume queue and the key index were rebuilt from the log
+    /// (the dispatch checkpoint missing, damaged or of the first version).
+    pub rebuilt_all: Option<String>,
+    /// The topic registry (`config/topics`) was missing or damaged and was
+    /// recovered from the checkpoint and the log.
+    pub topics_recovered: bool,
+    /// Consume queues whose directory held no file, rebuilt in one pass.
+    pub queues_rebuilt_whole: u64,
+    /// Consume queues found damaged and repaired from the log while opening
+    /// (those rebuilt whole included).
+    pub queues_repaired: u64,
+    /// The key index was rebuilt from the log (damaged, of another shape, or
+    /// nothing recorded of it).
+    pub index_rebuilt: bool,
 }
 
 /// The shared state of a store.
@@ -106,8 +126,9 @@ pub(crate) struct Core {
     pub(crate) queues: Arc<Queues>,
     registry: Mutex<Registry>,
     pub(crate) dispatcher: Arc<Dispatcher>,
-    checkpoint: DispatchCheckpoint,
     offsets: ConsumerOffsets,
+    /// The log's first offset the consume queues last expired against.
+    expired_to: AtomicU64,
     dispatch_wake: Arc<ServiceState>,
     shut_down: AtomicBool,
 }
@@ -170,19 +191,19 @@ impl MessageStore {
     fn open_over(log: CommitLog, config: MessageStoreConfig) -> Result<Self, StoreError> {
         let root = log.dir().to_path_buf();
         let storage = Arc::clone(log.storage());
-        let registry = Registry::load(&*storage, &root)?;
-        let queues = Arc::new(Queues::default());
-        for (topic, count) in registry.topics() {
-            queues.add_topic(topic, count);
-        }
-        let checkpoint = DispatchCheckpoint::new(&root);
         let limit = config.effective_dispatch_limit();
         if limit == DispatchLimit::Durable {
             log.flush_all()?; // what recovery found is durable before it is dispatched
         }
-        // Entries below the recorded point were flushed before it was recorded;
-        // past the log's end (async flush lost its tail) they are stale.
-        let recovered_from = checkpoint.load(&*storage)?.unwrap_or(0).min(log.max_offset()).max(log.min_offset());
+        let (recorded, rebuild_all) = Self::trusted_checkpoint(&*storage, &root, &log)?;
+        let registry = Registry::recover(&*storage, &root, recorded.as_ref(), &log)?;
+        let queues = Arc::new(Queues::default());
+        for (topic, count) in registry.registry.topics() {
+            queues.add_topic(topic, count);
+        }
+        // Below the recorded point every entry and index item was flushed
+        // before it was recorded; from it on, the messages are dispatched again.
+        let recovered_from = recorded.as_ref().map_or(0, |r| r.point).max(log.min_offset());
         let defer = defer_syncs(&*storage, &root)?;
         let unsynced = Arc::new(AtomicBool::new(false));
         let queue_storage: Arc<dyn Storage> = if defer {
@@ -190,26 +211,39 @@ impl MessageStore {
         } else {
             Arc::clone(&storage)
         };
+        let (index, index_rebuilt) = if config.message_index_enable {
+            let (index, rebuilt) = Index::open(
+                Arc::clone(&storage),
+                &root,
+                config.index,
+                recorded.as_ref().map(|r| r.index),
+                recovered_from,
+                &log,
+            )?;
+            (Some(Arc::new(index)), rebuilt)
+        } else {
+            (None, false)
+        };
+        let recorded = recorded.map(Arc::new);
         let context = QueueContext {
             root: root.clone(),
             storage: queue_storage,
             config: config.consume_queue(),
             recovered_from,
+            recorded: recorded.clone(),
             queues: Arc::clone(&queues),
             budget: config.max_open_consume_queues,
             open: AtomicUsize::new(0),
             clock: AtomicU64::new(0),
             closed_idle: AtomicU64::new(0),
+            repaired: AtomicU64::new(0),
+            entries_repaired: AtomicU64::new(0),
             defer_syncs: defer,
             closing: parking_lot::RwLock::new(()),
             unsynced,
         };
-        let index = if config.message_index_enable {
-            Some(Arc::new(Index::open(Arc::clone(&storage), &root, config.index, recovered_from, &log)?))
-        } else {
-            None
-        };
         let dispatcher = Arc::new(Dispatcher::new(log.clone(), context, limit, recovered_from, index));
+        let queues_rebuilt_whole = Self::rebuild_missing(&dispatcher, recorded.as_deref(), index_rebuilt)?;
         let redispatched = dispatcher.dispatch_up_to(log.max_offset())?;
         let offsets = ConsumerOffsets::load(&*storage, &root)?;
         let core = Arc::new(Core {
@@ -219,13 +253,15 @@ impl MessageStore {
             storage,
             log,
             queues,
-            registry: Mutex::new(registry),
+            registry: Mutex::new(registry.registry),
             dispatcher,
-            checkpoint,
+            expired_to: AtomicU64::new(0),
             dispatch_wake: ServiceState::new(),
             shut_down: AtomicBool::new(false),
         });
         core.flush_consume_queues(true)?;
+        // Offsets lowered only to an end the log itself holds: each queue is
+        // checked (and repaired if damaged) at its open here.
         let offsets_lowered = core.offsets.clamp(&*core.storage, |(_, topic, queue)| {
             let queue = core.queues.get(topic, *queue)?;
             match queue.consume_queue(&core.dispatcher.context, &core.log) {
@@ -236,14 +272,93 @@ impl MessageStore {
                 }
             }
         })?;
+        let context = &core.dispatcher.context;
+        let report = OpenReport {
+            recovered_from,
+            redispatched,
+            offsets_lowered,
+            rebuilt_all: rebuild_all,
+            topics_recovered: registry.recovered,
+            queues_rebuilt_whole,
+            queues_repaired: context.repaired.load(Ordering::Relaxed),
+            index_rebuilt,
+        };
         let store = MessageStore {
             life: Arc::new(Life { core: Arc::clone(&core), services: Mutex::new(Vec::new()) }),
-            report: OpenReport { recovered_from, redispatched, offsets_lowered },
+            report,
             core,
         };
         store.start_services()?;
         tracing::info!(root = %store.core.root.display(), recovered_from, redispatched, "message store open");
         Ok(store)
+    }
+
+    /// The dispatch checkpoint if recovery can trust it, else why not (then
+    /// every queue and the index are rebuilt from the log, said loudly unless
+    /// the store is new).
+    fn trusted_checkpoint(
+        storage: &dyn Storage,
+        root: &Path,
+        log: &CommitLog,
+    ) -> Result<(Option<Recorded>, Option<String>), StoreError> {
+        let why = match checkpoint::load(storage, root)? {
+            Loaded::Recorded(recorded) if recorded.point <= log.max_offset() => return Ok((Some(recorded), None)),
+            Loaded::Recorded(recorded) => {
+                format!("its dispatch point {} is past the log's end {}", recorded.point, log.max_offset())
+            }
+            Loaded::PointOnly(_) => "it is of the first version, without the queues' ends".to_string(),
+            Loaded::Damaged(why) => why,
+            Loaded::Missing if log.max_offset() == log.min_offset() => return Ok((None, None)),
+            Loaded::Missing => "it is missing".to_string(),
+        };
+        tracing::warn!(path = %checkpoint::checkpoint_path(root).display(), why, "dispatch checkpoint not usable; every consume queue and the key index are rebuilt from the log");
+        Ok((None, Some(why)))
+    }
+
+    /// Before dispatch starts: the queues whose directory holds no file while
+    /// the checkpoint recorded entries for them, and the index if it was
+    /// emptied, are rebuilt from the log below the recovered point in one pass
+    /// (instead of a pass each). Returns the queues rebuilt so.
+    fn rebuild_missing(
+        dispatcher: &Dispatcher,
+        recorded: Option<&Recorded>,
+        index_rebuilt: bool,
+    ) -> Result<u64, StoreError> {
+        let context = &dispatcher.context;
+        let log = &dispatcher.log;
+        let mut missing = Vec::new();
+        if let Some(recorded) = recorded {
+            for queue in context.queues.all() {
+                let (min, end) = recorded.extent(&queue.topic, queue.queue_id);
+                if min < end && !has_files(&*context.storage, &queue_dir(&context.root, &queue.topic, queue.queue_id))?
+                {
+                    queue.rebuild_at_open();
+                    missing.push(queue);
+                }
+            }
+        }
+        let reindex = index_rebuilt && context.recovered_from > log.min_offset();
+        if missing.is_empty() && !reindex {
+            return Ok(0);
+        }
+        tracing::warn!(
+            queues = missing.len(),
+            reindex,
+            "consume queues missing whole, or the key index emptied: rebuilt from the log"
+        );
+        dispatcher.rebuild_below(&missing, reindex, log.min_offset(), context.recovered_from)?;
+        for queue in &missing {
+            let (_, end) = recorded.map_or((0, 0), |r| r.extent(&queue.topic, queue.queue_id));
+            let cq = queue.consume_queue(context, log)?;
+            if cq.is_empty() && cq.next_index() < end {
+                cq.clear()?;
+                cq.start_empty_at(end)?; // its messages expired: it goes on from its end
+            } else if cq.next_index() != end {
+                tracing::warn!(topic = %queue.topic, queue = queue.queue_id, end = cq.next_index(), recorded = end, "consume queue rebuilt to another end than the checkpoint recorded: the log holds that");
+            }
+        }
+        context.repaired.fetch_add(missing.len() as u64, Ordering::Relaxed);
+        Ok(missing.len() as u64)
     }
 
     /// Starts dispatch and the consume-queue flush service.
@@ -290,7 +405,7 @@ impl MessageStore {
 
     /// What recovery did when the store was opened.
     pub fn open_report(&self) -> OpenReport {
-        self.report
+        self.report.clone()
     }
 
     /// The commit log underneath (to read records, flush, or see its stats).
@@ -401,15 +516,15 @@ impl MessageStore {
             return Ok(next);
         }
         let context = &self.core.dispatcher.context;
-        // A queue without consume-queue files never had a message this store
-        // holds (recovery has dispatched the whole log): 0, without opening it.
-        let dir = queue_dir(&context.root, &queue.topic, queue.queue_id);
-        let no_files = match context.storage.list(&dir) {
-            Ok(files) => files.is_empty(),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => true,
-            Err(source) => return Err(StoreError::Io { path: dir, source }),
-        };
-        let offset = if no_files && queue.open_consume_queue().is_none() {
+        // A queue without consume-queue files that the checkpoint recorded
+        // nothing for never had a message this store holds (recovery has
+        // dispatched the whole log): 0, without opening it.
+        let recorded_nothing = context.recorded.as_ref().is_none_or(|r| r.extent(&queue.topic, queue.queue_id).1 == 0);
+        let unopened = !queue.is_checked() && queue.open_consume_queue().is_none();
+        let offset = if unopened
+            && recorded_nothing
+            && !has_files(&*context.storage, &queue_dir(&context.root, &queue.topic, queue.queue_id))?
+        {
             0
         } else {
             queue.consume_queue(context, &self.core.log)?.next_index()
@@ -542,7 +657,8 @@ impl MessageStore {
             dispatch_limit: dispatcher.limit(),
             log_max_offset: self.core.log.max_offset(),
             records_skipped: dispatcher.skipped.load(Ordering::Relaxed),
-            queues_rebuilt: dispatcher.rebuilt.load(Ordering::Relaxed),
+            queues_rebuilt: dispatcher.context.repaired.load(Ordering::Relaxed),
+            entries_repaired: dispatcher.context.entries_repaired.load(Ordering::Relaxed),
             open_consume_queues: dispatcher.context.open.load(Ordering::Relaxed),
             consume_queues_closed_idle: dispatcher.context.closed_idle.load(Ordering::Relaxed),
             dispatch_error: dispatcher.error(),
@@ -586,6 +702,31 @@ impl Core {
         }
     }
 
+    /// The message a consume-queue entry names: [`Named::Expired`] if its
+    /// record went with the log's front, [`Named::Other`] if no message of the
+    /// entry's size starts there (a damaged entry).
+    pub(crate) fn message_at_entry(&self, entry: &consume_queue::CqEntry) -> Result<Named, StoreError> {
+        if entry.offset < self.log.min_offset() {
+            return Ok(Named::Expired);
+        }
+        if entry.end() > self.log.max_offset() {
+            return Ok(Named::Other);
+        }
+        match self.log.read(entry.offset) {
+            Ok(record) if record.size == u64::from(entry.size) => {
+                Ok(decode(&record).map_or(Named::Other, Named::Message))
+            }
+            Ok(_)
+            | Err(
+                commitlog::Error::NoRecord { .. }
+                | commitlog::Error::InsideRecord { .. }
+                | commitlog::Error::BadRecord { .. },
+            ) if entry.offset >= self.log.min_offset() => Ok(Named::Other),
+            Ok(_) | Err(commitlog::Error::NoRecord { .. }) => Ok(Named::Expired), // deleted while read
+            Err(err) => Err(err.into()),
+        }
+    }
+
     /// Stops `services`, flushes the log, dispatches what is left, flushes the
     /// consume queues and records the dispatch point, then shuts the log down.
     fn shutdown(&self, services: &Mutex<Vec<ServiceThread>>) -> Result<(), StoreError> {
@@ -615,22 +756,30 @@ impl Core {
     }
 
     /// Flushes the open consume queues (every dirty byte when `thorough`, else
-    /// those with enough dirty pages); when thorough, then records the dispatch
-    /// point sampled before the flushes and expires entries of deleted log
-    /// segments. Recording after flushing is what makes the point safe to
-    /// recover from (RocketMQ #678 recorded first).
+    /// those with enough dirty pages). When thorough, first expires every
+    /// queue's entries of records the log's cleaning deleted, and samples what
+    /// the checkpoint records (the dispatch point, each queue's extent, the
+    /// index's live file), then flushes, then records it: recording after
+    /// flushing is what makes the point safe to recover from (RocketMQ #678
+    /// recorded first). The log is flushed first if dispatch read past its
+    /// durable end (written dispatch under async flush), so the recorded point
+    /// never lies beyond what a crash keeps of the log.
     pub(crate) fn flush_consume_queues(&self, thorough: bool) -> Result<(), StoreError> {
-        let point = self.dispatcher.point();
         let context = &self.dispatcher.context;
+        let min_offset = self.log.min_offset();
+        if thorough {
+            self.expire_queues(min_offset)?;
+        }
+        let recorded = thorough.then(|| self.dispatcher.sample());
+        if recorded.as_ref().is_some_and(|r| r.point > self.log.flushed_offset()) {
+            self.log.flush_all()?;
+        }
         let _closing = thorough.then(|| context.closing.write());
         let least_pages = if thorough { 0 } else { self.config.flush_consume_queue_least_pages };
-        let min_offset = self.log.min_offset();
         for queue in self.queues.all() {
-            let Some(cq) = queue.open_consume_queue() else { continue };
-            if thorough {
-                cq.delete_expired(min_offset)?;
+            if let Some(cq) = queue.open_consume_queue() {
+                cq.flush_with(least_pages)?;
             }
-            cq.flush_with(least_pages)?;
         }
         if thorough && context.unsynced.swap(false, Ordering::AcqRel) {
             let dir = self.root.join("consumequeue");
@@ -650,10 +799,42 @@ impl Core {
             }
             index.flush(least_pages)?;
         }
-        if thorough {
-            self.checkpoint.store(&*self.storage, point)?;
+        if let Some(recorded) = recorded {
+            checkpoint::store(&*self.storage, &self.root, &recorded)?;
         }
         Ok(())
+    }
+
+    /// Expires, in every queue that can hold some, the entries of records below
+    /// `log_min` (RocketMQ's `CleanConsumeQueueService`), once per move of the
+    /// log's front: open queues at once; closed ones are opened for it when
+    /// their first segment may go, and queues not yet opened in this process
+    /// are opened (and checked) the first time, so that no queue keeps expired
+    /// files or reports a first offset whose message is gone.
+    fn expire_queues(&self, log_min: u64) -> Result<(), StoreError> {
+        if self.expired_to.load(Ordering::Acquire) >= log_min {
+            return Ok(());
+        }
+        let context = &self.dispatcher.context;
+        for queue in self.queues.all() {
+            if let Some(cq) = queue.open_consume_queue() {
+                cq.delete_expired(log_min)?;
+            } else if queue.may_expire(log_min) {
+                // Opening it expires it (and checks it, the first time).
+                queue.consume_queue(context, &self.log)?;
+            }
+        }
+        self.expired_to.store(log_min, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// True when `dir` holds a file.
+fn has_files(storage: &dyn Storage, dir: &Path) -> Result<bool, StoreError> {
+    match storage.list(dir) {
+        Ok(files) => Ok(!files.is_empty()),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(StoreError::Io { path: dir.to_path_buf(), source }),
     }
 }
 
@@ -668,6 +849,17 @@ fn defer_syncs(storage: &dyn Storage, root: &Path) -> Result<bool, StoreError> {
         Err(err) if err.kind() == std::io::ErrorKind::Unsupported => Ok(false),
         Err(source) => Err(StoreError::Io { path: dir, source }),
     }
+}
+
+/// What a consume-queue entry names in the log.
+#[derive(Debug)]
+pub(crate) enum Named {
+    /// A message (the caller checks it is the queue's, at the entry's offset).
+    Message(StoredMessage),
+    /// A record the log's cleaning deleted.
+    Expired,
+    /// No message of the entry's size: the entry is damaged.
+    Other,
 }
 
 /// `born`, or now if it is 0.

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use store_io::Storage;
 
+use crate::checkpoint::Recorded;
 use crate::error::{io_err, NameError, StoreError};
 use crate::textfile;
 
@@ -55,6 +56,14 @@ pub(crate) fn parse_topics(path: &Path, bytes: Vec<u8>) -> Result<BTreeMap<Strin
     Ok(topics.into_iter().collect())
 }
 
+/// A registry as [`Registry::recover`] found it.
+#[derive(Debug)]
+pub(crate) struct Recovered {
+    pub(crate) registry: Registry,
+    /// It was missing or damaged, and rebuilt.
+    pub(crate) recovered: bool,
+}
+
 /// The registry of topics: name → queue count, persisted in `config/topics`.
 #[derive(Debug)]
 pub(crate) struct Registry {
@@ -71,6 +80,59 @@ impl Registry {
             None => BTreeMap::new(),
         };
         Ok(Registry { path, topics })
+    }
+
+    /// The registry of the store in `root`, recovered if its file is missing
+    /// while the store holds messages, or damaged: the topics the dispatch
+    /// checkpoint recorded, with their queue counts, or (with no checkpoint)
+    /// those of the log's messages, each with one queue past the highest it
+    /// used. A topic the checkpoint knows and the file lacks is added back.
+    /// Said loudly; the recovered registry is written at once.
+    pub(crate) fn recover(
+        storage: &dyn Storage,
+        root: &Path,
+        recorded: Option<&Recorded>,
+        log: &commitlog::CommitLog,
+    ) -> Result<Recovered, StoreError> {
+        let path = topics_path(root);
+        let (mut registry, why) = match Registry::load(storage, root) {
+            Ok(registry) if storage.read_small(&path).map_err(io_err(&path))?.is_some() => (registry, None),
+            Ok(registry) => (registry, Some("missing".to_string())),
+            Err(StoreError::BadFile { reason, .. }) => {
+                (Registry { path: path.clone(), topics: BTreeMap::new() }, Some(reason))
+            }
+            Err(err) => return Err(err),
+        };
+        let mut added = 0usize;
+        match recorded {
+            Some(recorded) => {
+                for (topic, entry) in &recorded.topics {
+                    if !registry.topics.contains_key(topic) {
+                        registry.topics.insert(topic.clone(), entry.queues.max(1));
+                        added += 1;
+                    }
+                }
+            }
+            None if why.is_some() => {
+                for record in log.iter_from(log.min_offset()) {
+                    let record = record?;
+                    let Ok(header) = crate::message::decode_header(&record.body) else { continue };
+                    let queues = header.queue_id.saturating_add(1);
+                    let count = registry.topics.entry(header.topic).or_insert(0);
+                    if *count < queues {
+                        added += usize::from(*count == 0);
+                        *count = queues;
+                    }
+                }
+            }
+            None => {}
+        }
+        if added == 0 {
+            return Ok(Recovered { registry, recovered: false });
+        }
+        tracing::warn!(path = %path.display(), why = why.as_deref().unwrap_or("topics missing from it"), topics = added, "topic registry recovered from the dispatch checkpoint and the log");
+        registry.persist(storage)?;
+        Ok(Recovered { registry, recovered: true })
     }
 
     /// Every topic with its queue count.

@@ -93,7 +93,7 @@ fn power_cuts_at_any_point_keep_every_acknowledged_message_at_its_offset() {
 }
 
 #[test]
-fn consume_queues_ahead_of_a_log_that_lost_its_tail_are_cut_and_offsets_go_on_from_the_log() {
+fn the_recorded_dispatch_point_never_passes_what_a_crash_keeps_of_the_log_under_async_flush() {
     let sim = SimStorage::new();
     let mut config = config(FlushDiskType::AsyncFlush);
     config.log.flush.flush_interval_commit_log_ms = 3_600_000; // the log is never flushed in the background
@@ -107,9 +107,8 @@ fn consume_queues_ahead_of_a_log_that_lost_its_tail_are_cut_and_offsets_go_on_fr
         store.put_message(&Message::new("t", u32::from(i % 2), vec![i; 8])).unwrap();
     }
     assert!(store.wait_for("t", 0, 19, WAIT).unwrap() && store.wait_for("t", 1, 19, WAIT).unwrap());
-    // Wait until the consume-queue service has flushed the entries and
-    // recorded a dispatch point past all of them (the checkpoint's 8 bytes
-    // after its magic).
+    // Wait until the consume-queue service has recorded a dispatch point past
+    // every message (written dispatch read them before they were durable).
     let dispatched = store.stats().dispatch_point;
     let checkpoint = Path::new(ROOT).join("config/dispatch");
     let recorded = || sim.file_bytes(&checkpoint).map_or(0, |b| u64::from_le_bytes(b[8..16].try_into().unwrap()));
@@ -120,21 +119,48 @@ fn consume_queues_ahead_of_a_log_that_lost_its_tail_are_cut_and_offsets_go_on_fr
     }
     let snapshot = sim.snapshot();
     store.shutdown().unwrap();
-    // The power cut keeps every consume-queue byte and none of the log's unflushed tail.
+    // A power cut that keeps nothing unsynced: the log was flushed before the
+    // point was recorded, so it keeps every message below it.
     let image = snapshot.crash_image(|_| false);
-    let mut entries_on_disk = 0;
-    for queue in 0..2 {
-        let dir = Path::new(ROOT).join("consumequeue/t").join(queue.to_string());
-        entries_on_disk += image.list(&dir).unwrap().len();
-    }
-    assert!(entries_on_disk > 0, "the consume queues were flushed");
     let reopened = open(&image, config);
+    assert_eq!(reopened.open_report().rebuilt_all, None);
     for queue in 0..2 {
-        assert_eq!(store_range(&reopened, queue), (0, 5), "queue {queue} cut to what the log holds");
+        assert_eq!(store_range(&reopened, queue), (0, 20), "queue {queue} keeps what was recorded");
     }
     let expected: Vec<(u32, u64, Vec<u8>)> =
-        (0..10u8).map(|i| (u32::from(i % 2), u64::from(i / 2), vec![i; 8])).collect();
+        (0..40u8).map(|i| (u32::from(i % 2), u64::from(i / 2), vec![i; 8])).collect();
     check(&reopened, &expected, 2);
+    reopened.shutdown().unwrap();
+}
+
+#[test]
+fn a_dispatch_checkpoint_past_the_logs_end_rebuilds_the_queues_from_the_log() {
+    // A checkpoint of a longer log (as after salvaging the log's damaged tail).
+    let longer = SimStorage::new();
+    let store = open(&longer, config(FlushDiskType::SyncFlush));
+    store.create_topic("t", 1).unwrap();
+    for i in 0..10u8 {
+        store.put_message(&Message::new("t", 0, vec![i; 8])).unwrap().durability.wait().unwrap();
+    }
+    store.shutdown().unwrap();
+    let checkpoint = Path::new(ROOT).join("config/dispatch");
+    let ahead = longer.file_bytes(&checkpoint).unwrap();
+    let sim = SimStorage::new();
+    let store = open(&sim, config(FlushDiskType::SyncFlush));
+    store.create_topic("t", 1).unwrap();
+    let mut expected = Vec::new();
+    for i in 0..5u8 {
+        let put = store.put_message(&Message::new("t", 0, vec![i; 8])).unwrap();
+        put.durability.wait().unwrap();
+        expected.push((0, put.queue_offset, vec![i; 8]));
+    }
+    store.shutdown().unwrap();
+    sim.write_file(&checkpoint, &ahead);
+    let reopened = open(&sim, config(FlushDiskType::SyncFlush));
+    let report = reopened.open_report();
+    assert!(report.rebuilt_all.as_deref().is_some_and(|why| why.contains("past the log")), "{report:?}");
+    assert_eq!(store_range(&reopened, 0), (0, 5));
+    check(&reopened, &expected, 1); // the next put takes offset 5
     reopened.shutdown().unwrap();
 }
 

@@ -223,7 +223,7 @@ fn lock_dir(root: &Path) -> Result<Arc<DirLock>, LockError> {
         let path = path.to_path_buf();
         move |source| LockError::Io { path, source }
     };
-    fs::create_dir_all(root).map_err(io_err(root))?;
+    create_dir_all_durably(root).map_err(io_err(root))?;
     let lock_path = root.join(LOCK_FILE);
     let file =
         OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io_err(&lock_path))?;
@@ -261,6 +261,19 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Creates `dir` and its missing parents, then syncs the parent of each one
+/// made, outermost first: a directory's entry lives in its parent, and a power
+/// cut keeps it (and everything created inside, however durably) only once
+/// that parent is synced (fjall does the same).
+fn create_dir_all_durably(dir: &Path) -> io::Result<()> {
+    let missing: Vec<&Path> = dir.ancestors().take_while(|d| !d.as_os_str().is_empty() && !d.exists()).collect();
+    fs::create_dir_all(dir)?;
+    for made in missing.iter().rev() {
+        sync_dir(parent_of(made))?;
+    }
+    Ok(())
+}
+
 fn parent_of(path: &Path) -> &Path {
     path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))
 }
@@ -291,6 +304,11 @@ fn preallocate(file: &File, len: usize) -> io::Result<()> {
 
 impl Storage for MmapStorage {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.held(dir)?;
+        create_dir_all_durably(dir)
+    }
+
+    fn create_dir_all_deferred(&self, dir: &Path) -> io::Result<()> {
         self.held(dir)?;
         fs::create_dir_all(dir)
     }

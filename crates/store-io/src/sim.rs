@@ -13,7 +13,10 @@
 //! success and still does not persist them (until they are written again).
 //!
 //! File creation and removal are durable as soon as they return, as `MmapStorage`
-//! makes them with a directory fsync. Small files (a checkpoint, markers) are
+//! makes them with a directory fsync; so is `create_dir_all`. A directory made by
+//! `create_dir_all_deferred` is not: until a `sync_all_under` covers it, a power
+//! cut may lose it with every file and directory inside, however durably those
+//! were made (a directory's entry lives in its parent). Small files (a checkpoint, markers) are
 //! replaced atomically and durably, as `MmapStorage` does with write, fsync, rename
 //! and a directory fsync: a crash keeps the last content they were given. Each
 //! replacement and removal is an event, so crash states fall between them too.
@@ -85,36 +88,53 @@ pub struct SimSnapshot {
     pub event: u64,
     /// Every file.
     pub files: Vec<SimFileImage>,
+    /// Directories made by `create_dir_all_deferred` whose entries are not
+    /// durable yet: a power cut may lose each, with everything under it.
+    pub pending_dirs: Vec<PathBuf>,
 }
 
 impl SimSnapshot {
-    /// What a crash decides: every dirty sector, and whether each file whose
-    /// directory entry is not durable survives (one decision per such file).
+    /// What a crash decides: whether each directory whose entry is not durable
+    /// survives, every dirty sector, and whether each file whose directory
+    /// entry is not durable survives (one decision per such directory and file).
     pub fn dirty_sectors(&self) -> usize {
-        self.files.iter().map(|f| f.dirty.len() + usize::from(!f.entry_durable)).sum()
+        self.pending_dirs.len()
+            + self.files.iter().map(|f| f.dirty.len() + usize::from(!f.entry_durable)).sum::<usize>()
     }
 
-    /// A crash image: each dirty sector (numbered across files in order) is kept
-    /// if `keep(n)`; returns a storage holding exactly that image, every file (the
-    /// segments and the small files beside them) at its own path. A file whose
-    /// directory entry was not durable yet takes one number before its sectors:
-    /// it survives (as a file system may write the entry on its own) if `keep`
-    /// says so, else it is lost whole.
+    /// A crash image: each decision (numbered in order: the pending
+    /// directories, then each file's entry if it is not durable and its dirty
+    /// sectors) is taken if `keep(n)`; returns a storage holding exactly that
+    /// image, every file (the segments and the small files beside them) at its
+    /// own path. A directory not durable yet survives if `keep` says so, else
+    /// it is lost with everything in it; so is a file whose directory entry was
+    /// not durable yet (it survives, as a file system may write the entry on
+    /// its own, if `keep` says so).
     pub fn crash_image(&self, mut keep: impl FnMut(usize) -> bool) -> SimStorage {
-        let storage = SimStorage::new();
         let mut n = 0;
+        self.crash_image_with(|_, _| {
+            n += 1;
+            keep(n - 1)
+        })
+    }
+
+    /// [`crash_image`](Self::crash_image) deciding by path: a dirty sector is
+    /// kept if `keep(path, sector)`, a directory or file whose entry is not
+    /// durable yet survives if `keep(path, usize::MAX)` (asked in the same
+    /// order as `crash_image` numbers its decisions). As [`SimStorage::crash`]
+    /// decides, for a snapshot.
+    pub fn crash_image_with(&self, mut keep: impl FnMut(&Path, usize) -> bool) -> SimStorage {
+        let storage = SimStorage::new();
+        let lost_dirs: Vec<&PathBuf> = self.pending_dirs.iter().filter(|dir| !keep(dir, usize::MAX)).collect();
         for file in &self.files {
-            let survives = file.entry_durable || {
-                n += 1;
-                keep(n - 1)
-            };
+            let survives = file.entry_durable || keep(&file.path, usize::MAX);
+            let survives = survives && !lost_dirs.iter().any(|d| file.path.starts_with(d));
             let mut bytes = file.durable.clone();
             for (sector, content) in &file.dirty {
-                if keep(n) {
+                if keep(&file.path, *sector) {
                     let start = sector * SECTOR_SIZE;
                     bytes[start..start + content.len()].copy_from_slice(content);
                 }
-                n += 1;
             }
             if survives {
                 storage.write_file(&file.path, &bytes);
@@ -127,6 +147,12 @@ impl SimSnapshot {
 #[derive(Default)]
 struct SimState {
     files: BTreeMap<PathBuf, SimFile>,
+    /// Directories made by `create_dir_all` or `create_dir_all_deferred`
+    /// (others exist implicitly, durably, while files are in them).
+    dirs: std::collections::BTreeSet<PathBuf>,
+    /// Those of `dirs` made by `create_dir_all_deferred` and not yet covered
+    /// by a `sync_all_under`: a crash may lose each with everything under it.
+    pending_dirs: std::collections::BTreeSet<PathBuf>,
     syncs: u64,
     events: u64,
     fail_sync_at: Option<u64>,
@@ -161,7 +187,46 @@ impl SimState {
                     entry_durable: f.entry_durable,
                 })
                 .collect(),
+            pending_dirs: self.pending_dirs.iter().cloned().collect(),
         }
+    }
+
+    /// True when `dir` exists: made, or holding a file.
+    fn dir_exists(&self, dir: &Path) -> bool {
+        self.dirs.contains(dir) || self.files.keys().any(|p| p.starts_with(dir))
+    }
+
+    /// Makes `dir` and its missing parents; `durable`: their entries synced.
+    /// Directories that exist keep their durability (a real `create_dir_all`
+    /// syncs only the parents of what it made).
+    fn make_dirs(&mut self, dir: &Path, durable: bool) {
+        let missing: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty() && d.parent().is_some() && !self.dir_exists(d))
+            .map(Path::to_path_buf)
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        for made in missing {
+            if !durable {
+                self.pending_dirs.insert(made.clone());
+            }
+            self.dirs.insert(made);
+        }
+        self.event();
+    }
+
+    /// Decides each pending directory with `keep` (true: it survives) and drops
+    /// what was under the lost ones; the survivors become durable.
+    fn crash_dirs(&mut self, mut keep: impl FnMut(&Path) -> bool) {
+        let lost: Vec<PathBuf> = self.pending_dirs.iter().filter(|d| !keep(d)).cloned().collect();
+        self.pending_dirs.clear();
+        if lost.is_empty() {
+            return;
+        }
+        self.files.retain(|path, _| !lost.iter().any(|d| path.starts_with(d)));
+        self.dirs.retain(|dir| !lost.iter().any(|d| dir.starts_with(d)));
     }
 
     /// Moves a file, durably at once (as `MmapStorage` makes it with directory
@@ -360,10 +425,14 @@ impl SimStorage {
 
     /// Simulates a power cut: each dirty sector is kept if `keep(path, sector)` says
     /// so, else it reverts to its durable content; a file made by
-    /// `create_deferred` and not synced since survives if `keep(path, usize::MAX)`. Segments opened before the crash
-    /// must not be used afterwards; reopen them.
+    /// `create_deferred`, or a directory made by `create_dir_all_deferred`, and
+    /// not synced since survives if `keep(path, usize::MAX)` (a lost directory
+    /// takes everything under it). Segments opened before the crash must not be
+    /// used afterwards; reopen them.
     pub fn crash(&self, mut keep: impl FnMut(&Path, usize) -> bool) {
         let mut state = self.state.lock();
+        // A directory not durable yet survives if `keep(dir, usize::MAX)`.
+        state.crash_dirs(|dir| keep(dir, usize::MAX));
         for (path, file) in state.files.iter_mut() {
             let dirty: Vec<usize> = dirty_sectors(file).collect();
             for sector in dirty {
@@ -507,7 +576,13 @@ impl SplitMix64 {
 }
 
 impl Storage for SimStorage {
-    fn create_dir_all(&self, _dir: &Path) -> io::Result<()> {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.state.lock().make_dirs(dir, true);
+        Ok(())
+    }
+
+    fn create_dir_all_deferred(&self, dir: &Path) -> io::Result<()> {
+        self.state.lock().make_dirs(dir, false);
         Ok(())
     }
 
@@ -574,6 +649,9 @@ impl Storage for SimStorage {
                 file.entry_durable = true;
             }
         }
+        // The directories under `dir`, and `dir` itself with its parents (a
+        // real `syncfs` syncs the whole file system).
+        state.pending_dirs.retain(|d| !d.starts_with(dir) && !dir.starts_with(d));
         state.event();
         Ok(())
     }
@@ -713,5 +791,67 @@ impl SegmentIo for SimSegment {
 
     fn rename(&self, to: &Path) -> io::Result<()> {
         self.state.lock().rename(&self.path, to)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn durable_file(sim: &SimStorage, path: &str) {
+        let opened = sim.create(Path::new(path), 512).unwrap();
+        drop(opened);
+    }
+
+    #[test]
+    fn a_deferred_directory_is_lost_with_everything_in_it_until_synced() {
+        let sim = SimStorage::new();
+        sim.create_dir_all(Path::new("/s")).unwrap();
+        sim.create_dir_all_deferred(Path::new("/s/q/t/0")).unwrap();
+        durable_file(&sim, "/s/q/t/0/a");
+        sim.replace_small(Path::new("/s/q/t/0/small"), b"x").unwrap();
+        let snapshot = sim.snapshot();
+        assert_eq!(
+            snapshot.pending_dirs,
+            vec![PathBuf::from("/s/q"), PathBuf::from("/s/q/t"), PathBuf::from("/s/q/t/0")]
+        );
+        // Losing the outermost new directory loses every file made inside it.
+        let image = snapshot.crash_image(|n| n != 0);
+        assert!(image.file_bytes(Path::new("/s/q/t/0/a")).is_none());
+        assert!(image.file_bytes(Path::new("/s/q/t/0/small")).is_none());
+        let image = snapshot.crash_image(|_| true);
+        assert!(image.file_bytes(Path::new("/s/q/t/0/a")).is_some());
+        // A power cut on the storage itself decides the same way.
+        let lost = sim.clone();
+        lost.crash(|path, sector| !(sector == usize::MAX && path == Path::new("/s/q/t")));
+        assert!(lost.file_bytes(Path::new("/s/q/t/0/a")).is_none());
+    }
+
+    #[test]
+    fn sync_all_under_makes_deferred_directories_durable_and_create_dir_all_is_durable() {
+        let sim = SimStorage::new();
+        sim.create_dir_all(Path::new("/s")).unwrap();
+        sim.create_dir_all_deferred(Path::new("/s/q/t/0")).unwrap();
+        durable_file(&sim, "/s/q/t/0/a");
+        sim.create_dir_all(Path::new("/s/config")).unwrap();
+        sim.replace_small(Path::new("/s/config/c"), b"x").unwrap();
+        assert!(sim.snapshot().pending_dirs.iter().all(|d| d.starts_with("/s/q")));
+        sim.sync_all_under(Path::new("/s/q")).unwrap();
+        assert!(sim.snapshot().pending_dirs.is_empty());
+        sim.crash(|_, _| false);
+        assert!(sim.file_bytes(Path::new("/s/q/t/0/a")).is_some());
+        assert!(sim.file_bytes(Path::new("/s/config/c")).is_some());
+    }
+
+    #[test]
+    fn create_dir_all_keeps_an_existing_deferred_directory_pending() {
+        let sim = SimStorage::new();
+        sim.create_dir_all(Path::new("/s")).unwrap();
+        sim.create_dir_all_deferred(Path::new("/s/q")).unwrap();
+        // Only the directories it makes are synced into their parents.
+        sim.create_dir_all(Path::new("/s/q/t")).unwrap();
+        durable_file(&sim, "/s/q/t/a");
+        sim.crash(|_, sector| sector != usize::MAX);
+        assert!(sim.file_bytes(Path::new("/s/q/t/a")).is_none());
     }
 }

@@ -151,6 +151,11 @@ pub trait SegmentIo: Send + Sync + fmt::Debug {
 /// - [`create`](Self::create) returns only once the new file has its full length
 ///   allocated (a full disk is an error here, never a SIGBUS later) and its
 ///   directory entry is durable; new bytes read as zero.
+/// - [`create_dir_all`](Self::create_dir_all) returns only once every directory
+///   it made is durable (its entry synced in its parent), so a file created
+///   durably in it survives a power cut with its path;
+///   [`create_dir_all_deferred`](Self::create_dir_all_deferred) leaves that to a
+///   later [`sync_all_under`](Self::sync_all_under).
 /// - [`replace_small`](Self::replace_small) is atomic and durable: after a crash
 ///   the file holds the old content or the new one, never a mix; once it returns,
 ///   the new one. [`remove`](Self::remove) is durable once it returns.
@@ -159,8 +164,19 @@ pub trait SegmentIo: Send + Sync + fmt::Debug {
 ///   [`MmapStorage`](crate::MmapStorage) enforces this with a lock file; the segment memory's
 ///   soundness rests on it.
 pub trait Storage: Send + Sync + fmt::Debug {
-    /// Creates `dir` and its parents if missing.
+    /// Creates `dir` and its parents if missing, durably: each directory made
+    /// has its entry synced in its parent before this returns.
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// [`create_dir_all`](Self::create_dir_all) without the syncs: the new
+    /// directories' entries become durable with a later
+    /// [`sync_all_under`](Self::sync_all_under) over them, and until that
+    /// returns a power cut may lose them with everything in them. For the many
+    /// small directories of an owner that can afford to lose them (the message
+    /// store's consume queues, rebuilt from the log). By default the same as
+    /// `create_dir_all` (durable).
+    fn create_dir_all_deferred(&self, dir: &Path) -> io::Result<()> {
+        self.create_dir_all(dir)
+    }
     /// Lists the regular files directly in `dir`.
     fn list(&self, dir: &Path) -> io::Result<Vec<DirEntry>>;
     /// Creates a new file of exactly `len` bytes (it must not exist) and maps it.
