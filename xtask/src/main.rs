@@ -279,7 +279,10 @@ fn passed_count(output: &str) -> Option<u64> {
 /// target directory, so no other build contains them), then 7 (loom), each
 /// printing one line with its figure. Layer 6, fuzzing, needs nightly and runs on
 /// its own (`cargo xtask fuzz`), so this stays on stable Rust.
-fn crash(soak: bool, layer: Option<(String, Option<String>)>) -> Result<(), String> {
+/// One layer of the crash suite, and the one seed of it to run (a failure's).
+type CrashLayer = (String, Option<String>);
+
+fn crash(soak: bool, layer: Option<CrashLayer>) -> Result<(), String> {
     let mut args = vec!["run", "--release", "--quiet", "-p", "crash-suite", "--"];
     if soak {
         args.push("--soak");
@@ -307,7 +310,7 @@ fn crash(soak: bool, layer: Option<(String, Option<String>)>) -> Result<(), Stri
 
 /// `crash`'s options: `--soak`, and `--layer L [--seed S]` (one layer, or the
 /// one run of it a failure named).
-fn crash_args(args: &[String]) -> Result<(bool, Option<(String, Option<String>)>), String> {
+fn crash_args(args: &[String]) -> Result<(bool, Option<CrashLayer>), String> {
     let value = |name: &str| args.iter().position(|a| a == name).map(|i| args.get(i + 1).cloned());
     let layer = match value("--layer") {
         Some(Some(layer)) => Some(layer),

@@ -117,6 +117,12 @@ impl std::fmt::Display for CliError {
     }
 }
 
+impl From<message_store::StoreError> for CliError {
+    fn from(e: message_store::StoreError) -> Self {
+        CliError::Store(e)
+    }
+}
+
 impl From<commitlog::Error> for CliError {
     fn from(e: commitlog::Error) -> Self {
         CliError::Log(e)
@@ -214,6 +220,20 @@ fn stop_on_ctrl_c() -> Result<std::sync::Arc<std::sync::atomic::AtomicBool>, Cli
     Ok(stop)
 }
 
+/// What the tool adds to an error that a library cannot say (its own flags).
+fn hint(e: &CliError) -> &'static str {
+    let log = match e {
+        CliError::Log(e) | CliError::Store(message_store::StoreError::Log(e)) => e,
+        _ => return "",
+    };
+    match log {
+        commitlog::Error::SegmentLargerThanDisk { .. } => {
+            " (for a new store, pass a smaller --segment-size; an existing store keeps its own)"
+        }
+        _ => "",
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -241,7 +261,7 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
         Err(e) => {
-            eprintln!("commitlog: error: {e}");
+            eprintln!("commitlog: error: {e}{}", hint(&e));
             ExitCode::from(1)
         }
     }

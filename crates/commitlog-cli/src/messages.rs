@@ -14,12 +14,6 @@ use crate::{io, log_config, CliError, FlushArg};
 /// Messages waiting for their acknowledgement at once.
 const IN_FLIGHT: usize = 4096;
 
-impl From<message_store::StoreError> for CliError {
-    fn from(e: message_store::StoreError) -> Self {
-        CliError::Store(e)
-    }
-}
-
 /// Where the store is and how to open it.
 #[derive(Args)]
 pub struct StoreArgs {
@@ -35,10 +29,37 @@ pub struct StoreArgs {
 }
 
 impl StoreArgs {
+    /// Opens (or creates) the store, with the shapes its files show.
     fn open(&self) -> Result<MessageStore, CliError> {
-        let log = log_config(&self.dir, self.flush, false, self.segment_size, &crate::SegmentPathArgs::default())?;
-        Ok(MessageStore::open(&self.dir, MessageStoreConfig::new(log))?)
+        open_store(&self.dir, self.flush, self.segment_size)
     }
+
+    /// Opens the store, which must exist: a command that reads never creates one.
+    fn open_existing(&self) -> Result<MessageStore, CliError> {
+        crate::existing_dir(&self.dir)?;
+        commitlog::inspect::check_store_dir(&self.dir).map_err(|_| {
+            CliError::Input(format!("{} is not a message store (no commitlog/ in it)", self.dir.display()))
+        })?;
+        self.open()
+    }
+}
+
+/// Opens the message store in `dir`: a new one with `segment_size` segments, an
+/// existing one with its own segment size and the consume-queue and index
+/// shapes its files show (a program may have configured others than the
+/// defaults; a file of an unexpected size would be taken for damage).
+pub(crate) fn open_store(
+    dir: &std::path::Path,
+    flush: FlushArg,
+    segment_size: Option<usize>,
+) -> Result<MessageStore, CliError> {
+    let log = log_config(dir, flush, false, segment_size, &crate::SegmentPathArgs::default())?;
+    let config = if dir.join("config").is_dir() || dir.join("consumequeue").is_dir() {
+        inspect::existing_config(dir, log)?
+    } else {
+        MessageStoreConfig::new(log)
+    };
+    Ok(MessageStore::open(dir, config)?)
 }
 
 /// A queue of a topic in a store.
@@ -169,7 +190,26 @@ pub fn receive(args: ReceiveArgs) -> Result<(), CliError> {
     if args.follow {
         return follow(&args);
     }
-    let store = args.queue.store.open()?;
+    let (dir, topic, queue) = (&args.queue.store.dir, args.queue.topic.as_str(), args.queue.queue);
+    crate::existing_dir(dir)?;
+    if let (Ok(topics), Ok(())) = (inspect::topics(dir), commitlog::inspect::check_store_dir(dir)) {
+        // Refused before the store is opened (an open writes its abort marker).
+        match topics.iter().find(|(t, _)| t == topic) {
+            None => return Err(CliError::Input(format!("{}: topic {topic:?} does not exist", dir.display()))),
+            Some((_, count)) if queue >= *count => {
+                return Err(CliError::Input(format!(
+                    "{}: topic {topic:?} has {count} queues; queue {queue} does not exist",
+                    dir.display()
+                )))
+            }
+            Some(_) => {}
+        }
+    }
+    let store = match args.queue.store.open_existing() {
+        Ok(store) => store,
+        Err(err) if is_out_of_space(&err) => return read_without_committing(&args, &err),
+        Err(err) => return Err(err),
+    };
     let result = receive_messages(&store, &args);
     let shutdown = store.shutdown().map_err(CliError::from);
     result.and(shutdown)
@@ -208,6 +248,90 @@ fn receive_messages(store: &MessageStore, args: &ReceiveArgs) -> Result<(), CliE
     out.flush().map_err(io("writing to stdout"))
 }
 
+/// True when `err` comes from a full disk (`ENOSPC`): the store cannot be
+/// opened to commit, but it can still be read.
+fn is_out_of_space(err: &CliError) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = match err {
+        CliError::Store(e) => Some(e),
+        CliError::Log(e) => Some(e),
+        _ => None,
+    };
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if io.raw_os_error() == Some(28) || io.kind() == std::io::ErrorKind::StorageFull {
+                return true;
+            }
+        }
+        if matches!(e.downcast_ref::<commitlog::Error>(), Some(commitlog::Error::DiskFull { .. })) {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
+/// `receive` on a disk too full to open the store (its abort marker, its
+/// offsets): the queue is printed from the files, read-only, as `--follow`
+/// reads it, up to what is durable; the group's offset is not committed, which
+/// is the error it ends with.
+fn read_without_committing(args: &ReceiveArgs, why: &CliError) -> Result<(), CliError> {
+    eprintln!("commitlog: warning: cannot open the store to commit ({why}); reading it without committing");
+    let dir = &args.queue.store.dir;
+    let (topic, queue) = (args.queue.topic.as_str(), args.queue.queue);
+    let mut offset = match args.from {
+        Some(from) => from,
+        None => {
+            committed_in_files(dir, &args.group, topic, queue)?.unwrap_or(inspect::queue(dir, topic, queue)?.min_offset)
+        }
+    };
+    let filter = TagFilter::parse(&args.tags);
+    let mut left = args.max.unwrap_or(usize::MAX);
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    while left > 0 {
+        let read = inspect::read_queue(dir, topic, queue, offset, left.min(256), &filter)?;
+        for message in &read.messages {
+            print_message(&mut out, args.json, message).map_err(io("writing to stdout"))?;
+        }
+        if let Some(damage) = read.damaged {
+            out.flush().map_err(io("writing to stdout"))?;
+            return Err(damaged_queue(topic, queue, damage));
+        }
+        left = left.saturating_sub(read.messages.len());
+        if read.next_offset == offset {
+            break;
+        }
+        offset = read.next_offset;
+    }
+    out.flush().map_err(io("writing to stdout"))?;
+    Err(CliError::Input(format!(
+        "group {}'s offset was not committed (the disk is full; it stays where it was, the next receive reads these again)",
+        args.group
+    )))
+}
+
+/// The offset `group` committed in `topic`'s queue, read from the files.
+fn committed_in_files(dir: &std::path::Path, group: &str, topic: &str, queue: u32) -> Result<Option<u64>, CliError> {
+    Ok(inspect::consumer_offsets(dir)?
+        .into_iter()
+        .find(|g| g.group == group && g.topic == topic && g.queue_id == queue)
+        .map(|g| g.offset))
+}
+
+/// A read of the files that met a damaged entry below the recorded end
+/// (`QueueRead::damaged`): said on stderr, exit 3 (as `consume` does at damage).
+fn damaged_queue(topic: &str, queue: u32, damage: inspect::DamagedEntry) -> CliError {
+    let names = match damage.log_offset {
+        Some(offset) => format!("its entry names log offset {offset}, not its message"),
+        None => "its entry is missing".to_string(),
+    };
+    eprintln!(
+        "commitlog: queue {topic}/{queue} is damaged at offset {} ({names}): the next open of the store repairs it from the log (`commitlog recover` now); `commitlog verify` lists the damage",
+        damage.queue_offset
+    );
+    CliError::Problems(1)
+}
+
 /// One message as `receive` prints it: `OFFSET<TAB>BODY`, or a JSON line.
 fn print_message(out: &mut impl Write, json: bool, message: &message_store::StoredMessage) -> std::io::Result<()> {
     if json {
@@ -238,15 +362,11 @@ fn follow(args: &ReceiveArgs) -> Result<(), CliError> {
         return Err(CliError::Usage(format!("{}: no queue {topic}/{queue}", dir.display())));
     }
     let stop = crate::stop_on_ctrl_c()?;
-    let committed = || -> Result<Option<u64>, CliError> {
-        Ok(inspect::consumer_offsets(dir)?
-            .into_iter()
-            .find(|g| g.group == args.group && g.topic == topic && g.queue_id == queue)
-            .map(|g| g.offset))
-    };
     let mut offset = match args.from {
         Some(from) => from,
-        None => committed()?.unwrap_or(inspect::queue(dir, topic, queue)?.min_offset),
+        None => {
+            committed_in_files(dir, &args.group, topic, queue)?.unwrap_or(inspect::queue(dir, topic, queue)?.min_offset)
+        }
     };
     let filter = TagFilter::parse(&args.tags);
     let mut left = args.max.unwrap_or(usize::MAX);
@@ -261,6 +381,9 @@ fn follow(args: &ReceiveArgs) -> Result<(), CliError> {
             print_message(&mut out, args.json, message).map_err(io("writing to stdout"))?;
         }
         out.flush().map_err(io("writing to stdout"))?;
+        if let Some(damage) = read.damaged {
+            return Err(damaged_queue(topic, queue, damage));
+        }
         left = left.saturating_sub(read.messages.len());
         if read.next_offset == offset {
             std::thread::sleep(FOLLOW_POLL);
@@ -284,12 +407,7 @@ pub struct TopicsArgs {
 /// group's lag, from the files (read-only: safe beside a running store).
 pub fn topics(args: TopicsArgs) -> Result<(), CliError> {
     crate::existing_dir(&args.dir)?;
-    let mut queues = Vec::new();
-    for (topic, count) in inspect::topics(&args.dir)? {
-        for queue_id in 0..count {
-            queues.push(inspect::queue(&args.dir, &topic, queue_id)?);
-        }
-    }
+    let queues = inspect::queues(&args.dir)?;
     let groups = inspect::consumer_offsets(&args.dir)?;
     let dispatch_point = inspect::dispatch_point(&args.dir)?;
     let durable_end = commitlog::inspect::store_files(&args.dir).checkpoint.map(|c| c.flushed_offset);
@@ -307,7 +425,7 @@ pub fn topics(args: TopicsArgs) -> Result<(), CliError> {
             "dispatch_lag_bytes": dispatch_lag,
             "queues": queues.iter().map(|q| serde_json::json!({
                 "topic": q.topic, "queue": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset,
-                "files": q.files,
+                "files": q.files, "damaged": q.damaged,
             })).collect::<Vec<_>>(),
             "groups": groups.iter().map(|g| serde_json::json!({
                 "group": g.group, "topic": g.topic, "queue": g.queue_id, "offset": g.offset, "lag": lag_of(g),
@@ -325,6 +443,9 @@ pub fn topics(args: TopicsArgs) -> Result<(), CliError> {
     outln!("{:<24} {:>6} {:>12} {:>12}", "TOPIC", "QUEUE", "MIN", "MAX")?;
     for q in &queues {
         outln!("{:<24} {:>6} {:>12} {:>12}", q.topic, q.queue_id, q.min_offset, q.max_offset)?;
+    }
+    for q in queues.iter().filter(|q| q.damaged.is_some()) {
+        outln!("damaged: {}/{}: {}", q.topic, q.queue_id, q.damaged.as_deref().unwrap_or_default())?;
     }
     if !groups.is_empty() {
         outln!("{:<24} {:<24} {:>6} {:>12} {:>12}", "GROUP", "TOPIC", "QUEUE", "OFFSET", "LAG")?;

@@ -839,3 +839,136 @@ fn messages_go_in_with_send_come_out_with_receive_and_topics_shows_the_lag_read_
     assert_clean_failure(&run(&["receive", "--dir", d, "--topic", "orders", "--group", "bad group"]), 2, "group");
     assert_clean_failure(&run(&["topics", "--dir", dir.path().join("missing").to_str().unwrap()]), 1, "does not exist");
 }
+
+/// A message store of 30 messages on queue 0 of topic `t` (a group's offset
+/// at 20), closed, made with `send` and `receive`.
+fn thirty_messages(dir: &Path) {
+    let d = dir.to_str().unwrap();
+    let lines: String = (0..30).map(|i| format!("message {i:02}\n")).collect();
+    let sent = run_in(
+        &["send", "--dir", d, "--segment-size", SEGMENT, "--topic", "t", "--create-queues", "2", "--key", "k"],
+        lines.as_bytes(),
+    );
+    assert!(sent.status.success(), "{}", text(&sent.stderr));
+    let read = run(&["receive", "--dir", d, "--topic", "t", "--group", "g", "--max", "20"]);
+    assert!(read.status.success(), "{}", text(&read.stderr));
+}
+
+/// Overwrites consume-queue entry `index` of `t`/0 with `bytes`.
+fn damage_entry(dir: &Path, index: u64, bytes: &[u8; 20]) {
+    use std::os::unix::fs::FileExt;
+    let file =
+        std::fs::OpenOptions::new().write(true).open(dir.join("consumequeue/t/0").join(format!("{:020}", 0))).unwrap();
+    file.write_all_at(bytes, 20 * index).unwrap();
+}
+
+#[test]
+fn verify_checks_a_message_stores_derived_data_and_recover_repairs_it_from_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    thirty_messages(dir.path());
+    let clean = run(&["verify", "--dir", d, "--json"]);
+    assert!(clean.status.success(), "{}{}", text(&clean.stdout), text(&clean.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&clean.stdout).unwrap();
+    assert_eq!(report["message_store"]["messages"].as_u64(), Some(30));
+    assert_eq!(report["message_store"]["entries"].as_u64(), Some(30));
+    assert_eq!(report["message_store"]["keys"].as_u64(), Some(30));
+
+    damage_entry(dir.path(), 5, &[0xA5; 20]);
+    let before = tree(dir.path());
+    let found = run(&["verify", "--dir", d]);
+    assert_eq!(found.status.code(), Some(3), "{}", text(&found.stdout));
+    assert!(text(&found.stdout).contains("entry 5"), "{}", text(&found.stdout));
+    assert_eq!(tree(dir.path()), before, "verify is read-only");
+    // The topics listing says so, read-only.
+    let topics = run(&["topics", "--dir", d]);
+    assert!(topics.status.success(), "{}", text(&topics.stderr));
+
+    let repaired = run(&["recover", "--dir", d, "--json"]);
+    assert!(repaired.status.success(), "{}{}", text(&repaired.stdout), text(&repaired.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&repaired.stdout).unwrap();
+    assert!(report["message_store"]["queues_repaired"].as_u64().unwrap() >= 1, "{report}");
+    assert!(report["message_store"]["problems"].as_array().unwrap().is_empty(), "{report}");
+    assert!(run(&["verify", "--dir", d]).status.success());
+    // Nothing lost: the group reads on from 20, the next message gets 30.
+    let rest = run(&["receive", "--dir", d, "--topic", "t", "--group", "g"]);
+    let lines: Vec<String> = text(&rest.stdout).lines().map(String::from).collect();
+    assert_eq!(lines.len(), 10, "{}", text(&rest.stderr));
+    assert_eq!(lines[0], "20\tmessage 20");
+    let next = run_in(&["send", "--dir", d, "--topic", "t"], b"after\n");
+    assert!(text(&next.stdout).starts_with("30\t"), "{}", text(&next.stdout));
+
+    // Text output names what it did.
+    damage_entry(dir.path(), 29, &[0; 20]);
+    let repaired = run(&["recover", "--dir", d]);
+    assert!(repaired.status.success(), "{}", text(&repaired.stderr));
+    assert!(text(&repaired.stdout).contains("queues repaired"), "{}", text(&repaired.stdout));
+}
+
+#[test]
+fn receive_follow_reports_a_damaged_entry_and_exits_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    thirty_messages(dir.path());
+    damage_entry(dir.path(), 7, &[0x5A; 20]);
+    let out = run_bounded(
+        &["receive", "--dir", d, "--topic", "t", "--group", "other", "--follow"],
+        b"",
+        std::time::Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("damaged at offset 7"), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).lines().count(), 7, "what comes before the damage is printed");
+}
+
+#[test]
+fn consume_from_inside_a_record_names_the_records_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let offsets = produce(dir.path(), &["first record".to_string(), "second".to_string()], "sync");
+    let out = run(&["consume", "--dir", dir.path().to_str().unwrap(), "--from", &(offsets[0] + 7).to_string()]);
+    assert_clean_failure(&out, 2, &format!("inside the record at {}", offsets[0]));
+}
+
+#[test]
+fn receive_on_a_missing_or_foreign_directory_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no/such/dir");
+    let out = run(&["receive", "--dir", missing.to_str().unwrap(), "--topic", "t", "--group", "g"]);
+    assert_clean_failure(&out, 1, "does not exist");
+    assert!(!dir.path().join("no").exists(), "no store, no parents made");
+    let out = run(&["receive", "--dir", dir.path().to_str().unwrap(), "--topic", "t", "--group", "g"]);
+    assert_clean_failure(&out, 1, "not a message store");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing made");
+}
+
+#[test]
+fn receive_on_a_full_disk_prints_the_queue_and_says_it_could_not_commit() {
+    // A small tmpfs filled to the last byte (root only: the crash suite's
+    // disk layers mount theirs the same way).
+    if !Command::new("id").arg("-u").output().is_ok_and(|o| text(&o.stdout).trim() == "0") {
+        eprintln!("skipped: not running as root, cannot mount a tmpfs");
+        return;
+    }
+    let mount = tempfile::tempdir().unwrap();
+    let mp = mount.path().to_str().unwrap();
+    assert!(Command::new("mount").args(["-t", "tmpfs", "-o", "size=40m", "tmpfs", mp]).status().unwrap().success());
+    let unmount = || {
+        let _ = Command::new("umount").arg(mp).status();
+    };
+    let store = mount.path().join("store");
+    thirty_messages(&store);
+    let filler = mount.path().join("filler");
+    let mut file = std::fs::File::create(&filler).unwrap();
+    let chunk = vec![1u8; 4096];
+    while file.write_all(&chunk).is_ok() {}
+    let _ = file.flush();
+    let s = store.to_str().unwrap();
+    let out = run(&["receive", "--dir", s, "--topic", "t", "--group", "g"]);
+    let printed = text(&out.stdout);
+    let err = text(&out.stderr);
+    unmount();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(printed.lines().count(), 10, "{printed}{err}");
+    assert!(printed.starts_with("20\tmessage 20\n"), "{printed}");
+    assert!(err.contains("not committed"), "{err}");
+}

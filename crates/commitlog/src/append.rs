@@ -141,6 +141,9 @@ impl CommitLog {
                 segment_queue::QueueError::DiskFull { dir, used_percent, .. } => {
                     self.inner.disk.refuse_segment(&dir, used_percent)
                 }
+                segment_queue::QueueError::SegmentLargerThanDisk { dir, segment_bytes, disk_bytes, .. } => {
+                    self.inner.disk.refuse_too_large(&dir, segment_bytes, disk_bytes)
+                }
                 other => other.into(),
             })?;
             // Room for a blank is kept after every record, so a segment's rest

@@ -45,6 +45,9 @@ pub(crate) struct DiskGuard {
     /// A segment directory above this share gets no new segment
     /// (`disk_space_clean_forcibly_ratio`).
     dir_full_percent: f64,
+    /// A new segment was refused because it is larger than its disk allows
+    /// even empty: (segment bytes, disk bytes), for the error appends get.
+    too_large: parking_lot::Mutex<Option<(u64, u64)>>,
 }
 
 impl DiskGuard {
@@ -55,6 +58,7 @@ impl DiskGuard {
             used_dir: parking_lot::Mutex::new(None),
             limit_percent: config.disk_space_warning_level_ratio,
             dir_full_percent: f64::from(config.disk_space_clean_forcibly_ratio),
+            too_large: parking_lot::Mutex::new(None),
         })
     }
 
@@ -72,9 +76,31 @@ impl DiskGuard {
     /// The error an append gets while the flag is set (`store` when no look at
     /// the disk named a directory yet).
     pub(crate) fn refusal(&self, store: &std::path::Path) -> crate::Error {
+        let dir = self.used_dir.lock().clone().unwrap_or_else(|| store.to_path_buf());
+        if let Some((segment_bytes, disk_bytes)) = *self.too_large.lock() {
+            return crate::Error::SegmentLargerThanDisk {
+                dir,
+                segment_bytes,
+                disk_bytes,
+                limit_percent: self.limit_percent,
+            };
+        }
         crate::Error::DiskFull {
-            dir: self.used_dir.lock().clone().unwrap_or_else(|| store.to_path_buf()),
+            dir,
             used_percent: self.used_percent().unwrap_or(100.0),
+            limit_percent: self.limit_percent,
+        }
+    }
+
+    /// Refuses appends until the next look finds room: no segment fits `dir`'s
+    /// disk, even empty (a segment of `segment_bytes`, a disk of `disk_bytes`).
+    pub(crate) fn refuse_too_large(&self, dir: &std::path::Path, segment_bytes: u64, disk_bytes: u64) -> crate::Error {
+        *self.too_large.lock() = Some((segment_bytes, disk_bytes));
+        self.refuse_until_next_look(dir, self.used_percent().unwrap_or(0.0));
+        crate::Error::SegmentLargerThanDisk {
+            dir: dir.to_path_buf(),
+            segment_bytes,
+            disk_bytes,
             limit_percent: self.limit_percent,
         }
     }
@@ -137,6 +163,9 @@ impl DiskGuard {
         *self.used_dir.lock() = Some(dir.clone());
         let limit_percent = self.limit_percent;
         let full = used >= f64::from(limit_percent);
+        if !full {
+            *self.too_large.lock() = None; // the next roll-over looks again
+        }
         if self.full.swap(full, Ordering::AcqRel) != full {
             if full {
                 tracing::warn!(dir = %dir.display(), used, limit_percent, "disk full: appends are refused");

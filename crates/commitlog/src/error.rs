@@ -182,6 +182,21 @@ pub enum Error {
         /// `disk_space_warning_level_ratio`.
         limit_percent: u32,
     },
+    /// The log's segment size is larger than its disk allows even when empty
+    /// (`disk_space_warning_level_ratio` of the file system under `dir`): no
+    /// segment can be created, so appends are refused. Make segments smaller
+    /// (`mapped_file_size_commit_log`).
+    #[error("a segment of {segment_bytes} bytes does not fit the disk under {}: it holds {disk_bytes} bytes in all, and the log may fill it to {limit_percent} %; make segments smaller (mapped_file_size_commit_log)", dir.display())]
+    SegmentLargerThanDisk {
+        /// The segment directory.
+        dir: PathBuf,
+        /// The segment size.
+        segment_bytes: u64,
+        /// The size of the file system under `dir`.
+        disk_bytes: u64,
+        /// `disk_space_warning_level_ratio`.
+        limit_percent: u32,
+    },
     /// No record at this offset (outside the stored range, or not a record start).
     #[error("no record at offset {offset} (stored range [{min}, {max}))")]
     NoRecord {
@@ -339,6 +354,7 @@ impl PutMessageStatus {
             Error::NotWriteable { .. }
             | Error::Shutdown
             | Error::DiskFull { .. }
+            | Error::SegmentLargerThanDisk { .. }
             | Error::Locked { .. }
             | Error::InvalidConfig { .. }
             | Error::NotADirectory { .. }

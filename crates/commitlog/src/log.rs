@@ -255,6 +255,9 @@ impl CommitLog {
             Err(segment_queue::QueueError::DiskFull { dir: full, used_percent, .. }) => {
                 disk.refuse_until_next_look(&full, used_percent);
             }
+            Err(segment_queue::QueueError::SegmentLargerThanDisk { dir: full, segment_bytes, disk_bytes, .. }) => {
+                drop(disk.refuse_too_large(&full, segment_bytes, disk_bytes));
+            }
             Err(err) => return Err(err.into()),
         }
 

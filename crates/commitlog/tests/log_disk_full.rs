@@ -98,6 +98,28 @@ fn a_disk_already_full_at_open_refuses_the_first_append() {
 }
 
 #[test]
+fn a_disk_too_small_for_one_segment_says_so_and_how_big_a_segment_is() {
+    let sim = common::sim();
+    // An empty disk of one segment: 90 % of it is less than a segment.
+    let total = common::SEGMENT as u64;
+    sim.set_disk_space(Some(DiskSpace { total, free: total, available: total }));
+    let log = CommitLog::open_with_storage("/small", config(), Arc::new(sim.clone())).unwrap();
+    let mut acked = Vec::new();
+    let err = until_refused(&log, &mut acked);
+    match &err {
+        Error::SegmentLargerThanDisk { segment_bytes, disk_bytes, limit_percent, .. } => {
+            assert_eq!((*segment_bytes, *disk_bytes, *limit_percent), (common::SEGMENT as u64, total, 90));
+        }
+        other => panic!("expected SegmentLargerThanDisk, got {other:?}"),
+    }
+    let message = err.to_string();
+    assert!(message.contains("does not fit") && message.contains("make segments smaller"), "{message}");
+    assert!(matches!(log.append(b"again"), Err(Error::SegmentLargerThanDisk { .. })));
+    assert_eq!(bodies(&log), acked, "nothing acknowledged lost");
+    log.shutdown().unwrap();
+}
+
+#[test]
 fn the_limit_must_be_a_percentage() {
     for bad in [0, 101] {
         for config in [

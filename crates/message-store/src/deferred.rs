@@ -1,7 +1,8 @@
 //! The storage the consume queues use when the store defers their syncs:
 //! every call goes to the store's storage, except that a new consume-queue
-//! file is created without syncing its allocation and directory entry
-//! ([`Storage::create_deferred`]). A store of many queues creates one file
+//! file, and a new queue's directories, are created without syncing their
+//! allocation and directory entries ([`Storage::create_deferred`],
+//! [`Storage::create_dir_all_deferred`]). A store of many queues creates one file
 //! per queue; those syncs (two cache flushes each, competing with the log's)
 //! are left to the thorough flush's one `sync_all_under`, which runs before it
 //! records a dispatch point whenever a file was created (or closed) unsynced
@@ -26,7 +27,16 @@ pub(crate) struct DeferredCreates {
 
 impl Storage for DeferredCreates {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        self.inner.create_dir_all(dir)
+        self.inner.create_dir_all_deferred(dir)?;
+        #[cfg(planted_bugs)]
+        if crate::planted::is_active(crate::planted::Bug::CreateNotSynced) {
+            return Ok(());
+        }
+        self.unsynced.store(true, Ordering::Release);
+        Ok(())
+    }
+    fn create_dir_all_deferred(&self, dir: &Path) -> io::Result<()> {
+        self.create_dir_all(dir)
     }
     fn list(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
         self.inner.list(dir)

@@ -238,6 +238,29 @@ impl Dispatcher {
         Ok(put)
     }
 
+    /// Empties the key index and adds again the keys of every message below
+    /// the dispatch point, with dispatch held (the index's items stay in log
+    /// order). Returns the messages whose keys were added.
+    pub(crate) fn rebuild_index(&self) -> Result<u64, StoreError> {
+        let _running = self.running.lock();
+        let Some(index) = &self.index else { return Ok(0) };
+        tracing::warn!("rebuilding the key index from the log");
+        index.clear()?;
+        let mut indexed = 0u64;
+        for record in self.log.iter_from(self.log.min_offset()) {
+            let record = record?;
+            if record.offset >= self.point() {
+                break;
+            }
+            let Ok(header) = decode_header(&record.body) else { continue };
+            if !header.keys.is_empty() {
+                index.put(&header.topic, &header.keys, record.offset, record.store_timestamp_ms)?;
+                indexed = indexed.saturating_add(1);
+            }
+        }
+        Ok(indexed)
+    }
+
     /// What the checkpoint would record now: the dispatch point and, sampled
     /// with dispatch held (so that they belong to that point), every queue's
     /// extent and the index's live file.

@@ -298,6 +298,16 @@ impl Index {
         Ok(Ok(()))
     }
 
+    /// Deletes every index file: the index holds nothing.
+    pub(crate) fn clear(&self) -> Result<(), StoreError> {
+        let mut live = self.live.lock();
+        let mut sealed = self.sealed.lock();
+        *live = None;
+        sealed.clear();
+        self.queue.clear().map_err(commitlog::Error::from)?;
+        Ok(())
+    }
+
     /// What the checkpoint records of the index now.
     pub(crate) fn record(&self) -> IndexRecord {
         match self.live.lock().as_ref() {
@@ -448,6 +458,42 @@ impl Index {
         self.queue.drop_segments();
         Ok(())
     }
+}
+
+/// An index item as (key hash, log offset).
+pub(crate) type KeyItem = (u64, u64);
+
+/// The items of an index file's `bytes` that a recovery would trust: all of
+/// a sealed file's (its footer's count), or the first `live_items` of the
+/// live one; as (key hash, log offset). An error says why the file is not an
+/// index file of `config`'s shape.
+pub(crate) fn file_items(
+    bytes: &[u8],
+    config: Option<IndexConfig>,
+    live_items: Option<u32>,
+) -> Result<(IndexConfig, Vec<KeyItem>), &'static str> {
+    if bytes.len() < HEADER || &bytes[..8] != MAGIC {
+        return Err("not an index file (its header is damaged)");
+    }
+    let shape = IndexConfig {
+        hash_slots: u32::from_le_bytes(bytes[8..12].try_into().unwrap_or_default()),
+        max_items: u32::from_le_bytes(bytes[12..16].try_into().unwrap_or_default()),
+    };
+    if config.is_some_and(|c| c != shape) {
+        return Err("its shape (hash slots, items) differs from the other files'");
+    }
+    if shape.hash_slots == 0 || shape.max_items == 0 || bytes.len() != shape.file_size() {
+        return Err("its size does not match the shape its header gives");
+    }
+    let count = match live_items {
+        Some(items) => items,
+        None => Span::from_footer(&bytes[bytes.len() - FOOTER..]).ok_or("a sealed file's footer is damaged")?.count,
+    };
+    if count > shape.max_items {
+        return Err("it claims more items than it holds");
+    }
+    let items = bytes[HEADER..HEADER + ITEM * count as usize].chunks_exact(ITEM).map(Item::decode);
+    Ok((shape, items.map(|item| (item.hash, item.offset)).collect()))
 }
 
 /// True when `item` names a message of the log one of whose keys hashes to it.

@@ -665,6 +665,28 @@ impl MessageStore {
         }
     }
 
+    /// Repairs `topic`'s queue from queue offset `from` (where
+    /// [`inspect::check`](crate::inspect::check) found it damaged): its entries
+    /// from there are cut and its messages put again from the log, up to the
+    /// dispatch point. Returns the entries put. The store finds damage itself
+    /// at open and on reads; this is for damage a check found first.
+    pub fn repair_queue(&self, topic: &str, queue_id: u32, from: u64) -> Result<u64, StoreError> {
+        self.check_open()?;
+        let queue = self.queue(topic, queue_id)?;
+        let before = self.core.dispatcher.context.entries_repaired.load(Ordering::Relaxed);
+        self.core.dispatcher.repair_live(&queue, from, "asked to")?;
+        Ok(self.core.dispatcher.context.entries_repaired.load(Ordering::Relaxed).saturating_sub(before))
+    }
+
+    /// Rebuilds the key index from the log (where
+    /// [`inspect::check`](crate::inspect::check) found it damaged): every file
+    /// deleted, then the keys of every dispatched message added again.
+    /// Returns the messages indexed (0 with the index off).
+    pub fn rebuild_index(&self) -> Result<u64, StoreError> {
+        self.check_open()?;
+        self.core.dispatcher.rebuild_index()
+    }
+
     /// Dispatches everything up to the limit now (what the dispatch thread does
     /// when woken); returns how many messages.
     pub fn dispatch_now(&self) -> Result<u64, StoreError> {

@@ -376,12 +376,146 @@ fn the_files_of_a_store_read_back_as_its_queues_without_opening_it() {
     assert_eq!((two.messages.len(), two.next_offset), (2, 2));
     assert!(inspect::read_queue(root, "t", 0, 0, 100, &TagFilter::All).unwrap().messages.is_empty());
 
-    // An entry that names another message is an error, not that message.
+    // An entry that names another message is damage, not that message: the
+    // read stops there, after what came before it.
     let cq = root.join("consumequeue/t/1/00000000000000000000");
     let mut bytes = std::fs::read(&cq).unwrap();
     let first: Vec<u8> = bytes[..20].to_vec();
     bytes[40..60].copy_from_slice(&first);
     std::fs::write(&cq, &bytes).unwrap();
-    let err = inspect::read_queue(root, "t", 1, 0, 100, &TagFilter::All).unwrap_err();
-    assert!(matches!(err, StoreError::IndexMismatch { queue_offset: 2, .. }), "{err}");
+    let read = inspect::read_queue(root, "t", 1, 0, 100, &TagFilter::All).unwrap();
+    assert_eq!((read.messages.len(), read.next_offset), (2, 2));
+    let damaged = read.damaged.unwrap();
+    assert_eq!((damaged.queue_offset, damaged.log_offset), (2, Some(0)));
+}
+
+#[test]
+fn reading_the_files_skips_what_the_log_deleted_and_ends_quietly_at_an_entry_past_the_recorded_end() {
+    use message_store::inspect;
+    let dir = tempfile::tempdir().unwrap();
+    let store = message_store::MessageStore::open(dir.path(), config(FlushDiskType::SyncFlush)).unwrap();
+    store.create_topic("t", 1).unwrap();
+    let body = vec![3u8; 2000];
+    let mut puts = Vec::new();
+    for _ in 0..100u32 {
+        let put = store.put_message(&Message::new("t", 0, body.clone())).unwrap();
+        put.durability.wait().unwrap();
+        puts.push(put.log_offset);
+    }
+    assert!(store.wait_for("t", 0, 99, WAIT).unwrap());
+    // The log's cleaning deletes its first segments.
+    assert!(store.log().delete_segments_before(puts[60], usize::MAX).unwrap() > 0);
+    let front = store.log().min_offset();
+    let first_live = puts.iter().position(|&o| o >= front).unwrap() as u64;
+    store.shutdown().unwrap();
+    let root = dir.path();
+    let read = inspect::read_queue(root, "t", 0, 0, 1000, &TagFilter::All).unwrap();
+    assert_eq!(read.skipped_to, Some(first_live), "on from the first live message");
+    assert_eq!(read.messages.first().map(|m| m.queue_offset), Some(first_live));
+    assert_eq!((read.next_offset, read.messages.len() as u64, read.damaged), (100, 100 - first_live, None));
+    // An entry past the queue's recorded end (what a crash leaves half
+    // written, naming a record below the recorded point): the end, not damage.
+    let cq = root.join("consumequeue/t/0/00000000000000000000");
+    let mut bytes = std::fs::read(&cq).unwrap();
+    let torn: Vec<u8> = bytes[20 * 70..20 * 71].to_vec();
+    bytes[20 * 100..20 * 101].copy_from_slice(&torn);
+    std::fs::write(&cq, &bytes).unwrap();
+    let read = inspect::read_queue(root, "t", 0, 90, 1000, &TagFilter::All).unwrap();
+    assert_eq!((read.next_offset, read.messages.len(), read.damaged), (100, 10, None));
+}
+
+#[test]
+fn closed_consume_queues_expire_with_the_log_and_keep_their_corrected_first_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two open at most, eight queues: most are closed at any time.
+    let config = MessageStoreConfig { max_open_consume_queues: 2, ..config(FlushDiskType::AsyncFlush) };
+    let store = message_store::MessageStore::open(dir.path(), config.clone()).unwrap();
+    store.create_topic("t", 8).unwrap();
+    // Over two consume-queue segments (1,024 entries each) per queue, in
+    // runs of 100 a queue (so the one dispatch thread reopens queues less).
+    for run in 0..22u32 {
+        for queue in 0..8u32 {
+            for k in 0..100u32 {
+                store.put_message(&Message::new("t", queue, (run * 100 + k).to_le_bytes().to_vec())).unwrap();
+            }
+        }
+    }
+    for queue in 0..8u32 {
+        assert!(store.wait_for("t", queue, 2199, WAIT).unwrap(), "{:?}", store.stats());
+    }
+    store.log().flush_all().unwrap();
+    // The log's cleaning deletes its older 60 %.
+    let cut = store.log().max_offset() / 10 * 6;
+    assert!(store.log().delete_segments_before(cut, usize::MAX).unwrap() > 0);
+    let front = store.log().min_offset();
+    for queue in 0..8u32 {
+        let (min, max) = store.queue_range("t", queue).unwrap();
+        assert!(min > 1024 && max == 2200, "queue {queue}: [{min}, {max}) after the log's front moved to {front}");
+        let got = store.get_messages("g", "t", queue, 0, 1, u64::MAX, &TagFilter::All).unwrap();
+        assert_eq!((got.status, got.next_offset), (GetStatus::OffsetTooSmall, min), "queue {queue}");
+    }
+    store.shutdown().unwrap();
+    // Every queue's expired first segment (of three) is gone, open or closed.
+    for queue in 0..8u32 {
+        let mut files: Vec<String> = std::fs::read_dir(dir.path().join("consumequeue/t").join(queue.to_string()))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        files.sort();
+        assert_eq!(files.len(), 2, "queue {queue}: its expired segment deleted: {files:?}");
+        assert_ne!(files[0], format!("{:020}", 0), "queue {queue}");
+    }
+    let view = message_store::inspect::queue(dir.path(), "t", 3).unwrap();
+    assert!(view.min_offset > 1024, "{view:?}");
+}
+
+#[test]
+fn a_wait_without_a_deadline_returns_on_arrival() {
+    let sim = SimStorage::new();
+    let store = open(&sim, config(FlushDiskType::SyncFlush));
+    store.create_topic("t", 1).unwrap();
+    let waiter = {
+        let store = store.clone();
+        std::thread::spawn(move || store.wait_for("t", 0, 0, Duration::MAX))
+    };
+    store.put_message(&Message::new("t", 0, &b"x"[..])).unwrap().durability.wait().unwrap();
+    assert!(waiter.join().unwrap().unwrap());
+    store.shutdown().unwrap();
+}
+
+#[test]
+fn a_waiter_is_woken_by_a_message_whose_dispatch_was_retried() {
+    let sim = SimStorage::new();
+    // One key a file: every keyed message rolls the index, which needs a new file.
+    let config = MessageStoreConfig {
+        index: message_store::IndexConfig { hash_slots: 4, max_items: 1 },
+        ..config(FlushDiskType::SyncFlush)
+    };
+    let store = open(&sim, config);
+    store.create_topic("t", 1).unwrap();
+    store.put_message(&Message::new("t", 0, &b"first"[..]).with_key("a")).unwrap().durability.wait().unwrap();
+    assert!(store.wait_for("t", 0, 0, WAIT).unwrap());
+    // A full disk: no new file fits (the log and the queue have room in theirs).
+    let used = {
+        use store_io::Storage;
+        sim.set_disk_size(Some(u64::MAX));
+        let space = sim.disk_space(std::path::Path::new(common::ROOT)).unwrap().unwrap();
+        space.total - space.free
+    };
+    sim.set_disk_size(Some(used));
+    let waiter = {
+        let store = store.clone();
+        std::thread::spawn(move || store.wait_for("t", 0, 1, WAIT))
+    };
+    store.put_message(&Message::new("t", 0, &b"second"[..]).with_key("b")).unwrap().durability.wait().unwrap();
+    // Dispatch wrote the entry, then failed to roll the index: it retries.
+    let deadline = std::time::Instant::now() + WAIT;
+    while store.dispatch_error().is_none() {
+        assert!(std::time::Instant::now() < deadline, "dispatch never failed: {:?}", store.stats());
+        std::thread::yield_now();
+    }
+    sim.set_disk_size(None);
+    assert!(waiter.join().unwrap().unwrap(), "the waiter hears of the message once its dispatch succeeds");
+    assert_eq!(store.query_by_key("t", "b", 0, u64::MAX, 4).unwrap().len(), 1);
+    store.shutdown().unwrap();
 }

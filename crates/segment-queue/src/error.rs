@@ -102,6 +102,20 @@ pub enum QueueError {
         /// The size of the segment refused.
         segment_bytes: u64,
     },
+    /// A new segment is larger than what the disk of every candidate directory
+    /// can hold below the queue's `disk_space_limit_percent`, even empty: no
+    /// segment of this size can ever be created there. Nothing was written.
+    #[error("a segment of {segment_bytes} bytes does not fit the disk under {}: it holds {disk_bytes} bytes in all, and segments may take it to {limit_percent} %; make segments smaller", dir.display())]
+    SegmentLargerThanDisk {
+        /// The largest candidate directory's.
+        dir: PathBuf,
+        /// The size of the segment refused.
+        segment_bytes: u64,
+        /// The size of that directory's file system.
+        disk_bytes: u64,
+        /// The limit.
+        limit_percent: u32,
+    },
     /// An offset outside the stored range.
     #[error("offset {offset} is outside the stored range [{min}, {max})")]
     OffsetOutOfRange {

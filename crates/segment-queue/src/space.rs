@@ -15,6 +15,8 @@ pub(crate) enum Room {
     No {
         /// The used share now, in percent.
         used_percent: f64,
+        /// The file system's size, when even an empty one would refuse it.
+        never: Option<u64>,
     },
 }
 
@@ -32,8 +34,11 @@ pub(crate) fn room(storage: &dyn Storage, dir: &Path, size: usize, limit_percent
             return Room::Yes;
         }
     };
-    if space.used_percent_after(u64::try_from(size).unwrap_or(u64::MAX)) >= f64::from(limit_percent) {
-        Room::No { used_percent: space.used_percent() }
+    let size = u64::try_from(size).unwrap_or(u64::MAX);
+    if space.used_percent_after(size) >= f64::from(limit_percent) {
+        let empty = mapped_file::DiskSpace { free: space.total, available: space.total, ..space };
+        let never = (empty.used_percent_after(size) >= f64::from(limit_percent)).then_some(space.total);
+        Room::No { used_percent: space.used_percent(), never }
     } else {
         Room::Yes
     }
@@ -48,15 +53,34 @@ pub(crate) fn first_with_room<'a>(
     limit_percent: Option<u32>,
 ) -> Result<&'a Path, QueueError> {
     let mut least: Option<(PathBuf, f64)> = None;
+    // The largest disk, while every one is too small for the segment even empty.
+    let mut too_small: Option<(PathBuf, u64)> = None;
+    let mut every_too_small = true;
     for dir in candidates {
         match room(storage, dir, size, limit_percent) {
             Room::Yes => return Ok(dir),
-            Room::No { used_percent } => {
+            Room::No { used_percent, never } => {
                 if least.as_ref().is_none_or(|(_, l)| used_percent < *l) {
                     least = Some((dir.to_path_buf(), used_percent));
                 }
+                match never {
+                    Some(total) if too_small.as_ref().is_none_or(|(_, t)| total > *t) => {
+                        too_small = Some((dir.to_path_buf(), total));
+                    }
+                    Some(_) => {}
+                    None => every_too_small = false,
+                }
             }
         }
+    }
+    if let (true, Some((dir, disk_bytes))) = (every_too_small, too_small) {
+        tracing::warn!(dir = %dir.display(), segment_bytes = size, disk_bytes, "a segment is larger than the disk allows");
+        return Err(QueueError::SegmentLargerThanDisk {
+            dir,
+            segment_bytes: size as u64,
+            disk_bytes,
+            limit_percent: limit_percent.unwrap_or(100),
+        });
     }
     let (dir, used_percent) = least.unwrap_or_default();
     tracing::warn!(dir = %dir.display(), used_percent, ?limit_percent, "no disk has room for a new segment");

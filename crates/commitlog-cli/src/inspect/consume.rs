@@ -138,6 +138,19 @@ fn print_durable(
     Ok(next)
 }
 
+/// The start of the record of a segment's `bytes` that holds offset `at`
+/// past its first byte, if a valid record does.
+fn record_holding(bytes: &[u8], start_offset: u64, at: u64) -> Option<u64> {
+    let mut holding = None;
+    inspect::scan_segment(bytes, start_offset, 0, |offset, _, body| {
+        let end = offset + (commitlog::format::HEADER_SIZE + body.len()) as u64;
+        if offset < at && at < end {
+            holding = Some(offset);
+        }
+    });
+    holding
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -188,7 +201,12 @@ pub fn consume(args: ConsumeArgs) -> Result<(), CliError> {
         });
         if i == 0 && scan.records == 0 && !scan.ends_with_blank && from_pos > 0 {
             if let Some((offset, reason)) = scan.invalid {
-                return Err(CliError::Input(format!("no record at offset {offset}: {reason}")));
+                return Err(match record_holding(&bytes, segment.start_offset, from) {
+                    Some(start) => CliError::Usage(format!(
+                        "offset {from} is inside the record at {start}: records start at {start} and after it (`--from {start}`)"
+                    )),
+                    None => CliError::Input(format!("no record at offset {offset}: {reason}")),
+                });
             }
         }
         if let Some((offset, reason)) = scan.invalid {

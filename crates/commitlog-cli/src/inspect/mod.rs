@@ -4,7 +4,7 @@
 mod consume;
 mod recover;
 mod stat;
-mod verify;
+pub(crate) mod verify;
 
 use std::path::PathBuf;
 

@@ -42,6 +42,27 @@ struct SalvageSummary {
     moved: Vec<MovedReport>,
 }
 
+/// What `recover` did to a message store's derived data.
+#[derive(Serialize, Default)]
+struct MessageStoreRepair {
+    /// Why every consume queue and the index were rebuilt, if they were.
+    rebuilt_all: Option<String>,
+    /// The topic registry was recovered.
+    topics_recovered: bool,
+    /// Queues repaired from the log (damaged entries, missing files).
+    queues_repaired: u64,
+    /// Entries those repairs put again.
+    entries_repaired: u64,
+    /// The key index was rebuilt.
+    index_rebuilt: bool,
+    /// Consumer offsets lowered to their queue's end (the log lost messages).
+    offsets_lowered: usize,
+    /// Problems the check found after opening, each repaired.
+    repaired_after_check: Vec<String>,
+    /// Problems left (exit 3).
+    problems: Vec<super::ProblemReport>,
+}
+
 #[derive(Serialize)]
 struct RecoverReport {
     dir: String,
@@ -56,6 +77,8 @@ struct RecoverReport {
     segments_deleted: usize,
     stopped_at: Option<String>,
     salvage: Option<SalvageSummary>,
+    /// A message store's derived data, repaired from the log.
+    message_store: Option<MessageStoreRepair>,
 }
 
 /// Opens the log (running recovery) and shuts it down cleanly; with
@@ -112,9 +135,12 @@ pub fn recover(args: RecoverArgs) -> Result<(), CliError> {
         segments_deleted: r.segments_deleted,
         stopped_at: r.stopped_at.map(|(o, reason)| format!("{o}: {reason}")),
         salvage,
+        message_store: if super::verify::is_message_store(dir) { Some(repair_message_store(dir)?) } else { None },
     };
+    let problems = report.message_store.as_ref().map_or(0, |m| m.problems.len());
     if args.dir.json {
-        return outln!("{}", serde_json::to_string_pretty(&report).expect("serialisable"));
+        outln!("{}", serde_json::to_string_pretty(&report).expect("serialisable"))?;
+        return super::problems_found(problems);
     }
     if let Some(s) = &report.salvage {
         outln!("{}: salvaged", report.dir)?;
@@ -153,7 +179,97 @@ pub fn recover(args: RecoverArgs) -> Result<(), CliError> {
             report.scanned_from
         )?;
     }
-    Ok(())
+    if let Some(m) = &report.message_store {
+        outln!("message store       derived data checked against the log")?;
+        if let Some(why) = &m.rebuilt_all {
+            outln!(
+                "rebuilt all         every consume queue and the index, from the log: the dispatch checkpoint {why}"
+            )?;
+        }
+        if m.topics_recovered {
+            outln!("topics recovered    config/topics, from the dispatch checkpoint and the log")?;
+        }
+        outln!("queues repaired     {} ({} entries put again from the log)", m.queues_repaired, m.entries_repaired)?;
+        if m.index_rebuilt {
+            outln!("index rebuilt       from the log")?;
+        }
+        if m.offsets_lowered > 0 {
+            outln!("offsets lowered     {} consumer offsets to their queue's end (the log no longer holds what they passed)", m.offsets_lowered)?;
+        }
+        for what in &m.repaired_after_check {
+            outln!("repaired            {what}")?;
+        }
+        for p in &m.problems {
+            outln!("problem: {} at {}: {}", p.file, p.offset.map_or("-".into(), |o| o.to_string()), p.message)?;
+        }
+    }
+    super::problems_found(problems)
+}
+
+/// Opens the message store in `dir` (its open repairs what it finds damaged),
+/// opens every queue (each checked against the log at its first open), then
+/// checks everything against the log and repairs what that check still finds:
+/// a queue from its first damaged entry, the index by a rebuild. What is left
+/// is reported.
+fn repair_message_store(dir: &std::path::Path) -> Result<MessageStoreRepair, CliError> {
+    let store = crate::messages::open_store(dir, FlushArg::Sync, None)?;
+    let open = store.open_report();
+    store.queue_stats()?;
+    let stats = store.stats();
+    store.shutdown()?;
+    let mut repair = MessageStoreRepair {
+        rebuilt_all: open.rebuilt_all.clone(),
+        topics_recovered: open.topics_recovered,
+        queues_repaired: stats.queues_rebuilt,
+        entries_repaired: stats.entries_repaired,
+        index_rebuilt: open.index_rebuilt,
+        offsets_lowered: open.offsets_lowered,
+        ..MessageStoreRepair::default()
+    };
+    let check = message_store::inspect::check(dir)?;
+    let fixable: Vec<&message_store::inspect::Problem> = check
+        .problems
+        .iter()
+        .filter(|p| {
+            use message_store::inspect::Derived;
+            matches!((p.kind, &p.queue, p.index), (Derived::ConsumeQueue, Some(_), Some(_)) | (Derived::Index, _, _))
+        })
+        .collect();
+    if !fixable.is_empty() {
+        let store = crate::messages::open_store(dir, FlushArg::Sync, None)?;
+        let mut index_done = false;
+        for p in &fixable {
+            match (&p.queue, p.index) {
+                (Some((topic, queue)), Some(from)) if p.kind == message_store::inspect::Derived::ConsumeQueue => {
+                    let put = store.repair_queue(topic, *queue, from)?;
+                    repair.queues_repaired += 1;
+                    repair.entries_repaired += put;
+                    repair
+                        .repaired_after_check
+                        .push(format!("queue {topic}/{queue} from offset {from} ({put} entries)"));
+                }
+                _ if !index_done => {
+                    let messages = store.rebuild_index()?;
+                    index_done = true;
+                    repair.index_rebuilt = true;
+                    repair.repaired_after_check.push(format!("the key index ({messages} messages indexed again)"));
+                }
+                _ => {}
+            }
+        }
+        store.shutdown()?;
+    }
+    let left = if fixable.is_empty() { check } else { message_store::inspect::check(dir)? };
+    repair.problems = left
+        .problems
+        .iter()
+        .map(|p| super::ProblemReport {
+            file: p.path.display().to_string(),
+            offset: p.index,
+            message: p.message.clone(),
+        })
+        .collect();
+    Ok(repair)
 }
 
 /// `forget-dir`'s arguments.

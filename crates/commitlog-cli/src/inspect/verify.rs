@@ -19,6 +19,17 @@ struct SegmentReport {
     end_offset: u64,
 }
 
+/// What the check of a message store's derived data covered.
+#[derive(Serialize)]
+struct MessageStoreReport {
+    messages: u64,
+    queues: usize,
+    entries: u64,
+    keys: u64,
+    index_items: u64,
+    consumer_offsets: usize,
+}
+
 #[derive(Serialize)]
 struct VerifyReport {
     dir: String,
@@ -28,10 +39,19 @@ struct VerifyReport {
     last_offset: Option<u64>,
     end_offset: Option<u64>,
     checkpoint_flushed_offset: Option<u64>,
+    /// The consume queues, key index and `config/` against the log, for a
+    /// message store.
+    message_store: Option<MessageStoreReport>,
     problems: Vec<ProblemReport>,
 }
 
-/// Scans every segment and record with CRC checks, changing nothing.
+/// True when `dir` holds a message store (its `config/` or `consumequeue/`).
+pub(crate) fn is_message_store(dir: &std::path::Path) -> bool {
+    dir.join("config").is_dir() || dir.join("consumequeue").is_dir()
+}
+
+/// Scans every segment and record with CRC checks, and a message store's
+/// derived data against the log, changing nothing.
 pub fn verify(args: DirArgs) -> Result<(), CliError> {
     let listing = listing(&args.dir)?;
     let files = inspect::store_files(&args.dir);
@@ -93,6 +113,24 @@ pub fn verify(args: DirArgs) -> Result<(), CliError> {
             });
         }
     }
+    let message_store = if is_message_store(&args.dir) {
+        let check = message_store::inspect::check(&args.dir)?;
+        problems.extend(check.problems.iter().map(|p| ProblemReport {
+            file: p.path.display().to_string(),
+            offset: p.index,
+            message: p.message.clone(),
+        }));
+        Some(MessageStoreReport {
+            messages: check.messages,
+            queues: check.queues,
+            entries: check.entries,
+            keys: check.keys,
+            index_items: check.items,
+            consumer_offsets: check.offsets,
+        })
+    } else {
+        None
+    };
     let report = VerifyReport {
         dir: args.dir.display().to_string(),
         records: segments.iter().map(|s| s.records).sum(),
@@ -100,6 +138,7 @@ pub fn verify(args: DirArgs) -> Result<(), CliError> {
         last_offset: segments.iter().rev().find_map(|s| s.last_offset),
         end_offset,
         checkpoint_flushed_offset: durable,
+        message_store,
         segments,
         problems,
     };
@@ -125,6 +164,17 @@ pub fn verify(args: DirArgs) -> Result<(), CliError> {
             report.first_offset.map_or("-".into(), |o| o.to_string()),
             report.last_offset.map_or("-".into(), |o| o.to_string())
         )?;
+        if let Some(m) = &report.message_store {
+            outln!(
+                "message store: {} messages checked against {} consume-queue entries of {} queues, {} keys and {} items of the index, {} consumer offsets",
+                m.messages,
+                m.entries,
+                m.queues,
+                m.keys,
+                m.index_items,
+                m.consumer_offsets
+            )?;
+        }
         for p in &report.problems {
             outln!("problem: {} at {}: {}", p.file, p.offset.map_or("-".into(), |o| o.to_string()), p.message)?;
         }
