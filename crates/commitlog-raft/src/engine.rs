@@ -435,11 +435,15 @@ where
     C: RaftTypeConfig,
     C::Entry: Serialize + DeserializeOwned + Clone,
 {
+    let purged = group.meta.purged();
     let last = match group.index.last()? {
+        // An entry at or below the purged id is never read: reclaim may have
+        // deleted its record (the index keeps purged entries while their
+        // segment lasts).
+        Some((i, _)) if purged.as_ref().is_some_and(|p| i <= p.index) => None,
         Some((i, _)) => engine.entry(group, i)?.map(|e| e.get_log_id().clone()),
         None => None,
     };
-    let purged = group.meta.purged();
     Ok(if last.as_ref().map(|l| l.index) >= purged.as_ref().map(|p| p.index) { last } else { purged })
 }
 

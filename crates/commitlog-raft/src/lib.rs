@@ -378,7 +378,13 @@ where
             if awaited {
                 appended.durability.await.map_err(storage_err::<C>)?;
             }
-            index.truncate_from(i).map_err(storage_err::<C>)?;
+            if i <= self.group.after_purged() {
+                // Only purged entries would be left: the index starts over at
+                // the next append, as after a purge of everything.
+                index.clear().map_err(storage_err::<C>)?;
+            } else {
+                index.truncate_from(i).map_err(storage_err::<C>)?;
+            }
         }
         let last = self.last_log_id().map_err(storage_err::<C>)?;
         self.group.meta.set_flushed(last);

@@ -87,3 +87,42 @@ async fn truncation_and_purge_survive_a_restart_and_purged_entries_stay_purged()
     let state = store.get_log_state().await.unwrap();
     assert_eq!((state.last_purged_log_id, state.last_log_id), (Some(log_id(3, 900)), Some(log_id(4, 905))));
 }
+
+#[tokio::test]
+async fn a_purge_recorded_whose_index_was_not_cut_yet_reopens_as_the_purged_log() {
+    for purged in [400u64, 600] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = RaftLogStore::<TypeConfig>::open(dir.path(), config()).unwrap();
+        append(&mut store, (1..=500).map(|i| entry(1, i)).collect()).await;
+        // The crash point: the purged id durable in the meta file, the index
+        // not yet cut (purge records the id first).
+        let crashed = tempfile::tempdir().unwrap();
+        copy_dir(dir.path(), crashed.path());
+        store.purge(log_id(1, purged)).await.unwrap();
+        let meta = commitlog_raft::group_dir(dir.path(), commitlog_raft::SINGLE_GROUP).join("meta");
+        std::fs::copy(&meta, commitlog_raft::group_dir(crashed.path(), commitlog_raft::SINGLE_GROUP).join("meta"))
+            .unwrap();
+        drop(store);
+
+        let mut store = RaftLogStore::<TypeConfig>::open(crashed.path(), config()).unwrap();
+        // Reclaim deletes the segments of the purged entries the index still names.
+        let engine = store.engine();
+        tokio::task::spawn_blocking(move || engine.reclaim()).await.unwrap().unwrap();
+        let state = store.get_log_state().await.unwrap();
+        let last = purged.max(500);
+        assert_eq!(state.last_purged_log_id, Some(log_id(1, purged)), "purged {purged}");
+        assert_eq!(state.last_log_id, Some(log_id(1, last)), "purged {purged}");
+        let live: Vec<(u64, u64)> = (purged + 1..=500).map(|i| (1, i)).collect();
+        let got = store.try_get_log_entries(purged + 1..u64::MAX).await.unwrap();
+        assert_eq!(got.iter().map(|e| (e.log_id.leader_id.term, e.log_id.index)).collect::<Vec<_>>(), live);
+        // The conflicting suffix goes; the next leader's entries follow.
+        store.truncate(log_id(1, purged + 1)).await.unwrap();
+        append(&mut store, (purged + 1..=purged + 5).map(|i| entry(2, i)).collect()).await;
+        store.shutdown().unwrap();
+        drop(store);
+        let mut store = RaftLogStore::<TypeConfig>::open(crashed.path(), config()).unwrap();
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(state.last_log_id, Some(log_id(2, purged + 5)), "purged {purged}");
+        store.shutdown().unwrap();
+    }
+}
