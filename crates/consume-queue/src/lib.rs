@@ -491,6 +491,15 @@ impl ConsumeQueue {
         Ok(low)
     }
 
+    /// The index at the start of the `segments`-th segment from the end (the
+    /// first segment's start if there are fewer): where a check of the recent
+    /// entries begins (RocketMQ recovers a consume queue's last three files).
+    pub fn last_segments_start(&self, segments: usize) -> u64 {
+        let all = self.queue.segments();
+        let from = all.len().saturating_sub(segments.max(1));
+        all.get(from).map_or(0, |s| index_at(s.file_from_offset()))
+    }
+
     /// The first index in `[from, next)` where the queue stops being a
     /// plausible index of a log: an entry missing (zeros), naming a record
     /// that starts before the previous entry's record ends, or ending past

@@ -5,7 +5,8 @@
 //! that go missing, 2e truncations racing flushes and rounds, 2b crashes over
 //! several generations (recover, append, crash again), 3 real SIGKILLs, 4 sync
 //! failure, 5 disk full, the guard and the cleaning service; 2f the message store
-//! (consume queues, offsets, consumers) under simulated power loss. Layers 6 (fuzzing)
+//! (consume queues, offsets, consumers) under simulated power loss; 2g its
+//! derived data damaged at random. Layers 6 (fuzzing)
 //! and 7 (loom models) are run by `cargo xtask crash` around this binary. Each
 //! layer prints one line with its figure; the exit code is non-zero if any fails.
 //! `--planted` runs the planted bugs instead (a `--cfg planted_bugs` build only).
@@ -18,6 +19,7 @@ use std::time::Instant;
 
 mod common;
 mod corruption;
+mod damage_layer;
 mod disk_full;
 mod generations;
 mod kill;
@@ -60,7 +62,10 @@ fn main() -> ExitCode {
         // exist only in a build with `--cfg planted_bugs` (`cargo xtask crash`
         // makes one in its own target directory), never in what users get.
         #[cfg(planted_bugs)]
-        return planted::run(arg(&args, "--seed").and_then(|s| s.parse().ok()).unwrap_or(0x5EED));
+        return planted::run(
+            arg(&args, "--seed").and_then(|s| s.parse().ok()).unwrap_or(0x5EED),
+            arg(&args, "--layer").as_deref(),
+        );
         #[cfg(not(planted_bugs))]
         {
             eprintln!("--planted needs a build with RUSTFLAGS=\"--cfg planted_bugs\" (cargo xtask crash makes one)");
@@ -164,6 +169,22 @@ fn main() -> ExitCode {
             m.add(t);
         }
         run.report(m.violations() == 0 && (run.repro || m.states >= 5_000 * scale as u64), message_line(&m, runs, t0));
+    }
+
+    if run.wanted("message-damage") {
+        // 2g. The message store's derived data damaged at random.
+        let t0 = Instant::now();
+        let mut d = damage_layer::Tally::default();
+        let runs = 16 * scale as u64;
+        for s in run.seeds(23_000, runs) {
+            let t = damage_layer::run_seed(s, 50, false);
+            run.check("message-damage", s, t.violations(), || damage_line(&t, 1, t0));
+            d.add(t);
+        }
+        run.report(
+            d.violations() == 0 && (run.repro || (d.cases >= 800 * scale as u64 && d.repaired > 0)),
+            damage_line(&d, runs, t0),
+        );
     }
 
     if run.wanted("races") {
@@ -383,7 +404,7 @@ fn segment_dirs_line(d: &segment_dirs::Tally, runs: u64, t0: Instant) -> String 
 
 fn message_line(m: &message_layer::Tally, runs: u64, t0: Instant) -> String {
     format!(
-        "message-store (puts on shared queues, a consumer committing offsets; one run in four async, every other with two consume queues open at most): {} crash states over {runs} runs, {} acked, {} consumed, {} acked or consumed lost, {} garbage, {} committed offsets lost, {} keys not found, {} offsets reused, {} failed opens, {} failed reads ({:.1?})",
+        "message-store (puts on shared queues, a consumer committing offsets; one run in four async, every other with two consume queues open at most): {} crash states over {runs} runs, {} acked, {} consumed, {} acked or consumed lost, {} garbage, {} committed offsets lost, {} keys not found, {} offsets reused, {} failed opens, {} failed reads, {} repairs needed ({:.1?})",
         m.states,
         m.acked,
         m.consumed,
@@ -394,6 +415,24 @@ fn message_line(m: &message_layer::Tally, runs: u64, t0: Instant) -> String {
         m.reused,
         m.open_errors,
         m.read_errors,
+        m.repaired,
+        t0.elapsed()
+    )
+}
+
+fn damage_line(d: &damage_layer::Tally, runs: u64, t0: Instant) -> String {
+    format!(
+        "message-damage (consume-queue entries, files and directories, the dispatch checkpoint, the topic registry and index files damaged at random): {} damaged stores over {runs} runs ({} damages, {} repairs said), {} acked, {} acked lost, {} garbage, {} committed offsets lowered, {} keys not found, {} offsets reused, {} failed opens ({:.1?})",
+        d.cases,
+        d.damages,
+        d.repaired,
+        d.acked,
+        d.lost,
+        d.garbage,
+        d.offsets_lowered,
+        d.keys_lost,
+        d.reused,
+        d.open_errors,
         t0.elapsed()
     )
 }

@@ -13,7 +13,10 @@
 //!   durable: dispatch reads only durable data), and every committed consumer
 //!   offset survives;
 //! - every acknowledged key is found by the index (sync flush);
-//! - a new put on each queue takes the queue's end: no offset is used twice.
+//! - a new put on each queue takes the queue's end: no offset is used twice;
+//! - nothing derived needed repair: a power cut never damages what the
+//!   dispatch checkpoint says was durable (the store would rebuild it from the
+//!   log, which would hide the broken ordering).
 //!
 //! In every other run at most two consume queues are open at once, so idle
 //! ones are closed and reopened throughout. One run in four uses async flush, where the log can lose its tail while the
@@ -60,6 +63,10 @@ pub struct Tally {
     /// Reads of a live queue that failed (an entry for a record readers may
     /// not see yet: dispatched before it was durable).
     pub read_errors: u64,
+    /// Crash images whose derived data the store had to repair from the log:
+    /// a power cut must never damage what the dispatch checkpoint says was
+    /// durable (the repair would hide the broken ordering).
+    pub repaired: u64,
 }
 
 impl Tally {
@@ -72,6 +79,7 @@ impl Tally {
             + self.reused
             + self.open_errors
             + self.read_errors
+            + self.repaired
     }
 
     /// Adds another run's tally.
@@ -86,6 +94,7 @@ impl Tally {
         self.reused += o.reused;
         self.open_errors += o.open_errors;
         self.read_errors += o.read_errors;
+        self.repaired += o.repaired;
     }
 }
 
@@ -267,6 +276,9 @@ fn check_image(
         tally.open_errors += 1;
         return tally;
     };
+    let report = store.open_report();
+    let repaired_at_open =
+        report.rebuilt_all.is_some() || report.index_rebuilt || report.topics_recovered || report.queues_repaired > 0;
     for queue in 0..QUEUES {
         let Ok((min, max)) = store.queue_range("t", queue) else {
             tally.garbage += 1;
@@ -315,6 +327,9 @@ fn check_image(
                 _ => tally.keys_lost += 1,
             }
         }
+    }
+    if repaired_at_open || store.stats().queues_rebuilt > 0 {
+        tally.repaired += 1;
     }
     let _ = store.shutdown();
     tally

@@ -16,7 +16,7 @@
 //! | 8 | magic `MSDISP02` |
 //! | 8 | the dispatch point |
 //! | 8 | the log's first offset when it was recorded |
-//! | 1 + 8 + 4 | the key index: 0 off, 1 no file yet, 2 a live file (its start position, then its items) |
+//! | 1 + 8 + 8 + 4 | the key index: 0 off, 1 no file yet, 2 files (the first one's start position, the live one's, and its items) |
 //! | 4 | topics, then per topic: name (u8 length), queue count u32, queues with entries u32, each: queue id u32, first offset u64, end u64 |
 //! | 4 | CRC32C of everything before |
 //!
@@ -43,9 +43,12 @@ pub(crate) fn checkpoint_path(root: &Path) -> PathBuf {
 /// A queue's extent: its first offset and its end (the offset its next message gets).
 pub(crate) type Extent = (u64, u64);
 
-/// How far the key index's live file went.
+/// The key index's files: where they start, and how far the live one went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct IndexMark {
+    /// The first file's start position in the index's segment queue (files
+    /// before it expired with the log).
+    pub(crate) first_file: u64,
     /// The live file's start position in the index's segment queue.
     pub(crate) live_file: u64,
     /// Its items.
@@ -98,12 +101,13 @@ impl Recorded {
         b.extend_from_slice(MAGIC);
         b.extend_from_slice(&self.point.to_le_bytes());
         b.extend_from_slice(&self.log_min.to_le_bytes());
-        let (kind, live, items) = match self.index {
-            IndexRecord::Off => (0u8, 0, 0),
-            IndexRecord::Empty => (1, 0, 0),
-            IndexRecord::Live(mark) => (2, mark.live_file, mark.items),
+        let (kind, first, live, items) = match self.index {
+            IndexRecord::Off => (0u8, 0, 0, 0),
+            IndexRecord::Empty => (1, 0, 0, 0),
+            IndexRecord::Live(mark) => (2, mark.first_file, mark.live_file, mark.items),
         };
         b.push(kind);
+        b.extend_from_slice(&first.to_le_bytes());
         b.extend_from_slice(&live.to_le_bytes());
         b.extend_from_slice(&items.to_le_bytes());
         b.extend_from_slice(&u32::try_from(self.topics.len()).unwrap_or(u32::MAX).to_le_bytes());
@@ -147,7 +151,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Loaded {
         }
         return Loaded::PointOnly(u64::from_le_bytes(bytes[8..16].try_into().unwrap_or_default()));
     }
-    if bytes.len() < 8 + 8 + 8 + 13 + 4 + 4 || &bytes[..8] != MAGIC {
+    if bytes.len() < 8 + 8 + 8 + 21 + 4 + 4 || &bytes[..8] != MAGIC {
         return Loaded::Damaged("not a dispatch checkpoint of this version".into());
     }
     let (body, crc) = bytes.split_at(bytes.len() - 4);
@@ -172,12 +176,13 @@ fn decode(mut b: &[u8]) -> Option<Recorded> {
     let point = u64_of(&mut b)?;
     let log_min = u64_of(&mut b)?;
     let kind = *take(&mut b, 1)?.first()?;
+    let first = u64_of(&mut b)?;
     let live = u64_of(&mut b)?;
     let items = u32_of(&mut b)?;
     let index = match kind {
         0 => IndexRecord::Off,
         1 => IndexRecord::Empty,
-        2 => IndexRecord::Live(IndexMark { live_file: live, items }),
+        2 if first <= live => IndexRecord::Live(IndexMark { first_file: first, live_file: live, items }),
         _ => return None,
     };
     let count = u32_of(&mut b)?;
@@ -230,7 +235,12 @@ mod tests {
             RecordedTopic { queues: 4, extents: BTreeMap::from([(0, (0, 30)), (3, (7, 9))]) },
         );
         topics.insert("empty".to_string(), RecordedTopic { queues: 2, extents: BTreeMap::new() });
-        Recorded { point: 4096, log_min: 0, topics, index: IndexRecord::Live(IndexMark { live_file: 0, items: 17 }) }
+        Recorded {
+            point: 4096,
+            log_min: 0,
+            topics,
+            index: IndexRecord::Live(IndexMark { first_file: 0, live_file: 0, items: 17 }),
+        }
     }
 
     #[test]

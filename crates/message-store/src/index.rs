@@ -186,14 +186,17 @@ impl Index {
     /// file's first items (checked for order, the last against the log);
     /// what was written after is cut, files made after are deleted. Anything
     /// else (files of another shape or damaged, nothing recorded, a recorded
-    /// file missing) and the index is emptied: the second value is then true,
-    /// and the caller indexes the log's messages below `point` again.
+    /// file missing, a file missing at the front while the log's front did not
+    /// move, `log_front_moved` false) and the index is emptied: the second
+    /// value is then true, and the caller indexes the log's messages below
+    /// `point` again.
     pub(crate) fn open(
         storage: Arc<dyn Storage>,
         root: &Path,
         config: IndexConfig,
         recorded: Option<IndexRecord>,
         point: u64,
+        log_front_moved: bool,
         log: &commitlog::CommitLog,
     ) -> Result<(Index, bool), StoreError> {
         let dir = root.join("index");
@@ -207,7 +210,7 @@ impl Index {
             }
         };
         let index = Index { config, queue: Arc::new(queue), sealed: Mutex::new(Vec::new()), live: Mutex::new(None) };
-        let rebuilt = match index.keep_recorded(recorded, point, log)? {
+        let rebuilt = match index.keep_recorded(recorded, point, log_front_moved, log)? {
             Ok(()) => false,
             Err(why) => {
                 if !index.queue.segments().is_empty() || recorded.is_some_and(|r| r != IndexRecord::Empty) {
@@ -228,19 +231,32 @@ impl Index {
         &self,
         recorded: Option<IndexRecord>,
         point: u64,
+        log_front_moved: bool,
         log: &commitlog::CommitLog,
     ) -> Result<Result<(), &'static str>, StoreError> {
         let segments = self.queue.segments();
         let mark = match recorded {
             None => return Ok(Err("no dispatch checkpoint")),
             Some(IndexRecord::Off) => return Ok(Err("it was off when the dispatch point was recorded")),
-            Some(IndexRecord::Empty) if segments.is_empty() => return Ok(Ok(())),
-            Some(IndexRecord::Empty) => return Ok(Err("files written after the dispatch point")),
+            Some(IndexRecord::Empty) => {
+                // Files made after the point hold only items past it: dispatch
+                // adds them again.
+                if !segments.is_empty() {
+                    self.queue.clear().map_err(commitlog::Error::from)?;
+                }
+                return Ok(Ok(()));
+            }
             Some(IndexRecord::Live(mark)) => mark,
         };
         let Some(live_at) = segments.iter().position(|f| f.file_from_offset() == mark.live_file) else {
             return Ok(Err("the recorded live file is missing"));
         };
+        // Files before the first recorded go only with the log's front; any
+        // other missing at the front is damage (its keys would be lost).
+        let first = segments.first().map_or(mark.live_file, |f| f.file_from_offset());
+        if first > mark.first_file && !log_front_moved {
+            return Ok(Err("files at its front are missing"));
+        }
         if mark.items > self.config.max_items {
             return Ok(Err("more items recorded than a file holds"));
         }
@@ -312,7 +328,9 @@ impl Index {
     pub(crate) fn record(&self) -> IndexRecord {
         match self.live.lock().as_ref() {
             Some(live) => {
-                IndexRecord::Live(IndexMark { live_file: live.file.file_from_offset(), items: live.span.count })
+                let live_file = live.file.file_from_offset();
+                let first_file = self.sealed.lock().first().map_or(live_file, |(file, _)| file.file_from_offset());
+                IndexRecord::Live(IndexMark { first_file, live_file, items: live.span.count })
             }
             None => IndexRecord::Empty,
         }

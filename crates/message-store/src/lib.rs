@@ -13,9 +13,13 @@
 //!   offsets durably ([`MessageStore::commit_offset`]).
 //! - The index finds messages by key within a time range
 //!   ([`MessageStore::query_by_key`]), built by the same dispatch.
-//! - Opening a store makes every consume queue agree with the log: entries past
-//!   the recorded dispatch point are cut and the messages after it dispatched
-//!   again; the repository's `docs/message-store.md` has the details.
+//! - Everything but the consumer offsets is derived from the log and rebuilt
+//!   from it: opening a store keeps of each consume queue and of the index
+//!   what the dispatch checkpoint recorded as durable, dispatches the messages
+//!   after its point again, and repairs from the log whatever is damaged or
+//!   missing, loudly ([`OpenReport`], [`StoreStats`]); a queue offset the log
+//!   holds is never given again. [`inspect::check`] checks it all against the
+//!   log, read-only. The repository's `docs/message-store.md` has the details.
 //!
 //! ```
 //! use commitlog::{CommitLogConfig, FlushDiskType};
@@ -42,11 +46,12 @@
 //!
 //! Layout: `store.rs` (open, topics, puts, offsets API, shutdown), `message.rs`
 //! (the encoding inside a log record), `topic.rs` (names, the topic registry),
-//! `queues.rs` (each queue's put lock, consume queue and wait signal),
-//! `dispatch.rs` (dispatch and its checkpoint), `index.rs` (the key index), `get.rs` (reading a queue),
+//! `queues.rs` (each queue's put lock, consume queue and wait signal, its check
+//! and repair against the log), `dispatch.rs` (dispatch), `checkpoint.rs` (the
+//! dispatch checkpoint), `index.rs` (the key index), `get.rs` (reading a queue),
 //! `poll.rs` (long polling), `offsets.rs` (consumer offsets), `textfile.rs` (the
-//! small text files of `config/`), `config.rs`,
-//! `error.rs`.
+//! small text files of `config/`), `inspect/` (read-only views and the check),
+//! `config.rs`, `error.rs`.
 
 #![forbid(unsafe_code)]
 

@@ -96,6 +96,9 @@ impl Signal {
     }
 }
 
+/// How many of a queue's last consume-queue segments its first open reads.
+const CHECKED_SEGMENTS: usize = 3;
+
 /// One queue of a topic.
 #[derive(Debug)]
 pub(crate) struct Queue {
@@ -331,11 +334,12 @@ impl Queue {
     /// of it (its first offset and end at the recovered point) is what it
     /// must hold below that point; what it holds past its recorded end was
     /// written after and is cut (dispatch puts it again). Then, below the
-    /// point, every entry must be there and in log order, the last one must
-    /// name its message, and nothing may be missing from the front or the end:
-    /// otherwise the queue is damaged, and repaired from the log from the first
-    /// entry that is not (files that do not load are removed first). Never cut
-    /// short: a queue offset the log holds is never given again.
+    /// point, every entry of its last [`CHECKED_SEGMENTS`] segments must be
+    /// there and in log order, the last one must name its message, and nothing
+    /// may be missing from the front or the end: otherwise the queue is
+    /// damaged, and repaired from the log from the first entry that is not
+    /// (files that do not load are removed first). Never cut short: a queue
+    /// offset the log holds is never given again.
     fn open_checked(
         &self,
         context: &QueueContext,
@@ -377,10 +381,14 @@ impl Queue {
         let files_first = cq.min_index();
         // The front may have moved since the point only with the log's own front.
         let log_front_moved = context.recorded.as_ref().is_some_and(|r| log.min_offset() > r.log_min);
+        // The entries of the last segments are read (as RocketMQ recovers a
+        // queue's last three files): an open costs the same however long the
+        // queue. Older damage is found by the read that meets it, or `verify`.
+        let recent = cq.last_segments_start(CHECKED_SEGMENTS);
         let damaged_at = if files_first > recorded_min && !log_front_moved {
             Some(recorded_min)
         } else {
-            cq.first_damaged(recorded_min.max(files_first), point)?
+            cq.first_damaged(recorded_min.max(files_first).max(recent), point)?
         };
         let damaged_at =
             damaged_at.or_else(|| (cq.next_index() < recorded_end).then_some(cq.next_index())).or(match cq.last()? {

@@ -218,6 +218,7 @@ impl MessageStore {
                 config.index,
                 recorded.as_ref().map(|r| r.index),
                 recovered_from,
+                recorded.as_ref().is_some_and(|r| log.min_offset() > r.log_min),
                 &log,
             )?;
             (Some(Arc::new(index)), rebuilt)

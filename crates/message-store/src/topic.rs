@@ -84,9 +84,10 @@ impl Registry {
 
     /// The registry of the store in `root`, recovered if its file is missing
     /// while the store holds messages, or damaged: the topics the dispatch
-    /// checkpoint recorded, with their queue counts, or (with no checkpoint)
-    /// those of the log's messages, each with one queue past the highest it
-    /// used. A topic the checkpoint knows and the file lacks is added back.
+    /// checkpoint recorded, with their queue counts, and those of the log's
+    /// messages past its point (or all of them, with no checkpoint), each with
+    /// one queue past the highest it used. A topic the checkpoint knows and the
+    /// file lacks is added back.
     /// Said loudly; the recovered registry is written at once.
     pub(crate) fn recover(
         storage: &dyn Storage,
@@ -104,28 +105,28 @@ impl Registry {
             Err(err) => return Err(err),
         };
         let mut added = 0usize;
-        match recorded {
-            Some(recorded) => {
-                for (topic, entry) in &recorded.topics {
-                    if !registry.topics.contains_key(topic) {
-                        registry.topics.insert(topic.clone(), entry.queues.max(1));
-                        added += 1;
-                    }
+        if let Some(recorded) = recorded {
+            for (topic, entry) in &recorded.topics {
+                if !registry.topics.contains_key(topic) {
+                    registry.topics.insert(topic.clone(), entry.queues.max(1));
+                    added += 1;
                 }
             }
-            None if why.is_some() => {
-                for record in log.iter_from(log.min_offset()) {
-                    let record = record?;
-                    let Ok(header) = crate::message::decode_header(&record.body) else { continue };
-                    let queues = header.queue_id.saturating_add(1);
-                    let count = registry.topics.entry(header.topic).or_insert(0);
-                    if *count < queues {
-                        added += usize::from(*count == 0);
-                        *count = queues;
-                    }
+        }
+        if why.is_some() {
+            // Topics made after the checkpoint (or with none) are known only by
+            // their messages, which lie past its point.
+            let from = recorded.map_or(log.min_offset(), |r| r.point).max(log.min_offset());
+            for record in log.iter_from(from) {
+                let record = record?;
+                let Ok(header) = crate::message::decode_header(&record.body) else { continue };
+                let queues = header.queue_id.saturating_add(1);
+                let count = registry.topics.entry(header.topic).or_insert(0);
+                if *count < queues {
+                    added += usize::from(*count == 0);
+                    *count = queues;
                 }
             }
-            None => {}
         }
         if added == 0 {
             return Ok(Recovered { registry, recovered: false });

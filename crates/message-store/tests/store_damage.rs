@@ -356,3 +356,28 @@ fn the_check_sees_each_damage_and_nothing_once_the_store_repaired_it() {
         assert!(left.is_empty(), "{what}: repaired, but {left:?}");
     }
 }
+
+#[test]
+fn damage_older_than_the_checked_segments_is_repaired_by_the_read_that_meets_it() {
+    let sim = SimStorage::new();
+    let store = open(&sim, config(FlushDiskType::SyncFlush));
+    store.create_topic("t", 1).unwrap();
+    // Five consume-queue segments of 1,024 entries; the open reads the last three.
+    let messages = 5 * 1024 - 10;
+    let bodies: Vec<Vec<u8>> = (0..messages).map(|i: u32| i.to_le_bytes().to_vec()).collect();
+    for chunk in bodies.chunks(256) {
+        let batch: Vec<Message> = chunk.iter().map(|b| Message::new("t", 0, b.clone())).collect();
+        store.put_messages(&batch).unwrap().durability.wait().unwrap();
+    }
+    assert!(store.wait_for("t", 0, u64::from(messages) - 1, std::time::Duration::from_secs(10)).unwrap());
+    store.shutdown().unwrap();
+    let first = queue_dir(0).join(format!("{:020}", 0));
+    assert!(sim.patch_file(&first, 20 * 10, &[0u8; 20]));
+    let store = open(&sim, config(FlushDiskType::SyncFlush));
+    assert_eq!(store.stats().queues_rebuilt, 0, "not read at open");
+    let read = read_queue(&store, "t", 0);
+    assert_eq!(read.len(), bodies.len());
+    assert!(read.iter().zip(&bodies).all(|((_, got), want)| got == want));
+    assert_eq!(store.stats().queues_rebuilt, 1, "repaired by the read");
+    store.shutdown().unwrap();
+}
