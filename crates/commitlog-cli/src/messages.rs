@@ -276,6 +276,18 @@ fn is_out_of_space(err: &CliError) -> bool {
 /// is the error it ends with.
 fn read_without_committing(args: &ReceiveArgs, why: &CliError) -> Result<(), CliError> {
     eprintln!("commitlog: warning: cannot open the store to commit ({why}); reading it without committing");
+    read_files(args, None)?;
+    Err(CliError::Input(format!(
+        "group {}'s offset was not committed (the disk is full; it stays where it was, the next receive reads these again)",
+        args.group
+    )))
+}
+
+/// Prints the queue from the files (`inspect::read_queue`), from `--from`,
+/// else the group's committed offset, else the queue's first, up to `--max`:
+/// to its durable end, or, with `stop` (`--follow`), on every 100 ms until
+/// `stop` is raised. A damaged entry ends it with exit 3.
+fn read_files(args: &ReceiveArgs, stop: Option<&std::sync::atomic::AtomicBool>) -> Result<(), CliError> {
     let dir = &args.queue.store.dir;
     let (topic, queue) = (args.queue.topic.as_str(), args.queue.queue);
     let mut offset = match args.from {
@@ -288,26 +300,28 @@ fn read_without_committing(args: &ReceiveArgs, why: &CliError) -> Result<(), Cli
     let mut left = args.max.unwrap_or(usize::MAX);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    while left > 0 {
+    while left > 0 && !stop.is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst)) {
         let read = inspect::read_queue(dir, topic, queue, offset, left.min(256), &filter)?;
+        if let Some(first) = read.skipped_to {
+            eprintln!("commitlog: warning: offsets before {first} expired; going on from there");
+        }
         for message in &read.messages {
             print_message(&mut out, args.json, message).map_err(io("writing to stdout"))?;
         }
+        out.flush().map_err(io("writing to stdout"))?;
         if let Some(damage) = read.damaged {
-            out.flush().map_err(io("writing to stdout"))?;
             return Err(damaged_queue(topic, queue, damage));
         }
         left = left.saturating_sub(read.messages.len());
         if read.next_offset == offset {
-            break;
+            if stop.is_none() {
+                break;
+            }
+            std::thread::sleep(FOLLOW_POLL);
         }
         offset = read.next_offset;
     }
-    out.flush().map_err(io("writing to stdout"))?;
-    Err(CliError::Input(format!(
-        "group {}'s offset was not committed (the disk is full; it stays where it was, the next receive reads these again)",
-        args.group
-    )))
+    out.flush().map_err(io("writing to stdout"))
 }
 
 /// The offset `group` committed in `topic`'s queue, read from the files.
@@ -362,35 +376,7 @@ fn follow(args: &ReceiveArgs) -> Result<(), CliError> {
         return Err(CliError::Usage(format!("{}: no queue {topic}/{queue}", dir.display())));
     }
     let stop = crate::stop_on_ctrl_c()?;
-    let mut offset = match args.from {
-        Some(from) => from,
-        None => {
-            committed_in_files(dir, &args.group, topic, queue)?.unwrap_or(inspect::queue(dir, topic, queue)?.min_offset)
-        }
-    };
-    let filter = TagFilter::parse(&args.tags);
-    let mut left = args.max.unwrap_or(usize::MAX);
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
-    while left > 0 && !stop.load(std::sync::atomic::Ordering::SeqCst) {
-        let read = inspect::read_queue(dir, topic, queue, offset, left.min(256), &filter)?;
-        if let Some(first) = read.skipped_to {
-            eprintln!("commitlog: warning: offsets before {first} expired; going on from there");
-        }
-        for message in &read.messages {
-            print_message(&mut out, args.json, message).map_err(io("writing to stdout"))?;
-        }
-        out.flush().map_err(io("writing to stdout"))?;
-        if let Some(damage) = read.damaged {
-            return Err(damaged_queue(topic, queue, damage));
-        }
-        left = left.saturating_sub(read.messages.len());
-        if read.next_offset == offset {
-            std::thread::sleep(FOLLOW_POLL);
-        }
-        offset = read.next_offset;
-    }
-    out.flush().map_err(io("writing to stdout"))
+    read_files(args, Some(&stop))
 }
 
 #[derive(Args)]

@@ -119,13 +119,7 @@ impl ConsumeQueue {
         next: u64,
     ) -> Result<Self, CqError> {
         let queue = Self::load(storage, dir, &config)?;
-        let end = position(next)?;
-        if let Some(last) = queue.last_mapped_file() {
-            let pos = last.position_of(end).unwrap_or(last.file_size());
-            last.set_positions(pos)?;
-        }
-        queue.set_committed_where(end);
-        queue.set_flushed_where(queue.flushed_where().min(end));
+        Self::end_at(&queue, next)?;
         let range = (next > 0 || queue.segment_count() > 0).then_some((first.min(next), next));
         Self::with_range(queue, config, range)
     }
@@ -196,18 +190,23 @@ impl ConsumeQueue {
                 }
                 queue.set_committed_where(position(next)?);
             }
-            Some((_, next)) => {
-                let end = position(next)?;
-                if let Some(last) = queue.last_mapped_file() {
-                    let pos = last.position_of(end).unwrap_or(last.file_size());
-                    last.set_positions(pos)?;
-                }
-                queue.set_committed_where(end);
-                queue.set_flushed_where(queue.flushed_where().min(end));
-            }
+            Some((_, next)) => Self::end_at(&queue, next)?,
             None => {}
         }
         Self::with_range(queue, config, range)
+    }
+
+    /// Sets the positions of a queue this process wrote at index `next`, with
+    /// no erase: what follows is zeros, and what it left unsynced stays so.
+    fn end_at(queue: &SegmentQueue, next: u64) -> Result<(), CqError> {
+        let end = position(next)?;
+        if let Some(last) = queue.last_mapped_file() {
+            let pos = last.position_of(end).unwrap_or(last.file_size());
+            last.set_positions(pos)?;
+        }
+        queue.set_committed_where(end);
+        queue.set_flushed_where(queue.flushed_where().min(end));
+        Ok(())
     }
 
     /// The queue over loaded segments whose entries span `range`, with its
