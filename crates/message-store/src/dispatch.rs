@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use commitlog::{CommitLog, Record};
-use consume_queue::{ConsumeQueue, CqEntry};
+use consume_queue::ConsumeQueue;
 use parking_lot::Mutex;
 
 use crate::checkpoint::{IndexRecord, Recorded, RecordedTopic};
@@ -22,7 +22,7 @@ use crate::config::DispatchLimit;
 use crate::error::StoreError;
 use crate::index::Index;
 use crate::message::{decode_header, Header};
-use crate::queues::{Queue, QueueContext};
+use crate::queues::{entry_of, Queue, QueueContext};
 
 /// The dispatcher's state, shared by the store and its dispatch thread.
 #[derive(Debug)]
@@ -287,11 +287,4 @@ impl Dispatcher {
         }
         recorded
     }
-}
-
-/// The consume-queue entry of `record`.
-pub(crate) fn entry_of(record: &Record, tags_code: u64) -> CqEntry {
-    // A record lies within one segment, whose size is a u32 at most... or the
-    // entry says u32::MAX and its check against the log fails loudly.
-    CqEntry { offset: record.offset, size: u32::try_from(record.size).unwrap_or(u32::MAX), tag: tags_code }
 }

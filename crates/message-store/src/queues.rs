@@ -490,7 +490,7 @@ impl Queue {
             if !cq.is_empty() && header.queue_offset != cq.next_index() {
                 return Ok(None);
             }
-            cq.put(header.queue_offset, crate::dispatch::entry_of(&record, header.tags_code))?;
+            cq.put(header.queue_offset, entry_of(&record, header.tags_code))?;
             put = put.saturating_add(1);
         }
         Ok(Some(put))
@@ -583,4 +583,11 @@ impl Queues {
     pub(crate) fn all(&self) -> Vec<Arc<Queue>> {
         self.topics.read().values().flat_map(|queues| queues.iter().cloned()).collect()
     }
+}
+
+/// The consume-queue entry of `record`.
+pub(crate) fn entry_of(record: &commitlog::Record, tags_code: u64) -> CqEntry {
+    // A record lies within one segment, whose size is a u32 at most... or the
+    // entry says u32::MAX and its check against the log fails loudly.
+    CqEntry { offset: record.offset, size: u32::try_from(record.size).unwrap_or(u32::MAX), tag: tags_code }
 }

@@ -196,9 +196,9 @@ impl MessageStore {
             log.flush_all()?; // what recovery found is durable before it is dispatched
         }
         let (recorded, rebuild_all) = Self::trusted_checkpoint(&*storage, &root, &log)?;
-        let registry = Registry::recover(&*storage, &root, recorded.as_ref(), &log)?;
+        let (registry, topics_recovered) = recover_registry(&*storage, &root, recorded.as_ref(), &log)?;
         let queues = Arc::new(Queues::default());
-        for (topic, count) in registry.registry.topics() {
+        for (topic, count) in registry.topics() {
             queues.add_topic(topic, count);
         }
         // Below the recorded point every entry and index item was flushed
@@ -254,7 +254,7 @@ impl MessageStore {
             storage,
             log,
             queues,
-            registry: Mutex::new(registry.registry),
+            registry: Mutex::new(registry),
             dispatcher,
             expired_to: AtomicU64::new(0),
             dispatch_wake: ServiceState::new(),
@@ -279,7 +279,7 @@ impl MessageStore {
             redispatched,
             offsets_lowered,
             rebuilt_all: rebuild_all,
-            topics_recovered: registry.recovered,
+            topics_recovered,
             queues_rebuilt_whole,
             queues_repaired: context.repaired.load(Ordering::Relaxed),
             index_rebuilt,
@@ -850,6 +850,47 @@ impl Core {
         self.expired_to.store(log_min, Ordering::Release);
         Ok(())
     }
+}
+
+/// The topic registry of the store in `root`, recovered if its file is
+/// missing while the store holds messages, or damaged: the topics the dispatch
+/// checkpoint recorded, with their queue counts, and those of the log's
+/// messages past its point (or all of them, with no checkpoint), each with one
+/// queue past the highest it used. A topic the checkpoint knows and the file
+/// lacks is added back. Said loudly; the recovered registry is written at once.
+/// The second value says whether it was recovered.
+fn recover_registry(
+    storage: &dyn Storage,
+    root: &Path,
+    recorded: Option<&Recorded>,
+    log: &CommitLog,
+) -> Result<(Registry, bool), StoreError> {
+    let (mut registry, why) = Registry::load_or_empty(storage, root)?;
+    let mut added = 0usize;
+    let known: std::collections::HashSet<String> = registry.topics().map(|(t, _)| t.to_string()).collect();
+    for (topic, entry) in recorded.iter().flat_map(|r| &r.topics) {
+        if !known.contains(topic) && registry.add_at_least(topic, entry.queues) {
+            added += 1;
+        }
+    }
+    if why.is_some() {
+        // Topics made after the checkpoint (or with none) are known only by
+        // their messages, which lie past its point.
+        let from = recorded.map_or(log.min_offset(), |r| r.point).max(log.min_offset());
+        for record in log.iter_from(from) {
+            let record = record?;
+            let Ok(header) = crate::message::decode_header(&record.body) else { continue };
+            if registry.add_at_least(&header.topic, header.queue_id.saturating_add(1)) {
+                added += 1;
+            }
+        }
+    }
+    if added == 0 {
+        return Ok((registry, false));
+    }
+    tracing::warn!(path = %registry.path().display(), why = why.as_deref().unwrap_or("topics missing from it"), topics = added, "topic registry recovered from the dispatch checkpoint and the log");
+    registry.persist(storage)?;
+    Ok((registry, true))
 }
 
 /// True when `dir` holds a file.

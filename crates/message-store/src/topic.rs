@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 
 use store_io::Storage;
 
-use crate::checkpoint::Recorded;
 use crate::error::{io_err, NameError, StoreError};
 use crate::textfile;
 
@@ -56,14 +55,6 @@ pub(crate) fn parse_topics(path: &Path, bytes: Vec<u8>) -> Result<BTreeMap<Strin
     Ok(topics.into_iter().collect())
 }
 
-/// A registry as [`Registry::recover`] found it.
-#[derive(Debug)]
-pub(crate) struct Recovered {
-    pub(crate) registry: Registry,
-    /// It was missing or damaged, and rebuilt.
-    pub(crate) recovered: bool,
-}
-
 /// The registry of topics: name → queue count, persisted in `config/topics`.
 #[derive(Debug)]
 pub(crate) struct Registry {
@@ -82,58 +73,31 @@ impl Registry {
         Ok(Registry { path, topics })
     }
 
-    /// The registry of the store in `root`, recovered if its file is missing
-    /// while the store holds messages, or damaged: the topics the dispatch
-    /// checkpoint recorded, with their queue counts, and those of the log's
-    /// messages past its point (or all of them, with no checkpoint), each with
-    /// one queue past the highest it used. A topic the checkpoint knows and the
-    /// file lacks is added back.
-    /// Said loudly; the recovered registry is written at once.
-    pub(crate) fn recover(
-        storage: &dyn Storage,
-        root: &Path,
-        recorded: Option<&Recorded>,
-        log: &commitlog::CommitLog,
-    ) -> Result<Recovered, StoreError> {
+    /// The registry of the store in `root`, and why it could not be read if
+    /// it could not (`None`: read, or there is none and the store is new);
+    /// an unreadable one comes back empty, for [`crate::store`]'s recovery.
+    pub(crate) fn load_or_empty(storage: &dyn Storage, root: &Path) -> Result<(Registry, Option<String>), StoreError> {
         let path = topics_path(root);
-        let (mut registry, why) = match Registry::load(storage, root) {
-            Ok(registry) if storage.read_small(&path).map_err(io_err(&path))?.is_some() => (registry, None),
-            Ok(registry) => (registry, Some("missing".to_string())),
-            Err(StoreError::BadFile { reason, .. }) => {
-                (Registry { path: path.clone(), topics: BTreeMap::new() }, Some(reason))
-            }
-            Err(err) => return Err(err),
-        };
-        let mut added = 0usize;
-        if let Some(recorded) = recorded {
-            for (topic, entry) in &recorded.topics {
-                if !registry.topics.contains_key(topic) {
-                    registry.topics.insert(topic.clone(), entry.queues.max(1));
-                    added += 1;
-                }
-            }
+        match Registry::load(storage, root) {
+            Ok(registry) if storage.read_small(&path).map_err(io_err(&path))?.is_some() => Ok((registry, None)),
+            Ok(registry) => Ok((registry, Some("missing".to_string()))),
+            Err(StoreError::BadFile { reason, .. }) => Ok((Registry { path, topics: BTreeMap::new() }, Some(reason))),
+            Err(err) => Err(err),
         }
-        if why.is_some() {
-            // Topics made after the checkpoint (or with none) are known only by
-            // their messages, which lie past its point.
-            let from = recorded.map_or(log.min_offset(), |r| r.point).max(log.min_offset());
-            for record in log.iter_from(from) {
-                let record = record?;
-                let Ok(header) = crate::message::decode_header(&record.body) else { continue };
-                let queues = header.queue_id.saturating_add(1);
-                let count = registry.topics.entry(header.topic).or_insert(0);
-                if *count < queues {
-                    added += usize::from(*count == 0);
-                    *count = queues;
-                }
-            }
-        }
-        if added == 0 {
-            return Ok(Recovered { registry, recovered: false });
-        }
-        tracing::warn!(path = %path.display(), why = why.as_deref().unwrap_or("topics missing from it"), topics = added, "topic registry recovered from the dispatch checkpoint and the log");
-        registry.persist(storage)?;
-        Ok(Recovered { registry, recovered: true })
+    }
+
+    /// Adds `topic` with `queues` queues if it is not there, or raises its
+    /// queue count to `queues`, in memory only; true if the topic was new.
+    pub(crate) fn add_at_least(&mut self, topic: &str, queues: u32) -> bool {
+        let count = self.topics.entry(topic.to_string()).or_insert(0);
+        let new = *count == 0;
+        *count = (*count).max(queues).max(1);
+        new
+    }
+
+    /// Where the registry's file is.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Every topic with its queue count.
@@ -165,7 +129,8 @@ impl Registry {
         Ok(())
     }
 
-    fn persist(&self, storage: &dyn Storage) -> Result<(), StoreError> {
+    /// Writes the registry's file.
+    pub(crate) fn persist(&self, storage: &dyn Storage) -> Result<(), StoreError> {
         let lines = self.topics.iter().map(|(topic, queues)| format!("{topic} {queues}"));
         textfile::write(storage, &self.path, &textfile::render(HEADER, lines))
     }
