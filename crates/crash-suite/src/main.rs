@@ -130,8 +130,9 @@ fn main() -> ExitCode {
         // 2c. Simulated power loss under the replicated log's store.
         let t0 = Instant::now();
         let mut r = power_loss::Tally::default();
-        let runs = 4 * scale as u64;
-        for s in run.seeds(7000, runs) {
+        let seeds = run.seeds(7000, 4 * scale as u64);
+        let runs = seeds.len() as u64;
+        for s in seeds {
             let t = raft_power_loss::run_seed(s, 2, false);
             run.check("raft-power-loss", s, t.violations(), || raft_line(&t, 1, t0));
             r.add(t);
@@ -146,8 +147,9 @@ fn main() -> ExitCode {
         // 2d. Segment directories that go missing, under power loss.
         let t0 = Instant::now();
         let mut d = segment_dirs::Tally::default();
-        let runs = 12 * scale as u64;
-        for s in run.seeds(13_000, runs) {
+        let seeds = run.seeds(13_000, 12 * scale as u64);
+        let runs = seeds.len() as u64;
+        for s in seeds {
             let t = segment_dirs::run_seed(s, 3, false);
             run.check("segment-dirs", s, t.violations(), || segment_dirs_line(&t, 1, t0));
             d.add(t);
@@ -162,9 +164,10 @@ fn main() -> ExitCode {
         // 2f. The message store under simulated power loss.
         let t0 = Instant::now();
         let mut m = message_layer::Tally::default();
-        let runs = 24 * scale as u64;
-        for s in run.seeds(17_000, runs) {
-            let t = message_layer::run_seed(s, 4, false);
+        let seeds = run.seeds(17_000, 24 * scale as u64);
+        let runs = seeds.len() as u64;
+        for s in seeds {
+            let t = message_layer::run_seed(s, 1, false);
             run.check("message-store", s, t.violations(), || message_line(&t, 1, t0));
             m.add(t);
         }
@@ -175,8 +178,9 @@ fn main() -> ExitCode {
         // 2g. The message store's derived data damaged at random.
         let t0 = Instant::now();
         let mut d = damage_layer::Tally::default();
-        let runs = 16 * scale as u64;
-        for s in run.seeds(23_000, runs) {
+        let seeds = run.seeds(23_000, 16 * scale as u64);
+        let runs = seeds.len() as u64;
+        for s in seeds {
             let t = damage_layer::run_seed(s, 50, false);
             run.check("message-damage", s, t.violations(), || damage_line(&t, 1, t0));
             d.add(t);

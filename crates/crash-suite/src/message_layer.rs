@@ -146,8 +146,12 @@ pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tall
         let mut rng = Rng(seed ^ 0x5703E);
         std::thread::spawn(move || {
             let mut tally = Tally::default();
+            // Every snapshot is checked, also those sent after the workload
+            // stopped (an async run's producers finish long before); past the
+            // first violation of a planted-bug run, they are only drained.
+            let mut found = false;
             for snapshot in rx {
-                if stop.load(Ordering::Relaxed) {
+                if found {
                     continue; // drain so the store never blocks
                 }
                 let (messages, commits, keys) = {
@@ -171,9 +175,10 @@ pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tall
                 let masks = [0, u64::MAX].into_iter().chain((0..images_per_point).map(|_| rng.next()));
                 for mask in masks {
                     let image = crash_image(&snapshot, mask, path);
-                    tally.add(check_image(image, flush, budget, durable, &messages, &commits, &keys));
+                    tally.add(check_image(image, store_config(flush, budget), durable, &messages, &commits, &keys));
                 }
                 if stop_at_first && tally.violations() > 0 {
+                    found = true;
                     stop.store(true, Ordering::Relaxed);
                 }
             }
@@ -262,8 +267,7 @@ pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tall
 /// Opens `image` as a message store and checks it.
 fn check_image(
     image: mapped_file::SimStorage,
-    flush: FlushDiskType,
-    budget: usize,
+    config: MessageStoreConfig,
     durable: bool,
     messages: &[(u32, u64, Vec<u8>)],
     commits: &[(u32, u64)],
@@ -272,7 +276,7 @@ fn check_image(
     let mut tally = Tally { states: 1, ..Tally::default() };
     debug_assert!(image.file_bytes(&Path::new(ROOT).join(commitlog::ABORT_FILE)).is_some());
     let storage: Arc<dyn Storage> = Arc::new(image);
-    let Ok(store) = MessageStore::open_with_storage(ROOT, store_config(flush, budget), storage) else {
+    let Ok(store) = MessageStore::open_with_storage(ROOT, config, storage) else {
         tally.open_errors += 1;
         return tally;
     };
@@ -331,6 +335,7 @@ fn check_image(
     if repaired_at_open || store.stats().queues_rebuilt > 0 {
         tally.repaired += 1;
     }
+
     let _ = store.shutdown();
     tally
 }
