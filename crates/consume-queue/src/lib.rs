@@ -547,7 +547,11 @@ impl ConsumeQueue {
     fn expire(&self, log_min_offset: u64) -> Result<(usize, u64), CqError> {
         let was_first = self.min_index();
         let first_live = self.first_index_at_or_after(log_min_offset)?;
-        let deleted = self.delete_before(first_live)?;
+        // A segment goes only when the first live entry lies past its end;
+        // otherwise no flush and no deletion, only the first index moves.
+        let second_starts = self.queue.segments().get(1).map(|s| index_at(s.file_from_offset()));
+        let deleted =
+            if second_starts.is_some_and(|start| start <= first_live) { self.delete_before(first_live)? } else { 0 };
         let _write = self.write.lock();
         let mut range = self.range.lock();
         let Some((first, next)) = *range else { return Ok((deleted, 0)) };
