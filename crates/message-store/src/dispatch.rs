@@ -181,24 +181,30 @@ impl Dispatcher {
 
     /// Repairs `queue`'s consume queue from index `from`, putting its messages
     /// of the log below `upto` again (the caller dispatches what follows).
-    /// Counted, and said loudly.
-    fn repair(&self, queue: &Queue, cq: &ConsumeQueue, from: u64, upto: u64, why: &str) -> Result<(), StoreError> {
+    /// Counted, and said loudly; returns the entries put.
+    fn repair(&self, queue: &Queue, cq: &ConsumeQueue, from: u64, upto: u64, why: &str) -> Result<u64, StoreError> {
         tracing::warn!(topic = %queue.topic, queue = queue.queue_id, from, why, "consume queue damaged; repairing it from the log");
         self.context.repaired.fetch_add(1, Ordering::Relaxed);
         let put = queue.repair_range(cq, from, &self.log, upto)?;
         self.context.entries_repaired.fetch_add(put, Ordering::Relaxed);
-        Ok(())
+        Ok(put)
     }
 
     /// Repairs `queue` from index `from` while the store runs (a reader found
     /// the entry there damaged): with dispatch held, its messages up to the
-    /// dispatch point are put again. Returns the repaired consume queue.
-    pub(crate) fn repair_live(&self, queue: &Queue, from: u64, why: &str) -> Result<Arc<ConsumeQueue>, StoreError> {
+    /// dispatch point are put again. Returns the repaired consume queue and
+    /// the entries put.
+    pub(crate) fn repair_live(
+        &self,
+        queue: &Queue,
+        from: u64,
+        why: &str,
+    ) -> Result<(Arc<ConsumeQueue>, u64), StoreError> {
         let _running = self.running.lock();
         let cq = queue.consume_queue(&self.context, &self.log)?;
-        self.repair(queue, &cq, from, self.point(), why)?;
+        let put = self.repair(queue, &cq, from, self.point(), why)?;
         queue.signal.arrive(cq.next_index());
-        Ok(cq)
+        Ok((cq, put))
     }
 
     /// At open, before dispatch starts: puts the messages of `[from, upto)`

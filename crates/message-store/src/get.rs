@@ -113,7 +113,7 @@ impl MessageStore {
                 // An entry missing or naming another record: the consume queue is
                 // damaged there. Repaired from the log, then read again.
                 let queue = self.queue(topic, queue_id)?;
-                let cq = self.core.dispatcher.repair_live(&queue, damaged_at, "a read found an entry damaged")?;
+                let (cq, _) = self.core.dispatcher.repair_live(&queue, damaged_at, "a read found an entry damaged")?;
                 self.read_queue(&cq, topic, queue_id, offset, max_count, max_bytes, filter)?.map_err(|index| {
                     StoreError::IndexMismatch {
                         topic: topic.to_string(),

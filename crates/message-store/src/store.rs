@@ -674,9 +674,7 @@ impl MessageStore {
     pub fn repair_queue(&self, topic: &str, queue_id: u32, from: u64) -> Result<u64, StoreError> {
         self.check_open()?;
         let queue = self.queue(topic, queue_id)?;
-        let before = self.core.dispatcher.context.entries_repaired.load(Ordering::Relaxed);
-        self.core.dispatcher.repair_live(&queue, from, "asked to")?;
-        Ok(self.core.dispatcher.context.entries_repaired.load(Ordering::Relaxed).saturating_sub(before))
+        Ok(self.core.dispatcher.repair_live(&queue, from, "asked to")?.1)
     }
 
     /// Rebuilds the key index from the log (where
