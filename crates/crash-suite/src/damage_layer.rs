@@ -86,6 +86,7 @@ fn store_config() -> MessageStoreConfig {
         flush_consume_queue_thorough_interval_ms: 3_600_000,
         // Small index files: several sealed ones and a live one.
         index: message_store::IndexConfig { hash_slots: 16, max_items: 32 },
+        consumer_offsets_journal_size: 64 << 10,
         ..MessageStoreConfig::new(log)
     }
 }

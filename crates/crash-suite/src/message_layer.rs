@@ -119,6 +119,7 @@ fn store_config(flush: FlushDiskType, budget: usize) -> MessageStoreConfig {
         // two slots (chains long and shared), rolled every 32 keys.
         index: message_store::IndexConfig { hash_slots: 2, max_items: 32 },
         max_open_consume_queues: budget,
+        consumer_offsets_journal_size: 64 << 10,
         ..MessageStoreConfig::new(log)
     }
 }

@@ -48,7 +48,7 @@ pub fn run(seed: u64, only: Option<&str>) -> ExitCode {
     use message_store::planted::Bug as S;
     use segment_queue::planted::Bug as Q;
     let t0 = Instant::now();
-    let cases: [Case; 20] = [
+    let cases: [Case; 21] = [
         (Bug::File(F::AckBeforeSync), "power-loss", power_loss_catches),
         (Bug::File(F::AckBeforeSync), "raft-power-loss", raft_power_loss_catches),
         (Bug::File(F::RetryAfterFailedSync), "power-loss", power_loss_catches),
@@ -68,6 +68,7 @@ pub fn run(seed: u64, only: Option<&str>) -> ExitCode {
         (Bug::Store(S::OffsetOutsidePutLock), "message-store", message_store_catches),
         (Bug::Store(S::IndexNotFlushed), "message-store", message_store_catches),
         (Bug::Store(S::CreateNotSynced), "message-store", message_store_catches),
+        (Bug::Store(S::OffsetCommitNotSynced), "message-store", message_store_catches),
         (Bug::Store(S::RepairTrustsDamage), "message-damage", message_damage_catches),
     ];
     let mut missed = Vec::new();
@@ -82,7 +83,7 @@ pub fn run(seed: u64, only: Option<&str>) -> ExitCode {
         }
     }
     println!(
-        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync, callback answered before the sync, truncation not awaited, rewrite not awaited; generations: truncation leaves the tail; segment-dirs: front recorded after deletion, segments unchecked at open, new segment unrecorded; races: checkpoint unclamped, truncation keeping the checkpoint; message-store: dispatch before durable, queue not cut at recovery, offset outside the put lock, index not flushed before the dispatch point, consume-queue file created unsynced and not synced before the dispatch point; message-damage: a repair that trusts the damaged entry) ({:.1?})",
+        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync, callback answered before the sync, truncation not awaited, rewrite not awaited; generations: truncation leaves the tail; segment-dirs: front recorded after deletion, segments unchecked at open, new segment unrecorded; races: checkpoint unclamped, truncation keeping the checkpoint; message-store: dispatch before durable, queue not cut at recovery, offset outside the put lock, index not flushed before the dispatch point, consume-queue file created unsynced and not synced before the dispatch point, a consumer-offset commit returned before its sync; message-damage: a repair that trusts the damaged entry) ({:.1?})",
         cases.len() - missed.len(),
         cases.len(),
         t0.elapsed()

@@ -3,10 +3,13 @@
 //! round-robin, async flush), reads every queue back, and reports throughput,
 //! the process's resident memory, open files and mappings (against
 //! `ulimit -n` and `vm.max_map_count`), disk use, and memory per idle queue.
+//! Then consumer offsets: every queue's offset committed by as many groups as
+//! make `--offsets` (1,000,000) in all, in batches, then single commits from
+//! `--committers` threads (8), and the time a reopen takes to load them.
 //! `cargo xtask scale` runs it; docs/message-store.md quotes it.
 //!
 //! ```text
-//! cargo run --release -p message-store --example scale -- [--queues N] [--rounds R] [--dir DIR]
+//! cargo run --release -p message-store --example scale -- [--queues N] [--rounds R] [--offsets N] [--committers T] [--dir DIR]
 //! ```
 
 use std::path::Path;
@@ -67,11 +70,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         String::from_utf8_lossy(&nofile.stdout).trim(),
         limit("/proc/sys/vm/max_map_count")
     );
-    let log = CommitLogConfig::builder()
-        .mapped_file_size_commit_log(256 << 20)
-        .flush_disk_type(FlushDiskType::AsyncFlush)
-        .build()?;
-    let config = MessageStoreConfig::new(log);
+    let config = MessageStoreConfig::new(store_log()?);
     let budget = config.max_open_consume_queues;
     let rss_before = status_kib("VmRSS");
     let started = Instant::now();
@@ -135,6 +134,83 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (rss_after.saturating_sub(rss_before) * 1024) as f64 / f64::from(queues),
         disk_kib(&dir) / 1024
     );
+    offsets(&store, &dir, queues, rounds, &args)?;
     store.shutdown()?;
+    let started = Instant::now();
+    let reopened = MessageStore::open(&dir, MessageStoreConfig::new(store_log()?))?;
+    println!(
+        "reopened in {:.2?} with {} consumer offsets (clean {})",
+        started.elapsed(),
+        reopened.stats().consumer_offsets,
+        reopened.log().recovery_report().clean_shutdown
+    );
+    reopened.shutdown()?;
+    Ok(())
+}
+
+fn store_log() -> Result<CommitLogConfig, commitlog::Error> {
+    CommitLogConfig::builder().mapped_file_size_commit_log(256 << 20).flush_disk_type(FlushDiskType::AsyncFlush).build()
+}
+
+/// Commits `--offsets` consumer offsets (every queue, by as many groups as
+/// that takes) in batches of 1,000, then single commits from `--committers`
+/// threads; prints the rates, the syncs they shared and the journal's size.
+fn offsets(
+    store: &MessageStore,
+    dir: &Path,
+    queues: u32,
+    rounds: u64,
+    args: &[String],
+) -> Result<(), Box<dyn std::error::Error>> {
+    let total = arg(args, "--offsets", 1_000_000);
+    let committers = arg(args, "--committers", 8);
+    let groups = total.div_ceil(u64::from(queues)).max(1);
+    let started = Instant::now();
+    let syncs = store.stats().consumer_offset_syncs;
+    let mut committed = 0u64;
+    'groups: for group in 0..groups {
+        let name = format!("g{group}");
+        for chunk in (0..queues).collect::<Vec<_>>().chunks(1000) {
+            let batch: Vec<(&str, u32, u64)> = chunk.iter().map(|&q| ("wide", q, rounds)).collect();
+            store.commit_offsets(&name, &batch)?;
+            committed += batch.len() as u64;
+            if committed >= total {
+                break 'groups;
+            }
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "consumer offsets: {committed} committed in batches of 1,000 in {secs:.2}s ({:.0}/s, {} syncs)",
+        committed as f64 / secs,
+        store.stats().consumer_offset_syncs - syncs
+    );
+    let per_thread = 200_000 / committers.max(1);
+    let syncs = store.stats().consumer_offset_syncs;
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..committers {
+            s.spawn(move || {
+                let mut x = t.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+                for i in 0..per_thread {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let group = format!("g{}", x % groups);
+                    let queue = u32::try_from((x >> 20) % u64::from(queues)).unwrap_or(0);
+                    store.commit_offset(&group, "wide", queue, (rounds + i) % (rounds + 1)).expect("commit");
+                }
+            });
+        }
+    });
+    let secs = started.elapsed().as_secs_f64();
+    let singles = per_thread * committers;
+    let shared = store.stats().consumer_offset_syncs - syncs;
+    println!(
+        "consumer offsets: {singles} single commits from {committers} threads in {secs:.2}s ({:.0}/s, {shared} syncs: {:.1} commits each); journal {} KiB",
+        singles as f64 / secs,
+        singles as f64 / shared.max(1) as f64,
+        disk_kib(&dir.join("config").join("offsets"))
+    );
     Ok(())
 }

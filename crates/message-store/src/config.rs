@@ -62,6 +62,11 @@ pub struct MessageStoreConfig {
     /// The longest a get scans a queue for matching messages: at least this many
     /// entries (RocketMQ's `maxFilterMessageSize` / 20 = 800) or `max_count`.
     pub max_filter_entries: u64,
+    /// The smallest consumer-offsets journal file, in bytes (4 MiB: about
+    /// 145,000 commits between compactions). A journal is sized to twice its
+    /// snapshot when that is larger, so compactions stay rare at any number of
+    /// offsets. At least 64 KiB, a multiple of 4 KiB.
+    pub consumer_offsets_journal_size: usize,
 }
 
 impl MessageStoreConfig {
@@ -79,6 +84,7 @@ impl MessageStoreConfig {
             default_topic_queue_nums: 8,
             max_queues_per_topic: 65_536,
             max_filter_entries: 800,
+            consumer_offsets_journal_size: 4 << 20,
             max_open_consume_queues: 512,
             message_index_enable: true,
             index: IndexConfig::default(),
@@ -106,6 +112,12 @@ impl MessageStoreConfig {
         }
         if self.index.hash_slots == 0 || self.index.max_items == 0 {
             return bad("index hash_slots and max_items must be positive".into());
+        }
+        let journal = self.consumer_offsets_journal_size;
+        if journal < 64 << 10 || !journal.is_multiple_of(4096) {
+            return bad(format!(
+                "consumer_offsets_journal_size {journal} must be at least 64 KiB and a multiple of 4 KiB"
+            ));
         }
         if self.max_open_consume_queues == 0 {
             return bad("max_open_consume_queues must be positive".into());

@@ -179,6 +179,10 @@ pub enum StoreError {
     /// A consume queue failed.
     #[error(transparent)]
     ConsumeQueue(#[from] consume_queue::CqError),
+    /// A file of the store's own (the consumer-offsets journal) failed; the
+    /// error names it.
+    #[error(transparent)]
+    File(#[from] mapped_file::MappedFileError),
 }
 
 /// Maps an I/O error on `path` to [`StoreError::Io`].

@@ -31,6 +31,9 @@ pub enum Bug {
     /// put again from the log, so the messages after it are unreachable and
     /// their offsets given again.
     RepairTrustsDamage = 32,
+    /// A consumer-offset commit returns once its record is in the journal's
+    /// memory, before the sync: a power cut takes back a commit that returned.
+    OffsetCommitNotSynced = 64,
 }
 
 static ACTIVE: AtomicU16 = AtomicU16::new(0);

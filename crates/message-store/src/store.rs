@@ -20,7 +20,7 @@ use crate::index::{key_hash, Index};
 use crate::message::{decode, set_queue_offset, Message, StoredMessage};
 use crate::offsets::ConsumerOffsets;
 use crate::queues::{queue_dir, Queue, QueueContext, Queues};
-use crate::topic::{validate_group, Registry};
+use crate::topic::{validate_group, validate_topic, Registry};
 
 /// The most messages one [`MessageStore::query_by_key`] returns.
 const MAX_QUERY: usize = 1024;
@@ -87,6 +87,11 @@ pub struct StoreStats {
     pub consume_queues_closed_idle: u64,
     /// Why dispatch is stopped, if it is.
     pub dispatch_error: Option<String>,
+    /// Consumer offsets committed ((group, topic, queue) triples).
+    pub consumer_offsets: usize,
+    /// Syncs of the consumer-offsets journal since open: commits that arrive
+    /// together share one.
+    pub consumer_offset_syncs: u64,
 }
 
 /// What recovery did at open.
@@ -246,7 +251,7 @@ impl MessageStore {
         let dispatcher = Arc::new(Dispatcher::new(log.clone(), context, limit, recovered_from, index));
         let queues_rebuilt_whole = Self::rebuild_missing(&dispatcher, recorded.as_deref(), index_rebuilt)?;
         let redispatched = dispatcher.dispatch_up_to(log.max_offset())?;
-        let offsets = ConsumerOffsets::load(&*storage, &root)?;
+        let offsets = ConsumerOffsets::load(&*storage, &root, config.consumer_offsets_journal_size)?;
         let core = Arc::new(Core {
             root,
             offsets,
@@ -262,17 +267,12 @@ impl MessageStore {
         });
         core.flush_consume_queues(true)?;
         // Offsets lowered only to an end the log itself holds: each queue is
-        // checked (and repaired if damaged) at its open here.
-        let offsets_lowered = core.offsets.clamp(&*core.storage, |(_, topic, queue)| {
-            let queue = core.queues.get(topic, *queue)?;
-            match queue.consume_queue(&core.dispatcher.context, &core.log) {
-                Ok(cq) => Some(cq.next_index()),
-                Err(err) => {
-                    tracing::warn!(topic, queue = queue.queue_id, %err, "consumer offsets: queue not checked");
-                    None
-                }
-            }
-        })?;
+        // checked (and repaired if damaged) at its open here. Only after a
+        // crash (a clean shutdown flushed the log, and a commit is never
+        // beyond its queue's end when it is made), or for offsets just
+        // converted from an older store's file.
+        let clean = core.log.recovery_report().clean_shutdown && !core.offsets.converted();
+        let offsets_lowered = if clean { 0 } else { Self::lower_offsets(&core)? };
         let context = &core.dispatcher.context;
         let report = OpenReport {
             recovered_from,
@@ -402,6 +402,21 @@ impl MessageStore {
         .map_err(io)?;
         self.life.services.lock().extend([dispatch, flush]);
         Ok(())
+    }
+
+    /// Lowers consumer offsets beyond their queue's end (after a crash that
+    /// took messages back); returns how many moved.
+    fn lower_offsets(core: &Core) -> Result<usize, StoreError> {
+        core.offsets.clamp(&*core.storage, |(_, topic, queue)| {
+            let queue = core.queues.get(topic, *queue)?;
+            match queue.consume_queue(&core.dispatcher.context, &core.log) {
+                Ok(cq) => Some(cq.next_index()),
+                Err(err) => {
+                    tracing::warn!(topic, queue = queue.queue_id, %err, "consumer offsets: queue not checked");
+                    None
+                }
+            }
+        })
     }
 
     /// What recovery did when the store was opened.
@@ -581,6 +596,16 @@ impl MessageStore {
         Ok((cq.min_index(), cq.next_index()))
     }
 
+    /// The end of `topic`'s queue (the offset its next message takes), without
+    /// opening its consume queue when this process knows it already.
+    fn queue_end(&self, topic: &str, queue_id: u32) -> Result<u64, StoreError> {
+        self.check_open()?;
+        match self.queue(topic, queue_id)?.extent() {
+            Some((_, end)) => Ok(end),
+            None => Ok(self.queue_range(topic, queue_id)?.1),
+        }
+    }
+
     /// Every queue of every topic with its range (opening each consume queue).
     pub fn queue_stats(&self) -> Result<Vec<QueueStats>, StoreError> {
         let mut stats = Vec::new();
@@ -594,25 +619,61 @@ impl MessageStore {
     }
 
     /// Commits `group`'s offset in `topic`'s queue (the next offset it will
-    /// consume); durable when this returns. Refused beyond the queue's end.
+    /// consume); durable when this returns. Refused beyond the queue's end; a
+    /// lower offset than the committed one is taken (a reset: the group
+    /// consumes again from there). A commit costs one small journal record, and
+    /// commits from many threads share syncs.
     pub fn commit_offset(&self, group: &str, topic: &str, queue_id: u32, offset: u64) -> Result<(), StoreError> {
+        self.commit_offsets(group, &[(topic, queue_id, offset)])
+    }
+
+    /// Commits several of `group`'s offsets, each `(topic, queue_id, offset)`,
+    /// with one sync: what a broker does with the offsets its consumers report.
+    /// Checked like [`commit_offset`](Self::commit_offset), all before any is
+    /// taken: one refused, none committed.
+    pub fn commit_offsets(&self, group: &str, commits: &[(&str, u32, u64)]) -> Result<(), StoreError> {
+        self.check_open()?;
         validate_group(group)?;
-        let (_, max) = self.queue_range(topic, queue_id)?;
-        if offset > max {
-            return Err(StoreError::OffsetBeyondQueue {
-                group: group.to_string(),
-                topic: topic.to_string(),
-                queue_id,
-                offset,
-                max,
-            });
+        for &(topic, queue_id, offset) in commits {
+            let max = self.queue_end(topic, queue_id)?;
+            if offset > max {
+                return Err(StoreError::OffsetBeyondQueue {
+                    group: group.to_string(),
+                    topic: topic.to_string(),
+                    queue_id,
+                    offset,
+                    max,
+                });
+            }
         }
-        self.core.offsets.commit(&*self.core.storage, (group.to_string(), topic.to_string(), queue_id), offset)
+        self.core.offsets.commit_many(&*self.core.storage, group, commits)
+    }
+
+    /// Removes `group`'s committed offsets: in every topic (RocketMQ's
+    /// `removeOffset`), or in `topic` only. Durable when this returns; returns
+    /// how many were removed. The group then consumes as a new one.
+    pub fn remove_consumer_offsets(&self, group: &str, topic: Option<&str>) -> Result<usize, StoreError> {
+        self.check_open()?;
+        validate_group(group)?;
+        let storage = &*self.core.storage;
+        match topic {
+            Some(topic) => self.core.offsets.remove_group_topic(storage, group, topic),
+            None => self.core.offsets.remove_group(storage, group),
+        }
+    }
+
+    /// Removes every group's committed offsets in `topic` (RocketMQ's
+    /// `cleanOffsetByTopic`). Durable when this returns; returns how many were
+    /// removed.
+    pub fn clean_offsets_by_topic(&self, topic: &str) -> Result<usize, StoreError> {
+        self.check_open()?;
+        validate_topic(topic)?;
+        self.core.offsets.remove_topic(&*self.core.storage, topic)
     }
 
     /// `group`'s committed offset in `topic`'s queue, if it committed one.
     pub fn committed_offset(&self, group: &str, topic: &str, queue_id: u32) -> Option<u64> {
-        self.core.offsets.get(&(group.to_string(), topic.to_string(), queue_id))
+        self.core.offsets.get(group, topic, queue_id)
     }
 
     /// Every committed offset: ((group, topic, queue), offset).
@@ -663,6 +724,8 @@ impl MessageStore {
             open_consume_queues: dispatcher.context.open.load(Ordering::Relaxed),
             consume_queues_closed_idle: dispatcher.context.closed_idle.load(Ordering::Relaxed),
             dispatch_error: dispatcher.error(),
+            consumer_offsets: self.core.offsets.len(),
+            consumer_offset_syncs: self.core.offsets.syncs(),
         }
     }
 
@@ -765,6 +828,7 @@ impl Core {
         // Whatever failed above, the queues close, waiters return and the log shuts down.
         let closed = self.queues.all().iter().try_for_each(|queue| queue.close());
         let closed = closed.and(self.dispatcher.index.as_ref().map_or(Ok(()), |index| index.close()));
+        self.offsets.close();
         let log = self.log.shutdown();
         result?;
         closed?;

@@ -21,7 +21,7 @@ use crate::checkpoint::{self, checkpoint_path, IndexRecord, Loaded, Recorded};
 use crate::error::StoreError;
 use crate::index::{file_items, key_hash};
 use crate::message::decode_header;
-use crate::offsets::{offsets_path, parse_offsets};
+use crate::offsets;
 use crate::queues::queue_dir;
 use crate::topic::{parse_topics, topics_path};
 
@@ -253,9 +253,9 @@ pub fn check(root: &Path) -> Result<Check, StoreError> {
     if let Some(recorded) = &recorded {
         check_index(root, recorded, front, &keyed, &mut out)?;
     }
-    let offsets_file = offsets_path(root);
-    if let Some(bytes) = read_optional(&offsets_file)? {
-        match parse_offsets(&offsets_file, bytes) {
+    let offsets_file = offsets::offsets_dir(root);
+    {
+        match offsets::read_all(root, read_optional) {
             Ok(offsets) => {
                 for ((group, topic, queue_id), offset) in offsets {
                     out.offsets += 1;

@@ -16,7 +16,7 @@ use crate::checkpoint::{self, checkpoint_path, Loaded, Recorded};
 use crate::error::{io_err, StoreError};
 use crate::get::TagFilter;
 use crate::message::{decode, StoredMessage};
-use crate::offsets::{offsets_path, parse_offsets};
+use crate::offsets;
 use crate::queues::queue_dir;
 use crate::topic::{parse_topics, topics_path};
 
@@ -79,9 +79,7 @@ pub fn topics(root: &Path) -> Result<Vec<(String, u32)>, StoreError> {
 
 /// Every committed consumer offset of the store in `root`.
 pub fn consumer_offsets(root: &Path) -> Result<Vec<GroupOffset>, StoreError> {
-    let path = offsets_path(root);
-    let Some(bytes) = read_optional(&path)? else { return Ok(Vec::new()) };
-    Ok(parse_offsets(&path, bytes)?
+    Ok(offsets::read_all(root, read_optional)?
         .into_iter()
         .map(|((group, topic, queue_id), offset)| GroupOffset { group, topic, queue_id, offset })
         .collect())

@@ -30,6 +30,7 @@ pub fn config(flush: FlushDiskType) -> MessageStoreConfig {
         flush_interval_consume_queue_ms: 10,
         flush_consume_queue_thorough_interval_ms: 50,
         index: message_store::IndexConfig { hash_slots: 64, max_items: 1024 },
+        consumer_offsets_journal_size: 64 << 10,
         ..MessageStoreConfig::new(log)
     }
 }

@@ -1,0 +1,242 @@
+use super::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use store_io::sim::SimStorage;
+
+const ROOT: &str = "/s";
+const MIN: usize = 64 << 10;
+
+fn load(storage: &dyn Storage) -> ConsumerOffsets {
+    ConsumerOffsets::load(storage, Path::new(ROOT), MIN).unwrap()
+}
+
+fn commit(offsets: &ConsumerOffsets, storage: &dyn Storage, group: &str, queue: u32, offset: u64) {
+    offsets.commit_many(storage, group, &[("t", queue, offset)]).unwrap();
+}
+
+fn journals(sim: &SimStorage) -> Vec<String> {
+    let mut names: Vec<String> = sim.list(&offsets_dir(Path::new(ROOT))).unwrap().into_iter().map(|e| e.name).collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_commit_that_returned_survives_a_power_loss() {
+    let sim = SimStorage::new();
+    let offsets = load(&sim);
+    commit(&offsets, &sim, "g", 0, 7);
+    commit(&offsets, &sim, "g", 1, 9);
+    commit(&offsets, &sim, "h", 0, 1);
+    sim.crash_losing_unsynced();
+    let reloaded = load(&sim);
+    assert_eq!(reloaded.get("g", "t", 0), Some(7));
+    assert_eq!(reloaded.get("g", "t", 1), Some(9));
+    assert_eq!(reloaded.get("h", "t", 0), Some(1));
+    assert_eq!(reloaded.get("h", "t", 1), None);
+}
+
+#[test]
+fn a_commit_costs_one_small_record_not_a_rewrite_of_the_table() {
+    let sim = SimStorage::new();
+    let offsets = load(&sim);
+    let many: Vec<(&str, u32, u64)> = (0..1000).map(|q| ("t", q, 1)).collect();
+    offsets.commit_many(&sim, "g", &many).unwrap();
+    let dir = offsets_dir(Path::new(ROOT));
+    let path = journal_path(&dir, offsets.inner.lock().journal.as_ref().unwrap().generation);
+    let before = offsets.inner.lock().journal.as_ref().unwrap().file.wrote_position();
+    commit(&offsets, &sim, "g", 500, 2);
+    let after = offsets.inner.lock().journal.as_ref().unwrap().file.wrote_position();
+    assert_eq!(after - before, journal::COMMIT_RECORD_LEN, "{}", path.display());
+}
+
+#[test]
+fn concurrent_commits_all_land_and_share_syncs() {
+    let sim = SimStorage::new();
+    let offsets = Arc::new(load(&sim));
+    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+    let syncs_before = offsets.syncs();
+    let threads: Vec<_> = (0..8u32)
+        .map(|q| {
+            let (offsets, storage) = (Arc::clone(&offsets), Arc::clone(&storage));
+            std::thread::spawn(move || {
+                for offset in 1..=200 {
+                    commit(&offsets, &*storage, "g", q, offset);
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    let syncs = offsets.syncs() - syncs_before;
+    assert!(syncs <= 1600, "at most one sync per commit: {syncs}");
+    sim.crash_losing_unsynced();
+    let reloaded = load(&sim);
+    for q in 0..8 {
+        assert_eq!(reloaded.get("g", "t", q), Some(200));
+    }
+}
+
+#[test]
+fn a_full_journal_is_compacted_into_the_next_generation_and_the_old_one_deleted() {
+    let sim = SimStorage::new();
+    let offsets = load(&sim);
+    let first = offsets.inner.lock().journal.as_ref().unwrap().generation;
+    // 64 KiB holds about 2,200 commit records.
+    for i in 0..5_000u64 {
+        commit(&offsets, &sim, "g", (i % 10) as u32, i);
+    }
+    let generation = offsets.inner.lock().journal.as_ref().unwrap().generation;
+    assert!(generation > first + 1, "compacted at least twice: {generation}");
+    assert_eq!(journals(&sim), vec![mapped_file::file_name(generation), "CURRENT".to_string()]);
+    sim.crash_losing_unsynced();
+    let reloaded = load(&sim);
+    for q in 0..10u32 {
+        assert_eq!(reloaded.get("g", "t", q), Some(4990 + u64::from(q)));
+    }
+}
+
+#[test]
+fn a_crash_at_any_step_of_a_compaction_keeps_every_returned_commit() {
+    // Every state the storage went through while commits filled and compacted
+    // the journal three times, each crashed twice with unsynced sectors kept or
+    // lost at random, checked as it comes against the commits that had
+    // returned by then.
+    let sim = SimStorage::new();
+    let offsets = load(&sim);
+    type Returned = Vec<(u64, BTreeMap<u32, u64>)>;
+    let returned: Arc<parking_lot::Mutex<Returned>> = Arc::default();
+    let (tx, rx) = std::sync::mpsc::sync_channel::<store_io::sim::SimSnapshot>(16);
+    let seen = Arc::clone(&returned);
+    let checker = std::thread::spawn(move || {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut checked = 0u64;
+        for snapshot in rx {
+            let at = snapshot.event;
+            let want = seen.lock().iter().rev().find(|(e, _)| *e <= at).map(|(_, w)| w.clone()).unwrap_or_default();
+            for round in 0..2 {
+                let image = snapshot.crash_image(|_| {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    rng & 1 == 1
+                });
+                let reloaded = ConsumerOffsets::load(&image, Path::new(ROOT), MIN)
+                    .unwrap_or_else(|err| panic!("event {at}, round {round}: {err}"));
+                for (q, o) in &want {
+                    let got = reloaded.get("g", "t", *q).unwrap_or(0);
+                    assert!(got >= *o, "event {at}, round {round}: queue {q} at {got}, {o} returned");
+                }
+                checked += 1;
+            }
+        }
+        checked
+    });
+    sim.set_snapshot_sink(Some(tx));
+    let mut now = BTreeMap::new();
+    let generation = offsets.inner.lock().journal.as_ref().unwrap().generation;
+    for i in 0..7_000u64 {
+        let q = (i % 50) as u32;
+        commit(&offsets, &sim, "g", q, i);
+        now.insert(q, i);
+        returned.lock().push((sim.event_count(), now.clone()));
+    }
+    let compactions = offsets.inner.lock().journal.as_ref().unwrap().generation - generation;
+    sim.set_snapshot_sink(None);
+    let checked = checker.join().unwrap();
+    assert!(compactions >= 3, "{compactions}");
+    assert!(checked > 20_000, "{checked}");
+}
+
+#[test]
+fn a_torn_tail_is_erased_so_no_stale_record_follows_a_new_one() {
+    let sim = SimStorage::new();
+    let offsets = load(&sim);
+    commit(&offsets, &sim, "g", 0, 1);
+    let (file, end) = {
+        let inner = offsets.inner.lock();
+        (
+            inner.journal.as_ref().unwrap().file.path().to_path_buf(),
+            inner.journal.as_ref().unwrap().file.wrote_position(),
+        )
+    };
+    // Two later records reached the disk but their sync never returned; the
+    // first of them is torn.
+    let mut later = Encoder::at(offsets.inner.lock().journal.as_ref().unwrap().generation, end);
+    later.change(Change::Commit((0, 0, 0), 2));
+    let first_len = later.bytes.len();
+    later.change(Change::Commit((0, 0, 0), 9));
+    let mut bytes = later.bytes.clone();
+    bytes[3] ^= 1;
+    drop(offsets);
+    assert!(sim.patch_file(&file, end, &bytes));
+    let reloaded = load(&sim);
+    assert_eq!(reloaded.get("g", "t", 0), Some(1));
+    // A new commit of the same size lands where the torn one was: the stale
+    // valid record after it must not come back.
+    commit(&reloaded, &sim, "g", 0, 3);
+    assert_eq!(reloaded.inner.lock().journal.as_ref().unwrap().file.wrote_position(), end + first_len);
+    sim.crash_losing_unsynced();
+    assert_eq!(load(&sim).get("g", "t", 0), Some(3));
+}
+
+#[test]
+fn removals_are_durable() {
+    let sim = SimStorage::new();
+    let offsets = load(&sim);
+    for group in ["a", "b"] {
+        offsets.commit_many(&sim, group, &[("t", 0, 1), ("t", 1, 2), ("u", 0, 3)]).unwrap();
+    }
+    assert_eq!(offsets.remove_group_topic(&sim, "a", "t").unwrap(), 2);
+    assert_eq!(offsets.remove_topic(&sim, "u").unwrap(), 2);
+    assert_eq!(offsets.remove_group(&sim, "nobody").unwrap(), 0);
+    sim.crash_losing_unsynced();
+    let reloaded = load(&sim);
+    let all: Vec<_> = reloaded.all().into_iter().map(|((g, t, q), o)| (g, t, q, o)).collect();
+    assert_eq!(all, vec![("b".into(), "t".into(), 0, 1), ("b".into(), "t".into(), 1, 2)]);
+    assert_eq!(reloaded.remove_group(&sim, "b").unwrap(), 2);
+    sim.crash_losing_unsynced();
+    assert!(load(&sim).all().is_empty());
+}
+
+#[test]
+fn the_text_file_of_an_older_store_is_converted_once() {
+    let sim = SimStorage::new();
+    let text = format!("{LEGACY_HEADER}\ng t 0 7\ng t 1 9\n");
+    sim.write_file(&legacy_path(Path::new(ROOT)), text.as_bytes());
+    let offsets = load(&sim);
+    assert_eq!(offsets.get("g", "t", 1), Some(9));
+    assert!(sim.file_bytes(&legacy_path(Path::new(ROOT))).is_none(), "the text file goes once converted");
+    commit(&offsets, &sim, "g", 1, 10);
+    sim.crash_losing_unsynced();
+    let reloaded = load(&sim);
+    assert_eq!((reloaded.get("g", "t", 0), reloaded.get("g", "t", 1)), (Some(7), Some(10)));
+}
+
+#[test]
+fn a_damaged_journal_or_current_is_an_error_naming_it() {
+    let store = || {
+        let sim = SimStorage::new();
+        let offsets = load(&sim);
+        commit(&offsets, &sim, "g", 0, 7);
+        let path = offsets.inner.lock().journal.as_ref().unwrap().file.path().to_path_buf();
+        (sim, path)
+    };
+    let (sim, path) = store();
+    assert!(sim.patch_file(&path, journal::HEADER_LEN + 9, &[0xff]));
+    let err = ConsumerOffsets::load(&sim, Path::new(ROOT), MIN).unwrap_err();
+    assert!(err.to_string().contains(&path.display().to_string()), "{err}");
+
+    let (sim, _) = store();
+    sim.write_file(&current_path(&offsets_dir(Path::new(ROOT))), b"nonsense\n");
+    let err = ConsumerOffsets::load(&sim, Path::new(ROOT), MIN).unwrap_err();
+    assert!(err.to_string().contains("CURRENT"), "{err}");
+
+    let (sim, path) = store();
+    sim.remove(&path).unwrap();
+    let err = ConsumerOffsets::load(&sim, Path::new(ROOT), MIN).unwrap_err();
+    assert!(err.to_string().contains("missing"), "{err}");
+
+    let legacy = SimStorage::new();
+    legacy.write_file(&legacy_path(Path::new(ROOT)), b"garbage\n");
+    let err = ConsumerOffsets::load(&legacy, Path::new(ROOT), MIN).unwrap_err();
+    assert!(err.to_string().contains("consumer_offsets"), "{err}");
+}
