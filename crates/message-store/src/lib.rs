@@ -78,7 +78,7 @@ pub use error::{MessageError, NameError, StoreError};
 pub use get::{GetResult, GetStatus, TagFilter, TimeBound};
 pub use index::IndexConfig;
 pub use message::{tags_code, Message, MessageLimits, StoredMessage};
-pub use poll::Arrival;
+pub use poll::{Arrival, Arrivals};
 pub use store::{BatchPutResult, MessageStore, OpenReport, PutResult, QueueStats, StoreStats};
 pub use topic::{validate_group, validate_topic, MAX_GROUP_LEN, MAX_TOPIC_LEN};
 

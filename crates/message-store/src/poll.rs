@@ -1,5 +1,6 @@
 //! Long polling (RocketMQ's `PullRequestHoldService`, without its scan): a
-//! consumer at the end of a queue waits for the queue's next message. Dispatch
+//! consumer at the end of a queue waits for the queue's next message, or a
+//! consumer of many queues for the next message of any of them. Dispatch
 //! wakes the waiters of the queue it appended to, at once; nothing polls, and a
 //! message dispatched between a consumer's empty read and its wait is not
 //! missed (the wait compares against the queue's dispatched end under the
@@ -7,12 +8,114 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
 
 use crate::queues::Queue;
 use crate::{MessageStore, StoreError};
+
+/// Where dispatched messages are announced: the queue's dispatched end, and who
+/// waits for it to pass an offset.
+#[derive(Debug, Default)]
+pub(crate) struct Signal {
+    state: Mutex<SignalState>,
+    arrived: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct SignalState {
+    /// The offset the next dispatched message of the queue gets (its max).
+    dispatched: u64,
+    /// Set at shutdown: waiters return.
+    closed: bool,
+    /// Futures waiting, each under its own token (see [`Arrival`],
+    /// [`Arrivals`]): a future registers once however often it is polled, and
+    /// takes its registration back when dropped, so futures that time out on
+    /// an idle queue leave nothing behind.
+    wakers: Vec<(u64, Waker)>,
+}
+
+/// Tokens of futures waiting on signals.
+static TOKENS: AtomicU64 = AtomicU64::new(1);
+
+fn new_token() -> u64 {
+    TOKENS.fetch_add(1, Ordering::Relaxed)
+}
+
+impl Signal {
+    /// Announces that the queue's dispatched end is `end`.
+    pub(crate) fn arrive(&self, end: u64) {
+        let wakers = {
+            let mut state = self.state.lock();
+            if end <= state.dispatched {
+                return;
+            }
+            state.dispatched = end;
+            std::mem::take(&mut state.wakers)
+        };
+        self.arrived.notify_all();
+        wakers.into_iter().for_each(|(_, w)| w.wake());
+    }
+
+    /// Wakes every waiter for good.
+    pub(crate) fn close(&self) {
+        let wakers = {
+            let mut state = self.state.lock();
+            state.closed = true;
+            std::mem::take(&mut state.wakers)
+        };
+        self.arrived.notify_all();
+        wakers.into_iter().for_each(|(_, w)| w.wake());
+    }
+
+    /// Blocks until the dispatched end passes `offset`, the signal closes, or
+    /// `deadline` (`None`: no deadline); returns whether it passed.
+    pub(crate) fn wait_past(&self, offset: u64, deadline: Option<Instant>) -> bool {
+        let mut state = self.state.lock();
+        while state.dispatched <= offset && !state.closed {
+            match deadline {
+                Some(deadline) => {
+                    if self.arrived.wait_until(&mut state, deadline).timed_out() {
+                        break;
+                    }
+                }
+                None => self.arrived.wait(&mut state),
+            }
+        }
+        state.dispatched > offset
+    }
+
+    /// Polls for the dispatched end passing `offset`: `Some(passed)` when it did
+    /// or the signal closed, else `None` with `waker` registered under `token`
+    /// (replacing what that token registered before).
+    fn poll_past(&self, offset: u64, token: u64, waker: &Waker) -> Option<bool> {
+        let mut state = self.state.lock();
+        if state.dispatched > offset || state.closed {
+            return Some(state.dispatched > offset);
+        }
+        match state.wakers.iter_mut().find(|(t, _)| *t == token) {
+            Some((_, w)) if w.will_wake(waker) => {}
+            Some((_, w)) => w.clone_from(waker),
+            None => state.wakers.push((token, waker.clone())),
+        }
+        None
+    }
+
+    /// Takes back what `token` registered.
+    fn forget(&self, token: u64) {
+        self.state.lock().wakers.retain(|(t, _)| *t != token);
+    }
+
+    /// Futures registered now.
+    #[cfg(test)]
+    pub(crate) fn registered(&self) -> usize {
+        self.state.lock().wakers.len()
+    }
+}
 
 impl MessageStore {
     /// Blocks until `topic`'s queue holds a message at `offset` or later (its
@@ -20,8 +123,7 @@ impl MessageStore {
     /// timeout too long to add to now, `Duration::MAX` say, waits without
     /// one). Returns whether a message is there to read.
     pub fn wait_for(&self, topic: &str, queue_id: u32, offset: u64, timeout: Duration) -> Result<bool, StoreError> {
-        let queue = self.queue(topic, queue_id)?;
-        self.consume_queue_of(topic, queue_id)?; // opened: its end is announced
+        let queue = self.watched(topic, queue_id)?;
         Ok(queue.signal.wait_past(offset, Instant::now().checked_add(timeout)))
     }
 
@@ -29,9 +131,74 @@ impl MessageStore {
     /// or later (`true`), or the store shuts down (`false`). It has no timer of
     /// its own: wrap it in the runtime's timeout (`tokio::time::timeout`).
     pub fn arrival(&self, topic: &str, queue_id: u32, offset: u64) -> Result<Arrival, StoreError> {
+        Ok(Arrival { queue: self.watched(topic, queue_id)?, offset, token: new_token() })
+    }
+
+    /// Blocks until at least one of `watches` — each `(topic, queue_id,
+    /// offset)` — has a message at its offset or later, the store shuts down,
+    /// or `timeout` passes (`Duration::MAX`: no timeout). Returns the indexes
+    /// (into `watches`, ascending) of every watch that has one: empty after a
+    /// timeout or a shutdown. One wait over all of a consumer's queues, as
+    /// RocketMQ's broker holds a consumer's pull requests: woken by the first
+    /// dispatch to any of them, never by a timer. An empty `watches` returns
+    /// at once.
+    pub fn wait_for_any(&self, watches: &[(&str, u32, u64)], timeout: Duration) -> Result<Vec<usize>, StoreError> {
+        let mut arrivals = self.arrivals(watches)?;
+        let deadline = Instant::now().checked_add(timeout);
+        let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        loop {
+            if let Poll::Ready(ready) = Pin::new(&mut arrivals).poll(&mut cx) {
+                return Ok(ready);
+            }
+            match deadline {
+                None => std::thread::park(),
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Ok(Vec::new());
+                    }
+                    std::thread::park_timeout(deadline - now);
+                }
+            }
+        }
+    }
+
+    /// A future that resolves when at least one of `watches` — each `(topic,
+    /// queue_id, offset)` — has a message at its offset or later: to the
+    /// indexes (into `watches`, ascending) of every watch that has one, or to
+    /// none when the store shuts down. It has no timer of its own: wrap it in
+    /// the runtime's timeout. Dropped, it leaves nothing registered.
+    pub fn arrivals(&self, watches: &[(&str, u32, u64)]) -> Result<Arrivals, StoreError> {
+        let watched = watches
+            .iter()
+            .map(|&(topic, queue_id, offset)| Ok((self.watched(topic, queue_id)?, offset)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(Arrivals { watched, token: new_token() })
+    }
+
+    /// `topic`'s queue, its dispatched end announced on its signal: a queue
+    /// this process has not used yet is opened (and checked) once; later
+    /// waits touch no file.
+    fn watched(&self, topic: &str, queue_id: u32) -> Result<Arc<Queue>, StoreError> {
         let queue = self.queue(topic, queue_id)?;
-        self.consume_queue_of(topic, queue_id)?;
-        Ok(Arrival { queue, offset })
+        if !queue.is_checked() {
+            self.consume_queue_of(topic, queue_id)?;
+        }
+        Ok(queue)
+    }
+}
+
+/// Unparks the thread blocked in [`MessageStore::wait_for_any`].
+struct ThreadWaker(std::thread::Thread);
+
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
     }
 }
 
@@ -40,15 +207,109 @@ impl MessageStore {
 pub struct Arrival {
     queue: Arc<Queue>,
     offset: u64,
+    token: u64,
 }
 
 impl Future for Arrival {
     type Output = bool;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
-        match self.queue.signal.poll_past(self.offset, cx.waker()) {
+        match self.queue.signal.poll_past(self.offset, self.token, cx.waker()) {
             Some(passed) => Poll::Ready(passed),
             None => Poll::Pending,
         }
+    }
+}
+
+impl Drop for Arrival {
+    fn drop(&mut self) {
+        self.queue.signal.forget(self.token);
+    }
+}
+
+/// The future of [`MessageStore::arrivals`].
+#[derive(Debug)]
+pub struct Arrivals {
+    watched: Vec<(Arc<Queue>, u64)>,
+    token: u64,
+}
+
+impl Future for Arrivals {
+    type Output = Vec<usize>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Vec<usize>> {
+        let mut ready = Vec::new();
+        let mut closed = 0;
+        for (i, (queue, offset)) in self.watched.iter().enumerate() {
+            // Registered before the next is looked at: a message dispatched to
+            // one already looked at wakes this future.
+            match queue.signal.poll_past(*offset, self.token, cx.waker()) {
+                Some(true) => ready.push(i),
+                Some(false) => closed += 1,
+                None => {}
+            }
+        }
+        if !ready.is_empty() || closed == self.watched.len() {
+            Poll::Ready(ready)
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+impl Drop for Arrivals {
+    fn drop(&mut self) {
+        for (queue, _) in &self.watched {
+            queue.signal.forget(self.token);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Count(AtomicU64);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_future_registers_once_however_often_polled_and_forgets_when_dropped() {
+        let signal = Signal::default();
+        let count = Arc::new(Count(AtomicU64::new(0)));
+        let waker = Waker::from(Arc::clone(&count));
+        for _ in 0..5 {
+            assert_eq!(signal.poll_past(0, 7, &waker), None);
+        }
+        assert_eq!(signal.poll_past(0, 8, &waker), None);
+        assert_eq!(signal.registered(), 2);
+        signal.forget(7);
+        assert_eq!(signal.registered(), 1);
+        signal.arrive(1);
+        assert_eq!(count.0.load(Ordering::SeqCst), 1, "the one left is woken");
+        assert_eq!(signal.registered(), 0);
+        assert_eq!(signal.poll_past(0, 8, &waker), Some(true));
+    }
+
+    #[test]
+    fn futures_that_time_out_leave_nothing_on_an_idle_queue() {
+        // Each future a consumer wraps in a timeout is dropped before its
+        // message comes; the queue's list of wakers must not grow with them.
+        let queue = Arc::new(Queue::new("t", 0));
+        let waker = Waker::from(Arc::new(Count(AtomicU64::new(0))));
+        let mut cx = Context::from_waker(&waker);
+        for _ in 0..100 {
+            let mut one = Arrival { queue: Arc::clone(&queue), offset: 0, token: new_token() };
+            assert!(Pin::new(&mut one).poll(&mut cx).is_pending());
+            let other = Arc::new(Queue::new("t", 1));
+            let mut set = Arrivals { watched: vec![(Arc::clone(&queue), 0), (other, 3)], token: new_token() };
+            assert!(Pin::new(&mut set).poll(&mut cx).is_pending());
+            assert_eq!(queue.signal.registered(), 2);
+        }
+        assert_eq!(queue.signal.registered(), 0);
     }
 }

@@ -6,94 +6,19 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::Waker;
 
 use consume_queue::{ConsumeQueue, ConsumeQueueConfig, CqEntry, CqError};
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Mutex, RwLock};
 use store_io::Storage;
 
 use crate::checkpoint::{Extent, Recorded};
 use crate::error::StoreError;
 use crate::message::decode_header;
+use crate::poll::Signal;
 
 /// The directory of a queue's consume queue: `<root>/consumequeue/<topic>/<queue>`.
 pub(crate) fn queue_dir(root: &Path, topic: &str, queue_id: u32) -> PathBuf {
     root.join("consumequeue").join(topic).join(queue_id.to_string())
-}
-
-/// Where dispatched messages are announced: the queue's dispatched end, and who
-/// waits for it to pass an offset.
-#[derive(Debug, Default)]
-pub(crate) struct Signal {
-    state: Mutex<SignalState>,
-    arrived: Condvar,
-}
-
-#[derive(Debug, Default)]
-struct SignalState {
-    /// The offset the next dispatched message of the queue gets (its max).
-    dispatched: u64,
-    /// Set at shutdown: waiters return.
-    closed: bool,
-    /// Futures waiting (see [`Arrival`](crate::Arrival)).
-    wakers: Vec<Waker>,
-}
-
-impl Signal {
-    /// Announces that the queue's dispatched end is `end`.
-    pub(crate) fn arrive(&self, end: u64) {
-        let wakers = {
-            let mut state = self.state.lock();
-            if end <= state.dispatched {
-                return;
-            }
-            state.dispatched = end;
-            std::mem::take(&mut state.wakers)
-        };
-        self.arrived.notify_all();
-        wakers.into_iter().for_each(Waker::wake);
-    }
-
-    /// Wakes every waiter for good.
-    pub(crate) fn close(&self) {
-        let wakers = {
-            let mut state = self.state.lock();
-            state.closed = true;
-            std::mem::take(&mut state.wakers)
-        };
-        self.arrived.notify_all();
-        wakers.into_iter().for_each(Waker::wake);
-    }
-
-    /// Blocks until the dispatched end passes `offset`, the signal closes, or
-    /// `deadline` (`None`: no deadline); returns whether it passed.
-    pub(crate) fn wait_past(&self, offset: u64, deadline: Option<std::time::Instant>) -> bool {
-        let mut state = self.state.lock();
-        while state.dispatched <= offset && !state.closed {
-            match deadline {
-                Some(deadline) => {
-                    if self.arrived.wait_until(&mut state, deadline).timed_out() {
-                        break;
-                    }
-                }
-                None => self.arrived.wait(&mut state),
-            }
-        }
-        state.dispatched > offset
-    }
-
-    /// Polls for the dispatched end passing `offset`: `Some(passed)` when it did
-    /// or the signal closed, else `None` with `waker` registered.
-    pub(crate) fn poll_past(&self, offset: u64, waker: &Waker) -> Option<bool> {
-        let mut state = self.state.lock();
-        if state.dispatched > offset || state.closed {
-            return Some(state.dispatched > offset);
-        }
-        if !state.wakers.iter().any(|w| w.will_wake(waker)) {
-            state.wakers.push(waker.clone());
-        }
-        None
-    }
 }
 
 /// How many of a queue's last consume-queue segments its first open reads.
@@ -206,7 +131,7 @@ impl QueueContext {
 }
 
 impl Queue {
-    fn new(topic: &str, queue_id: u32) -> Self {
+    pub(crate) fn new(topic: &str, queue_id: u32) -> Self {
         Queue {
             topic: topic.to_string(),
             queue_id,

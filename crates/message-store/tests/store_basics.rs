@@ -253,6 +253,58 @@ fn long_polls_wake_on_arrival_and_time_out_otherwise() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
+#[test]
+fn one_wait_covers_many_queues_and_says_which_have_messages() {
+    let sim = SimStorage::new();
+    let store = open(&sim, config(FlushDiskType::AsyncFlush));
+    store.create_topic("t", 4).unwrap();
+    let watches = [("t", 0, 0), ("t", 1, 0), ("t", 2, 0), ("t", 3, 0)];
+    let started = Instant::now();
+    assert!(store.wait_for_any(&watches, Duration::from_millis(100)).unwrap().is_empty(), "nothing came");
+    assert!(started.elapsed() >= Duration::from_millis(100));
+    let waiter = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            (store.wait_for_any(&watches, WAIT).unwrap(), started.elapsed())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    store.put_message(&Message::new("t", 2, &b"hello"[..])).unwrap();
+    let (ready, waited) = waiter.join().unwrap();
+    assert_eq!(ready, vec![2]);
+    assert!(waited < Duration::from_secs(5), "woken by the arrival, not the timeout ({waited:?})");
+    // Ready at once for every watch below its queue's end; a watch at the end
+    // of a queue with messages still waits.
+    store.put_message(&Message::new("t", 0, &b"hello"[..])).unwrap();
+    assert!(store.wait_for("t", 0, 0, WAIT).unwrap());
+    assert_eq!(store.wait_for_any(&[("t", 2, 1), ("t", 0, 0), ("t", 2, 0)], WAIT).unwrap(), vec![1, 2]);
+    assert!(store.wait_for_any(&[("t", 2, 1), ("t", 0, 1)], Duration::from_millis(20)).unwrap().is_empty());
+    assert!(store.wait_for_any(&[], WAIT).unwrap().is_empty(), "no watch: at once");
+    assert!(matches!(store.wait_for_any(&[("t", 9, 0)], WAIT), Err(StoreError::UnknownQueue { .. })));
+    // The future, woken by a put to the last of its queues.
+    let future = store.arrivals(&[("t", 1, 0), ("t", 3, 0)]).unwrap();
+    let putter = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            store.put_message(&Message::new("t", 3, &b"later"[..])).unwrap();
+        })
+    };
+    assert_eq!(block_on(future), vec![1]);
+    putter.join().unwrap();
+    // Shutdown releases the waiter, with nothing ready.
+    let waiter = {
+        let store = store.clone();
+        std::thread::spawn(move || store.wait_for_any(&[("t", 1, 0), ("t", 2, 5)], WAIT).unwrap())
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let started = Instant::now();
+    store.shutdown().unwrap();
+    assert!(waiter.join().unwrap().is_empty());
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
 /// Runs a future to completion on this thread.
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
     struct Unpark(std::thread::Thread);
