@@ -1,0 +1,591 @@
+//! The index of many queues over one commit log, without a file per queue.
+//!
+//! Each queue (named by a `u64` its owner assigns: a message store's topic and
+//! queue, a raft group) is a dense sequence of [`Entry`]s at queue offsets 0,
+//! 1, 2, … in log order. The owner dispatches the log's records in order and
+//! [`append`](QueueIndex::append)s each one's entry; the entries of the log's
+//! newest records stay in memory (the active run). When the log range they
+//! cover is durable and dispatched, the owner [`seal`](QueueIndex::seal)s it:
+//! the active run is written as one run file, its queues in ascending order
+//! and each queue's entries together, and synced. When the log deletes its
+//! front, [`expire`](QueueIndex::expire) deletes the runs wholly below it.
+//!
+//! What that buys, against a consume-queue directory and file per queue:
+//! - a new queue is a row in a hash table (no file, mapping or system call);
+//!   open files and mappings are one per run (per sealed log range), however
+//!   many queues there are;
+//! - each entry is written once, in one sequential file with the other
+//!   queues' entries of the same log range; expiry is a file deletion;
+//! - recovery reads the runs' headers and directories and re-dispatches only
+//!   the log after the last run ([`OpenReport::replay_from`]): the unsealed
+//!   tail, not the retention;
+//! - a run found damaged (a CRC mismatch: torn by a crash before its sync
+//!   returned, or damaged since), or missing between two others, is dropped
+//!   with every later run, and the log is re-dispatched from its start: the
+//!   index is derived data, rebuilt from the log, never cut.
+//!
+//! Reads find a queue's entries in the active run or by looking the queue up
+//! in each run's directory (a binary search over mapped memory), newest run
+//! first; a consumer near a queue's end reads the active run or the last run.
+//!
+//! ```
+//! use std::path::Path;
+//! use queue_index::{Entry, QueueIndex};
+//! use mapped_file::SimStorage;
+//!
+//! let storage = SimStorage::new();
+//! let (index, report) = QueueIndex::open(&storage, Path::new("/store/queueindex")).unwrap();
+//! assert_eq!(report.replay_from, 0);
+//! // Queue 7 gets the records at log offsets 0 and 100; queue 9 the one at 50.
+//! index.append(7, 0, Entry { log_offset: 0, size: 50, tag: 1 }).unwrap();
+//! index.append(9, 0, Entry { log_offset: 50, size: 50, tag: 2 }).unwrap();
+//! index.append(7, 1, Entry { log_offset: 100, size: 50, tag: 1 }).unwrap();
+//! // Everything below log offset 150 is durable and dispatched: seal it.
+//! index.seal(&storage, 150).unwrap();
+//! assert_eq!(index.get(7, 1, 10)[0].log_offset, 100);
+//! assert_eq!(index.extent(9), Some((0, 1)));
+//! drop(index);
+//! let (index, report) = QueueIndex::open(&storage, Path::new("/store/queueindex")).unwrap();
+//! assert_eq!((report.runs, report.replay_from), (1, 150));
+//! assert_eq!(index.extent(7), Some((0, 2)));
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod run;
+mod table;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use mapped_file::{MappedFileError, Storage};
+use parking_lot::RwLock;
+
+use run::Run;
+
+/// One record of a queue: where it is in the log and its tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Entry {
+    /// The record's log offset.
+    pub log_offset: u64,
+    /// The record's size in the log.
+    pub size: u32,
+    /// A tag (a message's tags hash code), for filtering without reading the log.
+    pub tag: u64,
+}
+
+/// Errors of a [`QueueIndex`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IndexError {
+    /// An append that would leave a hole in its queue or put an entry before
+    /// one already there: queue offsets are dense and follow the log.
+    #[error("queue {queue}: entry at offset {offset} (log offset {log_offset}), but the queue's next offset is {expected} and its last log offset {last_log_offset}")]
+    NotInOrder {
+        /// The queue.
+        queue: u64,
+        /// The queue offset asked for.
+        offset: u64,
+        /// The offset the queue takes next.
+        expected: u64,
+        /// The entry's log offset.
+        log_offset: u64,
+        /// The log offset of the newest entry in the index.
+        last_log_offset: u64,
+    },
+    /// A seal whose end does not cover the active run's entries, or lies below
+    /// the last run's end.
+    #[error("seal to log offset {log_to}: the active run covers [{from}, {last_end}), every entry must lie below the seal's end")]
+    BadSeal {
+        /// The end asked for.
+        log_to: u64,
+        /// Where the active run begins.
+        from: u64,
+        /// One past the newest entry's record.
+        last_end: u64,
+    },
+    /// A run file that fails its checks (reported by [`QueueIndex::open`] in
+    /// [`OpenReport::dropped`], never returned for a run found at open).
+    #[error("{}: {reason}", path.display())]
+    DamagedRun {
+        /// The run file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A run file could not be written, read or deleted.
+    #[error(transparent)]
+    File(#[from] MappedFileError),
+    /// Listing or creating the index's directory failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What [`QueueIndex::open`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OpenReport {
+    /// Runs kept.
+    pub runs: usize,
+    /// Where the owner must dispatch the log from again: the end of the last
+    /// run kept (its own start when the index is empty: 0, or the first
+    /// dropped run's start).
+    pub replay_from: u64,
+    /// Runs dropped (damaged, or after a damaged or missing one): their files
+    /// are deleted and their log ranges are dispatched again from
+    /// `replay_from`. Each with why.
+    pub dropped: Vec<(PathBuf, String)>,
+    /// Why the queue table was not used (missing is not a reason): damaged,
+    /// or it covers a run that was dropped. Extents then come from the runs
+    /// alone, and queues whose runs all expired are forgotten.
+    pub table_unused: Option<String>,
+}
+
+/// A queue's extent: its first offset still indexed and its end (the offset
+/// its next entry takes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Extent {
+    pub(crate) min: u64,
+    pub(crate) end: u64,
+}
+
+/// Entries not sealed yet, per queue.
+#[derive(Debug, Default)]
+struct Active {
+    /// The log offset the active run starts at (the last run's end).
+    from: u64,
+    /// One past the newest entry's record.
+    last_end: u64,
+    /// The newest entry's log offset (entries must follow it).
+    last_log_offset: Option<u64>,
+    queues: HashMap<u64, (u64, Vec<Entry>)>,
+    entries: usize,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    extents: HashMap<u64, Extent>,
+    active: Active,
+    /// The run being written by a seal: read from here until it is mapped.
+    sealing: Option<Arc<Active>>,
+    /// Sealed runs in log order, contiguous.
+    runs: Vec<Arc<Run>>,
+    /// Directory rows of the runs sealed since the queue table was written.
+    rows_since_table: usize,
+}
+
+/// How a [`QueueIndex`] keeps its files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IndexConfig {
+    /// The queue table is rewritten once the runs sealed since hold at least
+    /// this many directory rows (queues with entries), or as many as the
+    /// table has queues, whichever is more: an open then reads at most about
+    /// twice the table. 4,096.
+    pub table_every_rows: usize,
+}
+
+impl Default for IndexConfig {
+    fn default() -> Self {
+        IndexConfig { table_every_rows: 4096 }
+    }
+}
+
+fn table_path(dir: &Path) -> PathBuf {
+    dir.join("table")
+}
+
+/// The index of many queues over one commit log (see the crate documentation).
+#[derive(Debug)]
+pub struct QueueIndex {
+    dir: PathBuf,
+    config: IndexConfig,
+    /// One seal at a time.
+    sealer: parking_lot::Mutex<()>,
+    state: RwLock<State>,
+}
+
+impl QueueIndex {
+    /// Opens (or creates) the index in `dir`: maps its runs, checks each, and
+    /// learns every queue's extent from their directories. Runs that fail
+    /// their checks, and every run after the first such one or after a gap,
+    /// are deleted; the owner dispatches the log again from
+    /// [`OpenReport::replay_from`].
+    pub fn open(storage: &dyn Storage, dir: &Path) -> Result<(QueueIndex, OpenReport), IndexError> {
+        Self::open_with(storage, dir, IndexConfig::default())
+    }
+
+    /// [`open`](Self::open) with `config`.
+    pub fn open_with(
+        storage: &dyn Storage,
+        dir: &Path,
+        config: IndexConfig,
+    ) -> Result<(QueueIndex, OpenReport), IndexError> {
+        let io = |source| IndexError::Io { path: dir.to_path_buf(), source };
+        storage.create_dir_all(dir).map_err(io)?;
+        let mut listed: Vec<(u64, String, u64)> = storage
+            .list(dir)
+            .map_err(io)?
+            .into_iter()
+            .filter_map(|e| mapped_file::parse_file_name(&e.name).map(|from| (from, e.name, e.len)))
+            .collect();
+        listed.sort_unstable();
+        let mut report = OpenReport::default();
+        let mut state = State::default();
+        let mut broken = false;
+        for (from, name, len) in listed {
+            let path = dir.join(&name);
+            if !broken {
+                let opened = match usize::try_from(len) {
+                    Ok(len) => Run::open(storage, &path, len),
+                    Err(_) => Err(IndexError::DamagedRun { path: path.clone(), reason: "too long".into() }),
+                };
+                match opened {
+                    Ok(run) if state.runs.last().is_none_or(|last| last.log_to == run.log_from) => {
+                        state.runs.push(Arc::new(run));
+                        continue;
+                    }
+                    Ok(run) => {
+                        let last = state.runs.last().map_or(0, |l| l.log_to);
+                        report
+                            .dropped
+                            .push((path.clone(), format!("starts at {from}, but the run before ends at {last}")));
+                        drop(run);
+                    }
+                    Err(err) => report.dropped.push((path.clone(), err.to_string())),
+                }
+                broken = true;
+            } else {
+                report.dropped.push((path.clone(), "after a dropped run".into()));
+            }
+            tracing::warn!(path = %path.display(), "queue-index run dropped: its log range is dispatched again");
+            storage.remove(&path).map_err(|source| IndexError::Io { path: path.clone(), source })?;
+        }
+        let table = storage.read_small(&table_path(dir)).map_err(io)?.map(|bytes| table::decode(&bytes));
+        let first_dropped = report
+            .dropped
+            .first()
+            .and_then(|(p, _)| p.file_name().and_then(|n| n.to_str()).and_then(mapped_file::parse_file_name));
+        let mut covered = 0;
+        match table {
+            Some(Ok((point, extents))) if first_dropped.is_none_or(|d| d >= point) => {
+                state.extents = extents;
+                covered = point;
+            }
+            Some(Ok((point, _))) => {
+                report.table_unused = Some(format!("it covers the log up to {point}, past the dropped runs"));
+            }
+            Some(Err(reason)) => report.table_unused = Some(reason),
+            None => {}
+        }
+        if let Some(reason) = &report.table_unused {
+            // Deleted, so no later open trusts it past what is dispatched again.
+            tracing::warn!(%reason, "queue-index table not used: extents from the runs alone");
+            let path = table_path(dir);
+            storage.remove(&path).map_err(|source| IndexError::Io { path, source })?;
+        }
+        // The runs with entries past the table's point (one may straddle it:
+        // its entries below the point are in the table already).
+        for run in state.runs.iter().filter(|r| r.log_to > covered) {
+            state.rows_since_table += run.queue_count();
+            for (queue, span) in run.spans() {
+                let extent = state.extents.entry(queue).or_insert(Extent { min: span.first, end: span.first });
+                extent.end = extent.end.max(span.end());
+            }
+        }
+        // With no run left past it, the table's point is where dispatch goes
+        // on: every run below it expired with the log's front.
+        let end = state.runs.last().map_or(0, |r| r.log_to).max(covered);
+        report.runs = state.runs.len();
+        report.replay_from = end;
+        state.active = Active { from: end, last_end: end, ..Active::default() };
+        let index = QueueIndex {
+            dir: dir.to_path_buf(),
+            config,
+            sealer: parking_lot::Mutex::new(()),
+            state: RwLock::new(state),
+        };
+        Ok((index, report))
+    }
+
+    /// Appends `queue`'s entry at `offset`, which must be the queue's end, for
+    /// a record after every entry in the index (dispatch follows the log). A
+    /// queue the index has not seen starts at `offset` (a queue whose earlier
+    /// entries expired, or one a rebuild starts mid-log), and so does one
+    /// with no live entry whose end lies below `offset` (the records between
+    /// went with the log's front).
+    pub fn append(&self, queue: u64, offset: u64, entry: Entry) -> Result<(), IndexError> {
+        let mut state = self.state.write();
+        let State { extents, active, .. } = &mut *state;
+        let after_last = active.last_log_offset.is_none_or(|last| entry.log_offset > last);
+        let extent = extents.get(&queue).copied();
+        // A queue with nothing live indexed may go on past its end: the
+        // records between went with the log's front (an index rebuilt after
+        // the log deleted part of what a lost run covered).
+        let fits = |e: Extent| e.end == offset || (e.min == e.end && offset > e.end);
+        if !after_last || entry.log_offset < active.from || extent.is_some_and(|e| !fits(e)) {
+            return Err(IndexError::NotInOrder {
+                queue,
+                offset,
+                expected: extent.map_or(offset, |e| e.end),
+                log_offset: entry.log_offset,
+                last_log_offset: active.last_log_offset.unwrap_or(active.from),
+            });
+        }
+        let extent = extents.entry(queue).or_insert(Extent { min: offset, end: offset });
+        if extent.end < offset {
+            *extent = Extent { min: offset, end: offset };
+        }
+        extent.end = offset + 1;
+        active.queues.entry(queue).or_insert_with(|| (offset, Vec::new())).1.push(entry);
+        active.entries += 1;
+        active.last_log_offset = Some(entry.log_offset);
+        active.last_end = active.last_end.max(entry.log_offset.saturating_add(u64::from(entry.size)));
+        Ok(())
+    }
+
+    /// Seals the active run as the run of `[its start, log_to)`: written,
+    /// synced, and mapped for reads before this returns. `log_to` must not lie
+    /// below the end of the newest entry's record. Nothing to seal (no entry,
+    /// or `log_to` at the active run's start) writes nothing. The owner seals
+    /// only a durable, fully dispatched range; after it, dispatch goes on
+    /// from `log_to`.
+    pub fn seal(&self, storage: &dyn Storage, log_to: u64) -> Result<(), IndexError> {
+        let _one = self.sealer.lock();
+        // The active run is handed to the seal under the lock, and written
+        // without it: appends go on into a new active run, and reads find the
+        // sealed entries where the seal keeps them until the run is mapped.
+        let sealing = {
+            let mut state = self.state.write();
+            let (from, last_end) = (state.active.from, state.active.last_end);
+            if log_to < last_end || log_to < from {
+                return Err(IndexError::BadSeal { log_to, from, last_end });
+            }
+            if log_to == from {
+                return Ok(());
+            }
+            let next = Active {
+                from: log_to,
+                last_end: log_to,
+                last_log_offset: state.active.last_log_offset,
+                ..Active::default()
+            };
+            let sealing = Arc::new(std::mem::replace(&mut state.active, next));
+            state.sealing = Some(Arc::clone(&sealing));
+            sealing
+        };
+        // A range without entries is written too (an empty run): the runs
+        // stay contiguous (a gap reads as a lost run at open), and an open
+        // after a power cut replays nothing a returned seal covered.
+        let mut queues: Vec<(u64, u64, &[Entry])> =
+            sealing.queues.iter().map(|(&q, (first, e))| (q, *first, e.as_slice())).collect();
+        queues.sort_unstable_by_key(|(q, _, _)| *q);
+        let written = Run::write(storage, &self.dir, &run::encode(sealing.from, log_to, &queues));
+        drop(queues);
+        let mut state = self.state.write();
+        state.sealing = None;
+        let run = match written {
+            Ok(run) => Arc::new(run),
+            Err(err) => {
+                // Not sealed: the entries go back in front of what came since.
+                let sealing = Arc::try_unwrap(sealing).unwrap_or_else(|shared| Active {
+                    from: shared.from,
+                    last_end: shared.last_end,
+                    last_log_offset: shared.last_log_offset,
+                    queues: shared.queues.clone(),
+                    entries: shared.entries,
+                });
+                let later = std::mem::take(&mut state.active);
+                state.active = merge(sealing, later);
+                return Err(err);
+            }
+        };
+        state.rows_since_table += run.queue_count();
+        state.runs.push(run);
+        if state.rows_since_table >= state.extents.len().max(self.config.table_every_rows) {
+            self.write_table(storage, &mut state)?;
+        }
+        Ok(())
+    }
+
+    /// Writes every queue's extent as of the last run's end (without what
+    /// the active run added: an open dispatches that again).
+    fn write_table(&self, storage: &dyn Storage, state: &mut State) -> Result<(), IndexError> {
+        let path = table_path(&self.dir);
+        let bytes = if state.active.queues.is_empty() {
+            table::encode(state.active.from, &state.extents)
+        } else {
+            let mut extents = state.extents.clone();
+            for (queue, (first, _)) in &state.active.queues {
+                if let Some(extent) = extents.get_mut(queue) {
+                    extent.end = *first;
+                    extent.min = extent.min.min(*first);
+                }
+            }
+            table::encode(state.active.from, &extents)
+        };
+        storage.replace_small(&path, &bytes).map_err(|source| IndexError::Io { path, source })?;
+        state.rows_since_table = 0;
+        Ok(())
+    }
+
+    /// Up to `max` of `queue`'s entries from `offset` on (fewer at its end;
+    /// none below its first indexed offset or for a queue it does not know).
+    pub fn get(&self, queue: u64, offset: u64, max: usize) -> Vec<Entry> {
+        let state = self.state.read();
+        let Some(extent) = state.extents.get(&queue).copied() else { return Vec::new() };
+        if offset < extent.min || offset >= extent.end || max == 0 {
+            return Vec::new();
+        }
+        let mut out = Vec::with_capacity(max.min(usize::try_from(extent.end - offset).unwrap_or(max)));
+        let mut at = offset;
+        // The sealed runs holding `at` and after, oldest first: found from the
+        // newest backwards (a consumer near the end looks at one or two).
+        let in_memory = state.sealing.iter().map(|s| &**s).chain(std::iter::once(&state.active));
+        let memory_first = in_memory.filter_map(|a| a.queues.get(&queue).map(|(first, _)| *first)).next();
+        if memory_first.is_none_or(|first| at < first) {
+            let mut spans = Vec::new();
+            for run in state.runs.iter().rev() {
+                if let Some(span) = run.span(queue) {
+                    spans.push((Arc::clone(run), span));
+                    if span.first <= at {
+                        break;
+                    }
+                }
+            }
+            for (run, span) in spans.iter().rev() {
+                while at < span.end() && out.len() < max {
+                    if at >= span.first {
+                        out.push(run.entry(*span, at));
+                    }
+                    at += 1;
+                }
+            }
+        }
+        for active in state.sealing.iter().map(|s| &**s).chain(std::iter::once(&state.active)) {
+            if let Some((first, entries)) = active.queues.get(&queue) {
+                while out.len() < max && at >= *first && at < first + entries.len() as u64 {
+                    out.push(entries[usize::try_from(at - first).unwrap_or(usize::MAX)]);
+                    at += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// `queue`'s first indexed offset and its end (the offset its next entry
+    /// takes); `None` for a queue with no entry indexed in this index's life.
+    pub fn extent(&self, queue: u64) -> Option<(u64, u64)> {
+        self.state.read().extents.get(&queue).map(|e| (e.min, e.end))
+    }
+
+    /// Deletes every run whose log range lies wholly below `log_min` (the
+    /// log's first offset after its cleaning), raising the first offset of
+    /// each queue it held past its entries there, and of each queue with
+    /// entries below `log_min` in the run that holds it (a run that spans
+    /// the log's new front stays, its entries there are no longer read);
+    /// returns the runs deleted. Readers holding entries keep them. Call it
+    /// after [`open`](Self::open) too: the runs do not know the log's front.
+    pub fn expire(&self, storage: &dyn Storage, log_min: u64) -> Result<usize, IndexError> {
+        let _no_seal = self.sealer.lock();
+        let mut state = self.state.write();
+        let gone = state.runs.iter().take_while(|r| r.log_to <= log_min).count();
+        let expired: Vec<Arc<Run>> = state.runs.drain(..gone).collect();
+        let State { extents, runs, active, .. } = &mut *state;
+        for run in &expired {
+            for (queue, span) in run.spans() {
+                if let Some(extent) = extents.get_mut(&queue) {
+                    extent.min = extent.min.max(span.end());
+                }
+            }
+        }
+        if let Some(front) = runs.first().filter(|r| r.log_from < log_min) {
+            for (queue, span) in front.spans() {
+                let live = front.first_at_or_after(span, log_min);
+                if let Some(extent) = extents.get_mut(&queue) {
+                    extent.min = extent.min.max(live);
+                }
+            }
+        }
+        if runs.is_empty() {
+            for (queue, (first, entries)) in &active.queues {
+                let below = entries.partition_point(|e| e.log_offset < log_min) as u64;
+                if let Some(extent) = extents.get_mut(queue) {
+                    extent.min = extent.min.max(first + below);
+                }
+            }
+        }
+        if !expired.is_empty() {
+            // The table first, then the files: a crash in between leaves runs
+            // the next expiry deletes, never extents that forget them.
+            self.write_table(storage, &mut state)?;
+        }
+        drop(state);
+        for run in &expired {
+            if let Err(err) = run.destroy() {
+                tracing::warn!(path = %run.path().display(), %err, "expired queue-index run not deleted");
+                return Err(err);
+            }
+        }
+        Ok(gone)
+    }
+
+    /// Heap bytes the index's tables hold (the extents of every queue, the
+    /// active run), from their capacities: what a queue costs in memory. The
+    /// runs' mapped pages are the page cache's, not counted.
+    pub fn heap_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let state = self.state.read();
+        // hashbrown: a control byte per bucket beside each (key, value).
+        let extents = state.extents.capacity() * (size_of::<(u64, Extent)>() + 1);
+        let active = state.active.queues.capacity() * (size_of::<(u64, (u64, Vec<Entry>))>() + 1)
+            + state.active.queues.values().map(|(_, e)| e.capacity() * size_of::<Entry>()).sum::<usize>();
+        extents + active + state.runs.capacity() * size_of::<Arc<Run>>()
+    }
+
+    /// Queues known (with at least one entry in this index's life).
+    pub fn queue_count(&self) -> usize {
+        self.state.read().extents.len()
+    }
+
+    /// Sealed runs (each one file and one mapping).
+    pub fn run_count(&self) -> usize {
+        self.state.read().runs.len()
+    }
+
+    /// Entries in the active run (in memory, not sealed yet).
+    pub fn active_entries(&self) -> usize {
+        self.state.read().active.entries
+    }
+
+    /// Where the active run starts: every entry of a record below it is in a
+    /// sealed, synced run.
+    pub fn sealed_to(&self) -> u64 {
+        let state = self.state.read();
+        state.sealing.as_ref().map_or(state.active.from, |s| s.from)
+    }
+}
+
+/// `earlier`'s entries followed by `later`'s (a seal that failed gives its
+/// run back to the active run that followed it).
+fn merge(mut earlier: Active, later: Active) -> Active {
+    for (queue, (first, entries)) in later.queues {
+        match earlier.queues.get_mut(&queue) {
+            Some((_, before)) => before.extend(entries),
+            None => {
+                earlier.queues.insert(queue, (first, entries));
+            }
+        }
+    }
+    earlier.entries += later.entries;
+    earlier.last_end = earlier.last_end.max(later.last_end);
+    earlier.last_log_offset = later.last_log_offset.or(earlier.last_log_offset);
+    earlier
+}

@@ -1,0 +1,219 @@
+//! A run file: the entries of one log range, grouped by queue.
+//!
+//! ```text
+//! header    64 bytes: magic "QIRUN001" | log_from u64 | log_to u64 | queues u32 |
+//!           entries u64 | body crc32c u32 | reserved | header crc32c u32 (last 4 bytes)
+//! directory queues × 24 bytes, ascending by queue: queue u64 | first offset u64 |
+//!           count u32 | first entry u32 (index into the entries)
+//! entries   entries × 20 bytes: log offset u64 | size u32 | tag u64
+//! ```
+//!
+//! Little-endian. The body CRC covers the directory and the entries; the
+//! header's covers the header's first 60 bytes. A run is written whole and
+//! synced before anything relies on it, so a run that fails either CRC was
+//! torn by a crash before its sync returned, or damaged since.
+
+use std::path::Path;
+
+use mapped_file::{Bytes, MappedFile, Storage};
+
+use crate::{Entry, IndexError};
+
+const MAGIC: &[u8; 8] = b"QIRUN001";
+/// Header bytes.
+pub(crate) const HEADER: usize = 64;
+/// Directory bytes per queue.
+const DIR_ENTRY: usize = 24;
+/// Bytes per entry.
+pub(crate) const ENTRY: usize = 20;
+
+/// One queue's entries in a run: its first queue offset and how many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Span {
+    pub(crate) first: u64,
+    pub(crate) count: u32,
+    /// Index of its first entry among the run's entries.
+    start: u32,
+}
+
+impl Span {
+    /// One past its last queue offset.
+    pub(crate) fn end(&self) -> u64 {
+        self.first.saturating_add(u64::from(self.count))
+    }
+}
+
+/// The bytes of a run of the log range `[log_from, log_to)` holding `queues`:
+/// each (queue, first queue offset, entries), ascending by queue.
+pub(crate) fn encode(log_from: u64, log_to: u64, queues: &[(u64, u64, &[Entry])]) -> Vec<u8> {
+    let entries: usize = queues.iter().map(|(_, _, e)| e.len()).sum();
+    let mut bytes = vec![0u8; HEADER];
+    bytes.reserve(queues.len() * DIR_ENTRY + entries * ENTRY);
+    let mut start = 0u32;
+    for &(queue, first, e) in queues {
+        bytes.extend_from_slice(&queue.to_le_bytes());
+        bytes.extend_from_slice(&first.to_le_bytes());
+        bytes.extend_from_slice(&(e.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&start.to_le_bytes());
+        start = start.saturating_add(e.len() as u32);
+    }
+    for (_, _, e) in queues {
+        for entry in *e {
+            bytes.extend_from_slice(&entry.log_offset.to_le_bytes());
+            bytes.extend_from_slice(&entry.size.to_le_bytes());
+            bytes.extend_from_slice(&entry.tag.to_le_bytes());
+        }
+    }
+    let body_crc = crc32c::crc32c(&bytes[HEADER..]);
+    let h = &mut bytes[..HEADER];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..16].copy_from_slice(&log_from.to_le_bytes());
+    h[16..24].copy_from_slice(&log_to.to_le_bytes());
+    h[24..28].copy_from_slice(&(queues.len() as u32).to_le_bytes());
+    h[28..36].copy_from_slice(&(entries as u64).to_le_bytes());
+    h[36..40].copy_from_slice(&body_crc.to_le_bytes());
+    let header_crc = crc32c::crc32c(&h[..HEADER - 4]);
+    h[HEADER - 4..].copy_from_slice(&header_crc.to_le_bytes());
+    bytes
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or_default())
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap_or_default())
+}
+
+/// A sealed run, mapped.
+#[derive(Debug)]
+pub(crate) struct Run {
+    file: MappedFile,
+    bytes: Bytes,
+    pub(crate) log_from: u64,
+    pub(crate) log_to: u64,
+    queues: usize,
+}
+
+impl Run {
+    /// Writes the run `bytes` (from [`encode`]) to `dir` and syncs it.
+    pub(crate) fn write(storage: &dyn Storage, dir: &Path, bytes: &[u8]) -> Result<Run, IndexError> {
+        let log_from = u64_at(bytes, 8);
+        let file = MappedFile::create(storage, dir, log_from, bytes.len())?;
+        if let Err(err) = file.append_bytes(0, bytes).and_then(|_| file.flush(0)) {
+            // No half-written run stays under the name the next seal takes.
+            if let Err(gone) = file.destroy() {
+                tracing::warn!(path = %file.path().display(), %gone, "a run that failed to write was not deleted");
+            }
+            return Err(err.into());
+        }
+        Self::from_file(file)
+    }
+
+    /// Opens the run file at `path` of `len` bytes, checking both CRCs.
+    pub(crate) fn open(storage: &dyn Storage, path: &Path, len: usize) -> Result<Run, IndexError> {
+        let damaged = |reason: String| IndexError::DamagedRun { path: path.to_path_buf(), reason };
+        if len < HEADER {
+            return Err(damaged(format!("{len} bytes, shorter than a header")));
+        }
+        let file = MappedFile::open(storage, path, len)?;
+        file.set_positions(len)?;
+        let run = Self::from_file(file).map_err(|_| damaged("unreadable".into()))?;
+        run.check().map_err(damaged)?;
+        Ok(run)
+    }
+
+    fn from_file(file: MappedFile) -> Result<Run, IndexError> {
+        let bytes = file.read(0, file.read_position())?;
+        let (log_from, log_to) = (u64_at(&bytes, 8), u64_at(&bytes, 16));
+        let queues = u32_at(&bytes, 24) as usize;
+        Ok(Run { file, bytes, log_from, log_to, queues })
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let b = &self.bytes;
+        if &b[..8] != MAGIC {
+            return Err("not a queue-index run (bad magic)".into());
+        }
+        if crc32c::crc32c(&b[..HEADER - 4]) != u32_at(b, HEADER - 4) {
+            return Err("header CRC mismatch".into());
+        }
+        let entries = usize::try_from(u64_at(b, 28)).unwrap_or(usize::MAX);
+        let want = self.queues.checked_mul(DIR_ENTRY).and_then(|d| entries.checked_mul(ENTRY).map(|e| (d, e)));
+        match want {
+            Some((d, e)) if HEADER + d + e == b.len() => {}
+            _ => return Err(format!("{} bytes, not what {} queues and {entries} entries take", b.len(), self.queues)),
+        }
+        if crc32c::crc32c(&b[HEADER..]) != u32_at(b, 36) {
+            return Err("body CRC mismatch".into());
+        }
+        if self.log_from >= self.log_to || self.file.file_from_offset() != self.log_from {
+            return Err(format!("log range [{}, {}) does not fit its name", self.log_from, self.log_to));
+        }
+        Ok(())
+    }
+
+    fn dir_at(&self, i: usize) -> (u64, Span) {
+        let at = HEADER + i * DIR_ENTRY;
+        let b = &self.bytes;
+        (u64_at(b, at), Span { first: u64_at(b, at + 8), count: u32_at(b, at + 16), start: u32_at(b, at + 20) })
+    }
+
+    /// Queues with entries in the run.
+    pub(crate) fn queue_count(&self) -> usize {
+        self.queues
+    }
+
+    /// Every queue in the run with its span, ascending by queue.
+    pub(crate) fn spans(&self) -> impl Iterator<Item = (u64, Span)> + '_ {
+        (0..self.queues).map(|i| self.dir_at(i))
+    }
+
+    /// `queue`'s span in this run, if it has entries here.
+    pub(crate) fn span(&self, queue: u64) -> Option<Span> {
+        let (mut lo, mut hi) = (0, self.queues);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let (q, span) = self.dir_at(mid);
+            match q.cmp(&queue) {
+                std::cmp::Ordering::Equal => return Some(span),
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+            }
+        }
+        None
+    }
+
+    /// The entry at `offset` of `span` (which must hold it).
+    pub(crate) fn entry(&self, span: Span, offset: u64) -> Entry {
+        let index = u64::from(span.start) + (offset - span.first);
+        let at = HEADER + self.queues * DIR_ENTRY + usize::try_from(index).unwrap_or(usize::MAX) * ENTRY;
+        let b = &self.bytes;
+        Entry { log_offset: u64_at(b, at), size: u32_at(b, at + 8), tag: u64_at(b, at + 12) }
+    }
+
+    /// The first queue offset of `span` whose record lies at or after
+    /// `log_offset` (`span.end()` if none does).
+    pub(crate) fn first_at_or_after(&self, span: Span, log_offset: u64) -> u64 {
+        let (mut lo, mut hi) = (span.first, span.end());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.entry(span, mid).log_offset < log_offset {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// Deletes the file (readers holding the run keep its mapping).
+    pub(crate) fn destroy(&self) -> Result<(), IndexError> {
+        Ok(self.file.destroy()?)
+    }
+
+    /// The file's path.
+    pub(crate) fn path(&self) -> &Path {
+        self.file.path()
+    }
+}
