@@ -24,6 +24,11 @@ use crate::index::Index;
 use crate::message::{decode_header, Header};
 use crate::queues::{entry_of, Queue, QueueContext};
 
+/// Records a dispatch round puts before it wakes the consumers of the queues
+/// they went to (and it wakes them when the round ends, whatever its length):
+/// at 100,000 messages/s a stretch takes well under a millisecond.
+const WAKE_EVERY: u64 = 64;
+
 /// The dispatcher's state, shared by the store and its dispatch thread.
 #[derive(Debug)]
 pub(crate) struct Dispatcher {
@@ -96,6 +101,10 @@ impl Dispatcher {
         let _running = self.running.lock();
         let mut point = self.point().max(self.log.min_offset());
         let mut count = 0u64;
+        // Queues whose end moved and whose waiters are not woken yet: woken
+        // every `WAKE_EVERY` records and when the round ends.
+        let mut owed: Vec<Arc<Queue>> = Vec::new();
+        let wake = |owed: &mut Vec<Arc<Queue>>| owed.drain(..).for_each(|q| q.signal.wake());
         let result = (|| {
             for record in self.log.iter_from(point) {
                 let record = match record {
@@ -107,14 +116,18 @@ impl Dispatcher {
                 if record.next_offset() > limit {
                     break;
                 }
-                self.dispatch(&record)?;
+                self.dispatch(&record, &mut owed)?;
                 point = record.next_offset();
                 self.point.store(point, Ordering::Release);
                 count = count.saturating_add(1);
+                if count % WAKE_EVERY == 0 {
+                    wake(&mut owed);
+                }
             }
             Ok(())
         })();
         self.point.store(point, Ordering::Release);
+        wake(&mut owed);
         match &result {
             Ok(()) => *self.error.lock() = None,
             Err(err) => {
@@ -131,7 +144,7 @@ impl Dispatcher {
     /// Puts one record's entry into its queue's consume queue. A queue whose
     /// entries do not lead up to this message (some missing, or one naming
     /// another record) is repaired from the log first: it never skips it.
-    fn dispatch(&self, record: &Record) -> Result<(), StoreError> {
+    fn dispatch(&self, record: &Record, owed: &mut Vec<Arc<Queue>>) -> Result<(), StoreError> {
         let header = match decode_header(&record.body) {
             Ok(header) => header,
             Err(err) => {
@@ -156,7 +169,9 @@ impl Dispatcher {
                 // index failed): the index skips what it holds. Waiters hear
                 // of it either way.
                 self.index_keys(&header, record)?;
-                queue.signal.arrive(next);
+                if queue.signal.publish(next) {
+                    owed.push(queue);
+                }
                 return Ok(());
             }
             self.repair(&queue, &cq, header.queue_offset, record.offset, "an entry names another record")?;
@@ -167,7 +182,9 @@ impl Dispatcher {
         }
         cq.put(header.queue_offset, entry)?;
         self.index_keys(&header, record)?;
-        queue.signal.arrive(header.queue_offset.saturating_add(1));
+        if queue.signal.publish(header.queue_offset.saturating_add(1)) {
+            owed.push(queue);
+        }
         Ok(())
     }
 

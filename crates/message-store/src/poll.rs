@@ -37,6 +37,8 @@ struct SignalState {
     /// takes its registration back when dropped, so futures that time out on
     /// an idle queue leave nothing behind.
     wakers: Vec<(u64, Waker)>,
+    /// [`Signal::publish`] moved the end and [`Signal::wake`] has not run since.
+    wake_owed: bool,
 }
 
 /// Tokens of futures waiting on signals.
@@ -55,6 +57,33 @@ impl Signal {
                 return;
             }
             state.dispatched = end;
+            std::mem::take(&mut state.wakers)
+        };
+        self.arrived.notify_all();
+        wakers.into_iter().for_each(|(_, w)| w.wake());
+    }
+
+    /// Moves the dispatched end to `end` without waking anyone yet: a waiter
+    /// that looks now sees it, one already waiting is woken by
+    /// [`wake`](Self::wake). True the first time since the last wake (the
+    /// caller then owes it one). Dispatch publishes every message of a round
+    /// this way and wakes the queues once, at the end of a stretch of
+    /// records: a consumer woken per message, on two cores, preempted the
+    /// dispatcher in the middle of its round (the 5-18 ms tail at 100,000
+    /// messages/s).
+    pub(crate) fn publish(&self, end: u64) -> bool {
+        let mut state = self.state.lock();
+        if end > state.dispatched {
+            state.dispatched = end;
+        }
+        !std::mem::replace(&mut state.wake_owed, true)
+    }
+
+    /// Wakes the waiters of what [`publish`](Self::publish) moved.
+    pub(crate) fn wake(&self) {
+        let wakers = {
+            let mut state = self.state.lock();
+            state.wake_owed = false;
             std::mem::take(&mut state.wakers)
         };
         self.arrived.notify_all();
