@@ -120,7 +120,7 @@ impl Dispatcher {
                 point = record.next_offset();
                 self.point.store(point, Ordering::Release);
                 count = count.saturating_add(1);
-                if count % WAKE_EVERY == 0 {
+                if count.is_multiple_of(WAKE_EVERY) {
                     wake(&mut owed);
                 }
             }
