@@ -325,6 +325,26 @@ mod tests {
     }
 
     #[test]
+    fn a_published_end_is_seen_at_once_and_waiters_are_woken_by_the_wake() {
+        let signal = Arc::new(Signal::default());
+        let waiter = {
+            let signal = Arc::clone(&signal);
+            std::thread::spawn(move || signal.wait_past(0, Some(Instant::now() + Duration::from_secs(10))))
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(signal.publish(1), "the first publish owes a wake");
+        assert!(!signal.publish(2), "later ones before the wake do not");
+        assert!(signal.wait_past(1, Some(Instant::now())), "a waiter that looks sees the published end");
+        let count = Arc::new(Count(AtomicU64::new(0)));
+        let waker = Waker::from(Arc::clone(&count));
+        assert_eq!(signal.poll_past(5, 1, &waker), None);
+        signal.wake();
+        assert!(waiter.join().unwrap(), "the blocked waiter is woken");
+        assert_eq!(count.0.load(Ordering::SeqCst), 1, "and the future");
+        assert!(signal.publish(3), "a wake clears what is owed");
+    }
+
+    #[test]
     fn futures_that_time_out_leave_nothing_on_an_idle_queue() {
         // Each future a consumer wraps in a timeout is dropped before its
         // message comes; the queue's list of wakers must not grow with them.
