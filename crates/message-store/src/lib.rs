@@ -69,6 +69,7 @@ mod offsets;
 pub mod planted;
 mod poll;
 mod queues;
+mod signal;
 mod store;
 mod textfile;
 mod topic;

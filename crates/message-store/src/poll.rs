@@ -8,143 +8,13 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
-
 use crate::queues::Queue;
+use crate::signal::new_token;
 use crate::{MessageStore, StoreError};
-
-/// Where dispatched messages are announced: the queue's dispatched end, and who
-/// waits for it to pass an offset.
-#[derive(Debug, Default)]
-pub(crate) struct Signal {
-    state: Mutex<SignalState>,
-    arrived: Condvar,
-}
-
-#[derive(Debug, Default)]
-struct SignalState {
-    /// The offset the next dispatched message of the queue gets (its max).
-    dispatched: u64,
-    /// Set at shutdown: waiters return.
-    closed: bool,
-    /// Futures waiting, each under its own token (see [`Arrival`],
-    /// [`Arrivals`]): a future registers once however often it is polled, and
-    /// takes its registration back when dropped, so futures that time out on
-    /// an idle queue leave nothing behind.
-    wakers: Vec<(u64, Waker)>,
-    /// [`Signal::publish`] moved the end and [`Signal::wake`] has not run since.
-    wake_owed: bool,
-}
-
-/// Tokens of futures waiting on signals.
-static TOKENS: AtomicU64 = AtomicU64::new(1);
-
-fn new_token() -> u64 {
-    TOKENS.fetch_add(1, Ordering::Relaxed)
-}
-
-impl Signal {
-    /// Announces that the queue's dispatched end is `end`.
-    pub(crate) fn arrive(&self, end: u64) {
-        let wakers = {
-            let mut state = self.state.lock();
-            if end <= state.dispatched {
-                return;
-            }
-            state.dispatched = end;
-            std::mem::take(&mut state.wakers)
-        };
-        self.arrived.notify_all();
-        wakers.into_iter().for_each(|(_, w)| w.wake());
-    }
-
-    /// Moves the dispatched end to `end` without waking anyone yet: a waiter
-    /// that looks now sees it, one already waiting is woken by
-    /// [`wake`](Self::wake). True the first time since the last wake (the
-    /// caller then owes it one). Dispatch publishes every message of a round
-    /// this way and wakes the queues once, at the end of a stretch of
-    /// records: a consumer woken per message, on two cores, preempted the
-    /// dispatcher in the middle of its round (the 5-18 ms tail at 100,000
-    /// messages/s).
-    pub(crate) fn publish(&self, end: u64) -> bool {
-        let mut state = self.state.lock();
-        if end > state.dispatched {
-            state.dispatched = end;
-        }
-        !std::mem::replace(&mut state.wake_owed, true)
-    }
-
-    /// Wakes the waiters of what [`publish`](Self::publish) moved.
-    pub(crate) fn wake(&self) {
-        let wakers = {
-            let mut state = self.state.lock();
-            state.wake_owed = false;
-            std::mem::take(&mut state.wakers)
-        };
-        self.arrived.notify_all();
-        wakers.into_iter().for_each(|(_, w)| w.wake());
-    }
-
-    /// Wakes every waiter for good.
-    pub(crate) fn close(&self) {
-        let wakers = {
-            let mut state = self.state.lock();
-            state.closed = true;
-            std::mem::take(&mut state.wakers)
-        };
-        self.arrived.notify_all();
-        wakers.into_iter().for_each(|(_, w)| w.wake());
-    }
-
-    /// Blocks until the dispatched end passes `offset`, the signal closes, or
-    /// `deadline` (`None`: no deadline); returns whether it passed.
-    pub(crate) fn wait_past(&self, offset: u64, deadline: Option<Instant>) -> bool {
-        let mut state = self.state.lock();
-        while state.dispatched <= offset && !state.closed {
-            match deadline {
-                Some(deadline) => {
-                    if self.arrived.wait_until(&mut state, deadline).timed_out() {
-                        break;
-                    }
-                }
-                None => self.arrived.wait(&mut state),
-            }
-        }
-        state.dispatched > offset
-    }
-
-    /// Polls for the dispatched end passing `offset`: `Some(passed)` when it did
-    /// or the signal closed, else `None` with `waker` registered under `token`
-    /// (replacing what that token registered before).
-    fn poll_past(&self, offset: u64, token: u64, waker: &Waker) -> Option<bool> {
-        let mut state = self.state.lock();
-        if state.dispatched > offset || state.closed {
-            return Some(state.dispatched > offset);
-        }
-        match state.wakers.iter_mut().find(|(t, _)| *t == token) {
-            Some((_, w)) if w.will_wake(waker) => {}
-            Some((_, w)) => w.clone_from(waker),
-            None => state.wakers.push((token, waker.clone())),
-        }
-        None
-    }
-
-    /// Takes back what `token` registered.
-    fn forget(&self, token: u64) {
-        self.state.lock().wakers.retain(|(t, _)| *t != token);
-    }
-
-    /// Futures registered now.
-    #[cfg(test)]
-    pub(crate) fn registered(&self) -> usize {
-        self.state.lock().wakers.len()
-    }
-}
 
 impl MessageStore {
     /// Blocks until `topic`'s queue holds a message at `offset` or later (its
@@ -297,6 +167,8 @@ impl Drop for Arrivals {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::signal::Signal;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     struct Count(AtomicU64);
 

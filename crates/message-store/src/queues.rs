@@ -14,7 +14,7 @@ use store_io::Storage;
 use crate::checkpoint::{Extent, Recorded};
 use crate::error::StoreError;
 use crate::message::decode_header;
-use crate::poll::Signal;
+use crate::signal::Signal;
 
 /// The directory of a queue's consume queue: `<root>/consumequeue/<topic>/<queue>`.
 pub(crate) fn queue_dir(root: &Path, topic: &str, queue_id: u32) -> PathBuf {
