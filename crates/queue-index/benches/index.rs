@@ -4,7 +4,7 @@
 //! (a directory and a preallocated, mapped file: the message store's layout
 //! before the index); a message for a known queue; a seal of a run of 65,536
 //! entries over 50,000 queues; and a read at an old offset (the queue's run
-//! found among 200 runs). It also prints the resident memory per queue after
+//! found among 1,000 runs). It also prints the resident memory per queue after
 //! 1,000,000 queues (`QI_QUEUES` to change).
 
 // criterion_group! makes an undocumented public function.
@@ -121,7 +121,7 @@ fn old_read(c: &mut Criterion) {
     let scratch = tempfile::tempdir().expect("scratch");
     let storage = MmapStorage::lock(scratch.path()).expect("lock");
     let (index, _) = QueueIndex::open(&storage, &scratch.path().join("queueindex")).expect("open");
-    let (queues, runs, per_run) = (1_000u64, 200u64, 10_000u64);
+    let (queues, runs, per_run) = (1_000u64, 1_000u64, 4_000u64);
     let mut ends = vec![0u64; queues as usize];
     let mut log = 0u64;
     for _ in 0..runs {
@@ -134,7 +134,7 @@ fn old_read(c: &mut Criterion) {
         index.seal(&storage, log).expect("seal");
     }
     let mut x = 1u64;
-    c.bench_function("32 entries at a random old offset (1,000 queues, 200 runs)", |b| {
+    c.bench_function("32 entries at a random old offset (1,000 queues, 1,000 runs)", |b| {
         b.iter(|| {
             x ^= x << 13;
             x ^= x >> 7;

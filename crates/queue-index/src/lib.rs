@@ -181,6 +181,18 @@ struct State {
     rows_since_table: usize,
 }
 
+/// The runs holding one queue, for reads at old offsets: each run's start
+/// and the queue's span there, in log order, and how far the runs were looked
+/// at (runs sealed later are looked at on the next read).
+#[derive(Debug, Default)]
+struct Located {
+    spans: Vec<(u64, run::Span)>,
+    scanned_to: u64,
+}
+
+/// The most queues whose run lists are kept (a list is rebuilt when needed).
+const LOCATED_QUEUES: usize = 65_536;
+
 /// How a [`QueueIndex`] keeps its files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -209,6 +221,8 @@ pub struct QueueIndex {
     config: IndexConfig,
     /// One seal at a time.
     sealer: parking_lot::Mutex<()>,
+    /// Queues read at old offsets: the runs holding each.
+    locator: parking_lot::Mutex<HashMap<u64, Located>>,
     state: RwLock<State>,
 }
 
@@ -310,6 +324,7 @@ impl QueueIndex {
             dir: dir.to_path_buf(),
             config,
             sealer: parking_lot::Mutex::new(()),
+            locator: parking_lot::Mutex::default(),
             state: RwLock::new(state),
         };
         Ok((index, report))
@@ -451,22 +466,18 @@ impl QueueIndex {
         let in_memory = state.sealing.iter().map(|s| &**s).chain(std::iter::once(&state.active));
         let memory_first = in_memory.filter_map(|a| a.queues.get(&queue).map(|(first, _)| *first)).next();
         if memory_first.is_none_or(|first| at < first) {
-            let mut spans = Vec::new();
-            for run in state.runs.iter().rev() {
-                if let Some(span) = run.span(queue) {
-                    spans.push((Arc::clone(run), span));
-                    if span.first <= at {
-                        break;
+            // A consumer near the end reads the newest run; an older offset
+            // is found through the queue's list of runs (built once, then
+            // extended by the runs sealed since).
+            let newest = state.runs.last().and_then(|run| run.span(queue).map(|span| (run, span)));
+            match newest {
+                Some((run, span)) if span.first <= at => {
+                    while at < span.end() && out.len() < max {
+                        out.push(run.entry(span, at));
+                        at += 1;
                     }
                 }
-            }
-            for (run, span) in spans.iter().rev() {
-                while at < span.end() && out.len() < max {
-                    if at >= span.first {
-                        out.push(run.entry(*span, at));
-                    }
-                    at += 1;
-                }
+                _ => at = self.read_runs(&state.runs, queue, at, max, &mut out),
             }
         }
         for active in state.sealing.iter().map(|s| &**s).chain(std::iter::once(&state.active)) {
@@ -478,6 +489,40 @@ impl QueueIndex {
             }
         }
         out
+    }
+
+    /// Reads `queue`'s entries from `at` out of `runs` through its run list
+    /// into `out` (up to `max` in all); returns the offset after the last.
+    fn read_runs(&self, runs: &[Arc<Run>], queue: u64, mut at: u64, max: usize, out: &mut Vec<Entry>) -> u64 {
+        let Some(front) = runs.first() else { return at };
+        let mut locator = self.locator.lock();
+        if locator.len() >= LOCATED_QUEUES && !locator.contains_key(&queue) {
+            locator.clear();
+        }
+        let located = locator.entry(queue).or_default();
+        // Runs expired since: off the front; runs sealed since: scanned.
+        located.spans.retain(|(from, _)| *from >= front.log_from);
+        let scanned_to = located.scanned_to.max(front.log_from);
+        let new = runs.partition_point(|r| r.log_from < scanned_to);
+        for run in &runs[new..] {
+            if let Some(span) = run.span(queue) {
+                located.spans.push((run.log_from, span));
+            }
+        }
+        located.scanned_to = runs.last().map_or(scanned_to, |r| r.log_to);
+        let first = located.spans.partition_point(|(_, span)| span.end() <= at);
+        for &(from, span) in &located.spans[first..] {
+            let Ok(i) = runs.binary_search_by_key(&from, |r| r.log_from) else { break };
+            at = at.max(span.first);
+            while at < span.end() && out.len() < max {
+                out.push(runs[i].entry(span, at));
+                at += 1;
+            }
+            if out.len() >= max {
+                break;
+            }
+        }
+        at
     }
 
     /// `queue`'s first indexed offset and its end (the offset its next entry
