@@ -359,7 +359,9 @@ impl QueueIndex {
             *extent = Extent { min: offset, end: offset };
         }
         extent.end = offset + 1;
-        active.queues.entry(queue).or_insert_with(|| (offset, Vec::new())).1.push(entry);
+        // Room for one entry at first: most of many queues hold one or two
+        // in a run (a vector's first growth reserves four: 80 bytes).
+        active.queues.entry(queue).or_insert_with(|| (offset, Vec::with_capacity(1))).1.push(entry);
         active.entries += 1;
         active.last_log_offset = Some(entry.log_offset);
         active.last_end = active.last_end.max(entry.log_offset.saturating_add(u64::from(entry.size)));
