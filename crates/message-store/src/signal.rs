@@ -40,16 +40,11 @@ pub(crate) fn new_token() -> u64 {
 impl Signal {
     /// Announces that the queue's dispatched end is `end`.
     pub(crate) fn arrive(&self, end: u64) {
-        let wakers = {
-            let mut state = self.state.lock();
-            if end <= state.dispatched {
-                return;
-            }
-            state.dispatched = end;
-            std::mem::take(&mut state.wakers)
-        };
-        self.arrived.notify_all();
-        wakers.into_iter().for_each(|(_, w)| w.wake());
+        self.wake_if(|state| {
+            let moved = end > state.dispatched;
+            state.dispatched = state.dispatched.max(end);
+            moved
+        });
     }
 
     /// Moves the dispatched end to `end` without waking anyone yet: a waiter
@@ -70,20 +65,28 @@ impl Signal {
 
     /// Wakes the waiters of what [`publish`](Self::publish) moved.
     pub(crate) fn wake(&self) {
-        let wakers = {
-            let mut state = self.state.lock();
+        self.wake_if(|state| {
             state.wake_owed = false;
-            std::mem::take(&mut state.wakers)
-        };
-        self.arrived.notify_all();
-        wakers.into_iter().for_each(|(_, w)| w.wake());
+            true
+        });
     }
 
     /// Wakes every waiter for good.
     pub(crate) fn close(&self) {
+        self.wake_if(|state| {
+            state.closed = true;
+            true
+        });
+    }
+
+    /// Applies `change` under the lock and, if it says so, wakes every
+    /// blocked waiter and registered future (outside the lock).
+    fn wake_if(&self, change: impl FnOnce(&mut SignalState) -> bool) {
         let wakers = {
             let mut state = self.state.lock();
-            state.closed = true;
+            if !change(&mut state) {
+                return;
+            }
             std::mem::take(&mut state.wakers)
         };
         self.arrived.notify_all();

@@ -597,9 +597,9 @@ impl MessageStore {
     }
 
     /// The end of `topic`'s queue (the offset its next message takes), without
-    /// opening its consume queue when this process knows it already.
+    /// opening its consume queue when this process knows it already. The
+    /// caller has checked the store is open.
     fn queue_end(&self, topic: &str, queue_id: u32) -> Result<u64, StoreError> {
-        self.check_open()?;
         match self.queue(topic, queue_id)?.extent() {
             Some((_, end)) => Ok(end),
             None => Ok(self.queue_range(topic, queue_id)?.1),

@@ -31,10 +31,22 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-fn new_queue(c: &mut Criterion) {
+/// An empty index in a new temporary directory on the real disk.
+fn on_disk() -> (tempfile::TempDir, MmapStorage, QueueIndex) {
     let scratch = tempfile::tempdir().expect("scratch");
     let storage = MmapStorage::lock(scratch.path()).expect("lock");
     let (index, _) = QueueIndex::open(&storage, &scratch.path().join("queueindex")).expect("open");
+    (scratch, storage, index)
+}
+
+/// Appends queue `q`'s next entry, for the record at `log`.
+fn put(index: &QueueIndex, ends: &mut [u64], q: u64, log: u64) {
+    index.append(q, ends[q as usize], entry(log)).expect("append");
+    ends[q as usize] += 1;
+}
+
+fn new_queue(c: &mut Criterion) {
+    let (scratch, storage, index) = on_disk();
     let mut group = c.benchmark_group("a message for a new queue");
     let (mut queue, mut log) = (0u64, 0u64);
     group.bench_function("queue index", |b| {
@@ -71,17 +83,13 @@ fn new_queue(c: &mut Criterion) {
 }
 
 fn known_queue(c: &mut Criterion) {
-    let scratch = tempfile::tempdir().expect("scratch");
-    let storage = MmapStorage::lock(scratch.path()).expect("lock");
-    let (index, _) = QueueIndex::open(&storage, &scratch.path().join("queueindex")).expect("open");
+    let (_scratch, storage, index) = on_disk();
     let queues = 50_000u64;
     let mut ends = vec![0u64; queues as usize];
     let (mut i, mut log) = (0u64, 0u64);
     c.bench_function("a message for one of 50,000 known queues", |b| {
         b.iter(|| {
-            let q = i % queues;
-            index.append(q, ends[q as usize], entry(log)).expect("append");
-            ends[q as usize] += 1;
+            put(&index, &mut ends, i % queues, log);
             i += 1;
             log += 1100;
             if index.active_entries() >= 1 << 16 {
@@ -92,9 +100,7 @@ fn known_queue(c: &mut Criterion) {
 }
 
 fn seal(c: &mut Criterion) {
-    let scratch = tempfile::tempdir().expect("scratch");
-    let storage = MmapStorage::lock(scratch.path()).expect("lock");
-    let (index, _) = QueueIndex::open(&storage, &scratch.path().join("queueindex")).expect("open");
+    let (_scratch, storage, index) = on_disk();
     let queues = 50_000u64;
     let mut ends = vec![0u64; queues as usize];
     let log = std::cell::Cell::new(0u64);
@@ -104,9 +110,7 @@ fn seal(c: &mut Criterion) {
         b.iter_batched(
             || {
                 for i in 0..(1u64 << 16) {
-                    let q = (i * 7919) % queues;
-                    index.append(q, ends[q as usize], entry(log.get())).expect("append");
-                    ends[q as usize] += 1;
+                    put(&index, &mut ends, (i * 7919) % queues, log.get());
                     log.set(log.get() + 1100);
                 }
             },
@@ -118,17 +122,13 @@ fn seal(c: &mut Criterion) {
 }
 
 fn old_read(c: &mut Criterion) {
-    let scratch = tempfile::tempdir().expect("scratch");
-    let storage = MmapStorage::lock(scratch.path()).expect("lock");
-    let (index, _) = QueueIndex::open(&storage, &scratch.path().join("queueindex")).expect("open");
+    let (_scratch, storage, index) = on_disk();
     let (queues, runs, per_run) = (1_000u64, 1_000u64, 4_000u64);
     let mut ends = vec![0u64; queues as usize];
     let mut log = 0u64;
     for _ in 0..runs {
         for i in 0..per_run {
-            let q = (i * 31) % queues;
-            index.append(q, ends[q as usize], entry(log)).expect("append");
-            ends[q as usize] += 1;
+            put(&index, &mut ends, (i * 31) % queues, log);
             log += 1100;
         }
         index.seal(&storage, log).expect("seal");

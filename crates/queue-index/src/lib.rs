@@ -157,7 +157,7 @@ pub(crate) struct Extent {
 }
 
 /// Entries not sealed yet, per queue.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Active {
     /// The log offset the active run starts at (the last run's end).
     from: u64,
@@ -253,10 +253,11 @@ impl QueueIndex {
         listed.sort_unstable();
         let mut report = OpenReport::default();
         let mut state = State::default();
-        let mut broken = false;
+        // Where the first run dropped starts: it and every run after go.
+        let mut first_dropped = None;
         for (from, name, len) in listed {
             let path = dir.join(&name);
-            if !broken {
+            if first_dropped.is_none() {
                 let opened = match usize::try_from(len) {
                     Ok(len) => Run::open(storage, &path, len),
                     Err(_) => Err(IndexError::DamagedRun { path: path.clone(), reason: "too long".into() }),
@@ -275,7 +276,7 @@ impl QueueIndex {
                     }
                     Err(err) => report.dropped.push((path.clone(), err.to_string())),
                 }
-                broken = true;
+                first_dropped = Some(from);
             } else {
                 report.dropped.push((path.clone(), "after a dropped run".into()));
             }
@@ -283,10 +284,6 @@ impl QueueIndex {
             storage.remove(&path).map_err(|source| IndexError::Io { path: path.clone(), source })?;
         }
         let table = storage.read_small(&table_path(dir)).map_err(io)?.map(|bytes| table::decode(&bytes));
-        let first_dropped = report
-            .dropped
-            .first()
-            .and_then(|(p, _)| p.file_name().and_then(|n| n.to_str()).and_then(mapped_file::parse_file_name));
         let mut covered = 0;
         match table {
             Some(Ok((point, extents))) if first_dropped.is_none_or(|d| d >= point) => {
@@ -412,13 +409,7 @@ impl QueueIndex {
             Ok(run) => Arc::new(run),
             Err(err) => {
                 // Not sealed: the entries go back in front of what came since.
-                let sealing = Arc::try_unwrap(sealing).unwrap_or_else(|shared| Active {
-                    from: shared.from,
-                    last_end: shared.last_end,
-                    last_log_offset: shared.last_log_offset,
-                    queues: shared.queues.clone(),
-                    entries: shared.entries,
-                });
+                let sealing = Arc::unwrap_or_clone(sealing);
                 let later = std::mem::take(&mut state.active);
                 state.active = merge(sealing, later);
                 return Err(err);

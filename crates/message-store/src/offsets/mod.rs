@@ -194,10 +194,13 @@ impl ConsumerOffsets {
         // Journals `CURRENT` does not name: the next generation of a compaction
         // that crashed before naming it, or the last one's, not yet deleted.
         let mut highest = generation;
+        let mut current_len = 0;
         for entry in storage.list(&dir).map_err(io_err(&dir))? {
             let Some(g) = mapped_file::parse_file_name(&entry.name) else { continue };
             highest = highest.max(g);
-            if g != generation {
+            if g == generation {
+                current_len = entry.len;
+            } else {
                 let path = dir.join(&entry.name);
                 storage.remove(&path).map_err(io_err(&path))?;
             }
@@ -206,13 +209,7 @@ impl ConsumerOffsets {
             None
         } else {
             let path = journal_path(&dir, generation);
-            let len = storage
-                .list(&dir)
-                .map_err(io_err(&dir))?
-                .into_iter()
-                .find(|e| e.name == mapped_file::file_name(generation))
-                .map_or(0, |e| e.len);
-            let file = MappedFile::open(storage, &path, usize::try_from(len).unwrap_or(usize::MAX))?;
+            let file = MappedFile::open(storage, &path, usize::try_from(current_len).unwrap_or(usize::MAX))?;
             if scanned.dirty_tail {
                 // Bytes of records never acknowledged lie past the end: erase
                 // them (synced), so no stale record can follow a new one.
