@@ -242,11 +242,33 @@ impl QueueIndex {
         dir: &Path,
         config: IndexConfig,
     ) -> Result<(QueueIndex, OpenReport), IndexError> {
+        Self::open_inner(storage, dir, config, false)
+    }
+
+    /// Opens the index in `dir` as [`open`](Self::open) would, changing
+    /// nothing on disk: no directory is created, and runs or a table that
+    /// `open` would delete are left there (reported the same way). For tools
+    /// that inspect a store, open or not; appends and reads work in memory
+    /// (a seal or an expiry would write: do not call them).
+    pub fn open_read_only(storage: &dyn Storage, dir: &Path) -> Result<(QueueIndex, OpenReport), IndexError> {
+        Self::open_inner(storage, dir, IndexConfig::default(), true)
+    }
+
+    fn open_inner(
+        storage: &dyn Storage,
+        dir: &Path,
+        config: IndexConfig,
+        read_only: bool,
+    ) -> Result<(QueueIndex, OpenReport), IndexError> {
         let io = |source| IndexError::Io { path: dir.to_path_buf(), source };
-        storage.create_dir_all(dir).map_err(io)?;
-        let mut listed: Vec<(u64, String, u64)> = storage
-            .list(dir)
-            .map_err(io)?
+        if !read_only {
+            storage.create_dir_all(dir).map_err(io)?;
+        }
+        let listing = match storage.list(dir) {
+            Err(err) if read_only && err.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            listing => listing.map_err(io)?,
+        };
+        let mut listed: Vec<(u64, String, u64)> = listing
             .into_iter()
             .filter_map(|e| mapped_file::parse_file_name(&e.name).map(|from| (from, e.name, e.len)))
             .collect();
@@ -274,18 +296,28 @@ impl QueueIndex {
                             .push((path.clone(), format!("starts at {from}, but the run before ends at {last}")));
                         drop(run);
                     }
+                    Err(IndexError::DamagedRun { reason, .. }) => report.dropped.push((path.clone(), reason)),
                     Err(err) => report.dropped.push((path.clone(), err.to_string())),
                 }
                 first_dropped = Some(from);
             } else {
                 report.dropped.push((path.clone(), "after a dropped run".into()));
             }
-            tracing::warn!(path = %path.display(), "queue-index run dropped: its log range is dispatched again");
-            storage.remove(&path).map_err(|source| IndexError::Io { path: path.clone(), source })?;
+            if !read_only {
+                tracing::warn!(path = %path.display(), "queue-index run dropped: its log range is dispatched again");
+                storage.remove(&path).map_err(|source| IndexError::Io { path: path.clone(), source })?;
+            }
         }
         let table = storage.read_small(&table_path(dir)).map_err(io)?.map(|bytes| table::decode(&bytes));
         let mut covered = 0;
+        // Runs kept end before the table's point: runs it covered are gone
+        // (expiry deletes from the front only: none is left past it then).
+        let runs_end = state.runs.last().map(|r| r.log_to);
         match table {
+            Some(Ok((point, _))) if runs_end.is_some_and(|end| end < point) => {
+                report.table_unused =
+                    Some(format!("it covers the log up to {point}, past the runs kept (to {})", runs_end.unwrap_or(0)));
+            }
             Some(Ok((point, extents))) if first_dropped.is_none_or(|d| d >= point) => {
                 state.extents = extents;
                 covered = point;
@@ -296,7 +328,7 @@ impl QueueIndex {
             Some(Err(reason)) => report.table_unused = Some(reason),
             None => {}
         }
-        if let Some(reason) = &report.table_unused {
+        if let Some(reason) = report.table_unused.as_ref().filter(|_| !read_only) {
             // Deleted, so no later open trusts it past what is dispatched again.
             tracing::warn!(%reason, "queue-index table not used: extents from the runs alone");
             let path = table_path(dir);
@@ -365,33 +397,25 @@ impl QueueIndex {
         Ok(())
     }
 
-    /// Seals the active run as the run of `[its start, log_to)`: written,
-    /// synced, and mapped for reads before this returns. `log_to` must not lie
-    /// below the end of the newest entry's record. Nothing to seal (no entry,
-    /// or `log_to` at the active run's start) writes nothing. The owner seals
-    /// only a durable, fully dispatched range; after it, dispatch goes on
-    /// from `log_to`.
+    /// Seals the active run's entries of records below `log_to` as the run
+    /// of `[its start, log_to)`: written, synced, and mapped for reads before
+    /// this returns. Entries at or past `log_to` stay in the active run (the
+    /// owner may go on dispatching while it seals what is durable). No entry
+    /// below `log_to` may end past it (`log_to` lies between records). Nothing
+    /// to seal (`log_to` at the active run's start) writes nothing. The owner
+    /// seals only a durable, fully dispatched range; after it, dispatch goes
+    /// on from `log_to` at the latest.
     pub fn seal(&self, storage: &dyn Storage, log_to: u64) -> Result<(), IndexError> {
         let _one = self.sealer.lock();
-        // The active run is handed to the seal under the lock, and written
-        // without it: appends go on into a new active run, and reads find the
-        // sealed entries where the seal keeps them until the run is mapped.
+        // The sealed entries are handed to the seal under the lock, and
+        // written without it: appends go on into the active run, and reads
+        // find the sealed entries where the seal keeps them until the run is
+        // mapped.
         let sealing = {
             let mut state = self.state.write();
-            let (from, last_end) = (state.active.from, state.active.last_end);
-            if log_to < last_end || log_to < from {
-                return Err(IndexError::BadSeal { log_to, from, last_end });
-            }
-            if log_to == from {
-                return Ok(());
-            }
-            let next = Active {
-                from: log_to,
-                last_end: log_to,
-                last_log_offset: state.active.last_log_offset,
-                ..Active::default()
-            };
-            let sealing = Arc::new(std::mem::replace(&mut state.active, next));
+            let sealing = split_below(&mut state.active, log_to)?;
+            let Some(sealing) = sealing else { return Ok(()) };
+            let sealing = Arc::new(sealing);
             state.sealing = Some(Arc::clone(&sealing));
             sealing
         };
@@ -575,6 +599,63 @@ impl QueueIndex {
         Ok(gone)
     }
 
+    /// Gives each queue of `ends` — `(queue, end)` — the end `end` if the
+    /// index holds no live entry of it and a lower end: a queue whose records
+    /// all went with the log's front, whose end an owner rebuilding the index
+    /// from the log knows from elsewhere (so that its offsets are not given
+    /// again). The queue table is rewritten if any was. Returns how many.
+    pub fn seed_ends(
+        &self,
+        storage: &dyn Storage,
+        ends: impl IntoIterator<Item = (u64, u64)>,
+    ) -> Result<usize, IndexError> {
+        let _no_seal = self.sealer.lock();
+        let mut state = self.state.write();
+        let mut seeded = 0;
+        for (queue, end) in ends {
+            let extent = state.extents.entry(queue).or_default();
+            if extent.min == extent.end && extent.end < end {
+                *extent = Extent { min: end, end };
+                seeded += 1;
+            }
+        }
+        state.extents.retain(|_, e| e.end > 0);
+        if seeded > 0 {
+            self.write_table(storage, &mut state)?;
+        }
+        Ok(seeded)
+    }
+
+    /// Forgets every queue `gone` picks (a deleted topic's): its extent and
+    /// its active entries go at once, and the queue table is rewritten
+    /// without it, so that an open does not learn it again; its entries in
+    /// sealed runs stay there, unread, until the runs expire. The owner must
+    /// never append to a forgotten queue again. Returns the queues forgotten.
+    pub fn forget(&self, storage: &dyn Storage, gone: impl Fn(u64) -> bool) -> Result<usize, IndexError> {
+        let _no_seal = self.sealer.lock();
+        let mut state = self.state.write();
+        let before = state.extents.len();
+        state.extents.retain(|queue, _| !gone(*queue));
+        let forgotten = before - state.extents.len();
+        let active = &mut state.active;
+        let dropped: usize = active.queues.iter().filter(|(q, _)| gone(**q)).map(|(_, (_, e))| e.len()).sum();
+        active.queues.retain(|queue, _| !gone(*queue));
+        active.entries -= dropped;
+        self.locator.lock().retain(|queue, _| !gone(*queue));
+        if forgotten > 0 {
+            self.write_table(storage, &mut state)?;
+        }
+        Ok(forgotten)
+    }
+
+    /// Unmaps every run (their files stay): what a shutdown does, so that
+    /// the storage's lock is released. Reads find only the active run after.
+    pub fn close(&self) {
+        let _no_seal = self.sealer.lock();
+        self.state.write().runs.clear();
+        self.locator.lock().clear();
+    }
+
     /// Heap bytes the index's tables hold (the extents of every queue, the
     /// active run), from their capacities: what a queue costs in memory. The
     /// runs' mapped pages are the page cache's, not counted.
@@ -603,12 +684,78 @@ impl QueueIndex {
         self.state.read().active.entries
     }
 
+    /// The log offset the index covers from: its first run's start (its
+    /// active run's, with no run). An owner whose log holds records below it
+    /// (at open: runs lost at the front) must rebuild the index: entries
+    /// cannot be put before those of later runs.
+    pub fn covers_from(&self) -> u64 {
+        let state = self.state.read();
+        state.runs.first().map_or(state.active.from, |r| r.log_from)
+    }
+
     /// Where the active run starts: every entry of a record below it is in a
     /// sealed, synced run.
     pub fn sealed_to(&self) -> u64 {
         let state = self.state.read();
         state.sealing.as_ref().map_or(state.active.from, |s| s.from)
     }
+}
+
+/// Takes `active`'s entries of records below `log_to` out as the run to seal
+/// (`None`: `log_to` is the active run's start, nothing to seal); `active`
+/// keeps the later ones and starts at `log_to`. Refused, changing nothing,
+/// below the active run's start or through a record.
+fn split_below(active: &mut Active, log_to: u64) -> Result<Option<Active>, IndexError> {
+    let from = active.from;
+    let end = |e: &Entry| e.log_offset.saturating_add(u64::from(e.size));
+    let bad = |last_end| IndexError::BadSeal { log_to, from, last_end };
+    if log_to < from {
+        return Err(bad(active.last_end));
+    }
+    if log_to == from {
+        return Ok(None);
+    }
+    let rest = Active { from: log_to, last_end: log_to, last_log_offset: active.last_log_offset, ..Active::default() };
+    if active.last_log_offset.is_none_or(|last| last < log_to) {
+        if active.last_end > log_to {
+            return Err(bad(active.last_end));
+        }
+        return Ok(Some(std::mem::replace(active, rest)));
+    }
+    // Some entries stay: every queue's are split where log_to falls.
+    let mut straddles = None;
+    for (_, entries) in active.queues.values() {
+        let below = entries.partition_point(|e| e.log_offset < log_to);
+        if let Some(last) = below.checked_sub(1).map(|i| end(&entries[i])).filter(|&e| e > log_to) {
+            straddles = Some(last);
+        }
+    }
+    if let Some(last_end) = straddles {
+        return Err(bad(last_end));
+    }
+    let mut sealed = Active { from, last_end: from, last_log_offset: None, ..Active::default() };
+    let mut kept = rest;
+    kept.last_end = active.last_end;
+    for (queue, (first, mut entries)) in std::mem::take(&mut active.queues) {
+        let below = entries.partition_point(|e| e.log_offset < log_to);
+        if below == entries.len() {
+            sealed.entries += entries.len();
+            sealed.queues.insert(queue, (first, entries));
+        } else if below == 0 {
+            kept.entries += entries.len();
+            kept.queues.insert(queue, (first, entries));
+        } else {
+            let later = entries.split_off(below);
+            sealed.entries += entries.len();
+            kept.entries += later.len();
+            sealed.queues.insert(queue, (first, entries));
+            kept.queues.insert(queue, (first + below as u64, later));
+        }
+    }
+    sealed.last_end = log_to;
+    sealed.last_log_offset = active.last_log_offset;
+    *active = kept;
+    Ok(Some(sealed))
 }
 
 /// `earlier`'s entries followed by `later`'s (a seal that failed gives its

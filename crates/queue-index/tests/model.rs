@@ -257,6 +257,69 @@ fn out_of_order_appends_and_seals_are_refused() {
 }
 
 #[test]
+fn a_seal_below_the_newest_entries_keeps_them_active() {
+    let sim = SimStorage::new();
+    let index = open(&sim, &Log::default());
+    // Queues 1 and 2 interleave over records of 100 bytes at 0, 100, ..., 500.
+    for (k, queue) in [1u64, 2, 1, 2, 1, 2].into_iter().enumerate() {
+        let offset = k as u64 / 2;
+        index.append(queue, offset, Entry { log_offset: k as u64 * 100, size: 100, tag: queue }).unwrap();
+    }
+    assert!(index.seal(&sim, 250).is_err(), "through a record");
+    assert_eq!(index.active_entries(), 6, "a refused seal changes nothing");
+    index.seal(&sim, 300).unwrap();
+    assert_eq!((index.sealed_to(), index.run_count(), index.active_entries()), (300, 1, 3));
+    for queue in [1, 2] {
+        let got: Vec<u64> = index.get(queue, 0, 10).iter().map(|e| e.log_offset).collect();
+        let first = if queue == 1 { 0 } else { 100 };
+        assert_eq!(got, vec![first, first + 200, first + 400], "queue {queue} reads across the run and the active one");
+        assert_eq!(index.get(queue, 2, 10).len(), 1);
+    }
+    index.append(1, 3, Entry { log_offset: 600, size: 100, tag: 1 }).unwrap();
+    drop(index);
+    let (index, report) = QueueIndex::open(&sim, Path::new(DIR)).unwrap();
+    assert_eq!(report.replay_from, 300, "what stayed active is dispatched again");
+    assert_eq!(index.extent(1), Some((0, 2)));
+    assert_eq!(index.extent(2), Some((0, 1)));
+}
+
+#[test]
+fn a_forgotten_queue_stays_forgotten_after_an_open() {
+    let sim = SimStorage::new();
+    let index = open(&sim, &Log::default());
+    for (k, queue) in [1u64, 2, 1, 2].into_iter().enumerate() {
+        index.append(queue, k as u64 / 2, Entry { log_offset: k as u64 * 100, size: 100, tag: 0 }).unwrap();
+    }
+    index.seal(&sim, 200).unwrap();
+    assert_eq!(index.forget(&sim, |q| q == 2).unwrap(), 1);
+    assert_eq!((index.extent(2), index.get(2, 0, 10).len()), (None, 0));
+    assert_eq!(index.active_entries(), 1, "queue 2's active entry went, queue 1's stayed");
+    index.seal(&sim, 400).unwrap();
+    drop(index);
+    let (index, _) = QueueIndex::open(&sim, Path::new(DIR)).unwrap();
+    assert_eq!(index.extent(2), None, "not learnt again from the runs");
+    assert_eq!(index.extent(1), Some((0, 2)));
+}
+
+#[test]
+fn a_table_past_the_runs_kept_is_not_trusted() {
+    let sim = SimStorage::new();
+    let mut config = IndexConfig::default();
+    config.table_every_rows = 1;
+    let (index, _) = QueueIndex::open_with(&sim, Path::new(DIR), config).unwrap();
+    index.append(1, 0, Entry { log_offset: 0, size: 100, tag: 0 }).unwrap();
+    index.seal(&sim, 100).unwrap();
+    index.append(1, 1, Entry { log_offset: 100, size: 100, tag: 0 }).unwrap();
+    index.seal(&sim, 200).unwrap(); // the table now covers the log to 200
+    drop(index);
+    sim.remove(&Path::new(DIR).join(format!("{:020}", 100))).unwrap();
+    let (index, report) = QueueIndex::open(&sim, Path::new(DIR)).unwrap();
+    assert!(report.table_unused.is_some(), "{report:?}");
+    assert_eq!(report.replay_from, 100, "the lost run's range is dispatched again");
+    assert_eq!(index.extent(1), Some((0, 1)), "not the table's end: entry 1 is gone with its run");
+}
+
+#[test]
 fn a_seal_that_fails_keeps_its_entries_readable_and_the_next_one_seals_them() {
     let sim = SimStorage::new();
     let index = open(&sim, &Log::default());
