@@ -45,8 +45,8 @@ impl StoreArgs {
 }
 
 /// Opens the message store in `dir`: a new one with `segment_size` segments, an
-/// existing one with its own segment size and the consume-queue and index
-/// shapes its files show (a program may have configured others than the
+/// existing one with its own segment size and the key index's shape and the
+/// queue counts its files show (a program may have configured others than the
 /// defaults; a file of an unexpected size would be taken for damage).
 pub(crate) fn open_store(
     dir: &std::path::Path,
@@ -411,7 +411,7 @@ pub fn topics(args: TopicsArgs) -> Result<(), CliError> {
             "dispatch_lag_bytes": dispatch_lag,
             "queues": queues.iter().map(|q| serde_json::json!({
                 "topic": q.topic, "queue": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset,
-                "files": q.files, "damaged": q.damaged,
+                "sealed_end": q.sealed_end,
             })).collect::<Vec<_>>(),
             "groups": groups.iter().map(|g| serde_json::json!({
                 "group": g.group, "topic": g.topic, "queue": g.queue_id, "offset": g.offset, "lag": lag_of(g),
@@ -429,9 +429,6 @@ pub fn topics(args: TopicsArgs) -> Result<(), CliError> {
     outln!("{:<24} {:>6} {:>12} {:>12}", "TOPIC", "QUEUE", "MIN", "MAX")?;
     for q in &queues {
         outln!("{:<24} {:>6} {:>12} {:>12}", q.topic, q.queue_id, q.min_offset, q.max_offset)?;
-    }
-    for q in queues.iter().filter(|q| q.damaged.is_some()) {
-        outln!("damaged: {}/{}: {}", q.topic, q.queue_id, q.damaged.as_deref().unwrap_or_default())?;
     }
     if !groups.is_empty() {
         outln!("{:<24} {:<24} {:>6} {:>12} {:>12}", "GROUP", "TOPIC", "QUEUE", "OFFSET", "LAG")?;

@@ -1,13 +1,13 @@
 //! Layer 2g: the message store's derived data damaged at random. A store of
-//! four queues (keys, a consumer group's offsets, several consume-queue and
-//! index files) is built on `SimStorage` and closed, or crashed; then, case
-//! after case, a copy of it gets one to three random damages to what the log
-//! does not hold itself (consume-queue entries overwritten with garbage, zeros,
-//! another entry, or an entry naming a random record; consume-queue files cut,
-//! grown or deleted; a queue's directory or all of `consumequeue/` deleted;
-//! the dispatch checkpoint garbled, cut or deleted; the topic registry
-//! garbled or deleted; index files damaged or deleted), and is opened as a
-//! message store and checked:
+//! four queues (keys, a consumer group's offsets, several queue-index runs and
+//! key-index files) is built on `SimStorage` and closed, or crashed; then,
+//! case after case, a copy of it gets one to three random damages to what the
+//! log does not hold itself (queue-index runs with bytes flipped, zeroed or
+//! copied from another run; runs cut, grown or deleted; the queue table
+//! garbled, cut or deleted; all of `queueindex/` deleted; the dispatch
+//! checkpoint garbled, cut or deleted; the topic registry garbled or deleted;
+//! key-index files damaged or deleted), and is opened as a message store and
+//! checked:
 //!
 //! - it opens;
 //! - every queue reads back densely, each message at its offset;
@@ -81,7 +81,6 @@ impl Tally {
 fn store_config() -> MessageStoreConfig {
     let log = CommitLogConfig { checkpoint_interval_ms: 1, ..config(16 * 1024, FlushDiskType::SyncFlush) };
     MessageStoreConfig {
-        consume_queue_entries_per_segment: 1024,
         flush_interval_consume_queue_ms: 3_600_000,
         flush_consume_queue_thorough_interval_ms: 3_600_000,
         // Small index files: several sealed ones and a live one.
@@ -115,7 +114,7 @@ fn base(rng: &mut Rng, crash: bool) -> Base {
     let mut acked = Vec::new();
     let mut committed = Vec::new();
     for seq in 0..messages {
-        // Runs on one queue, so that queues span consume-queue segments unevenly.
+        // Runs on one queue, so that queues span index runs unevenly.
         let queue =
             if rng.next().is_multiple_of(4) { rng.range(0, u64::from(QUEUES)) as u32 } else { (seq / 37 % 4) as u32 };
         let b = body(queue, seq, rng.range(16, 200) as usize);
@@ -133,6 +132,11 @@ fn base(rng: &mut Rng, crash: bool) -> Base {
         }
         if rng.next().is_multiple_of(200) {
             store.dispatch_now().expect("dispatch");
+        }
+        if rng.next().is_multiple_of(90) {
+            // A queue-index run sealed here: several runs, of uneven lengths.
+            store.dispatch_now().expect("dispatch");
+            store.seal_index().expect("seal");
         }
     }
     for queue in 0..QUEUES {
@@ -157,10 +161,6 @@ fn files_under(storage: &SimStorage, dir: &Path) -> Vec<PathBuf> {
     storage.list(dir).unwrap_or_default().into_iter().map(|f| dir.join(f.name)).collect()
 }
 
-fn queue_dir(queue: u32) -> PathBuf {
-    Path::new(ROOT).join("consumequeue").join(TOPIC).join(queue.to_string())
-}
-
 /// What the damages did: the index's one case the open cannot see, and what
 /// each was (printed with `CRASH_DEBUG` set when a case fails).
 #[derive(Default)]
@@ -173,40 +173,39 @@ struct Damaged {
 /// One random damage to the derived data of `storage`.
 fn damage(rng: &mut Rng, storage: &SimStorage, done: &mut Damaged) {
     let root = Path::new(ROOT);
-    let queue = rng.range(0, u64::from(QUEUES)) as u32;
-    let cq_files = files_under(storage, &queue_dir(queue));
+    let index_dir = root.join("queueindex");
+    let runs = {
+        let mut files: Vec<PathBuf> =
+            files_under(storage, &index_dir).into_iter().filter(|p| !p.ends_with("table")).collect();
+        files.sort();
+        files
+    };
     let index_files = {
         let mut files = files_under(storage, &root.join("index"));
         files.sort();
         files
     };
     match rng.range(0, 14) {
-        // Entries: garbage, zeros, another entry of any queue, a random record.
-        0..=4 if !cq_files.is_empty() => {
-            let file = &cq_files[rng.range(0, cq_files.len() as u64) as usize];
-            let Some(bytes) = storage.file_bytes(file).filter(|b| b.len() >= 20) else { return };
-            let entries = bytes.len() / 20;
-            let written = bytes.chunks_exact(20).take_while(|c| c[8..12] != [0; 4]).count().max(1);
-            let at = rng.range(0, written.min(entries) as u64) as usize * 20;
-            let new: Vec<u8> = match rng.range(0, 4) {
-                0 => (0..20).map(|_| rng.next() as u8).collect(),
-                1 => vec![0; 20],
-                2 => {
-                    let other = rng.range(0, written as u64) as usize * 20;
-                    bytes[other..other + 20].to_vec()
-                }
+        // A run's bytes: flipped, zeroed, or another run's.
+        0..=4 if !runs.is_empty() => {
+            let file = &runs[rng.range(0, runs.len() as u64) as usize];
+            let Some(bytes) = storage.file_bytes(file).filter(|b| !b.is_empty()) else { return };
+            let at = rng.range(0, bytes.len() as u64) as usize;
+            let new: Vec<u8> = match rng.range(0, 3) {
+                0 => vec![bytes[at] ^ (1 << rng.range(0, 8))],
+                1 => vec![0; rng.range(1, 64) as usize],
                 _ => {
-                    let mut entry = bytes[at..at + 20].to_vec();
-                    entry[..8].copy_from_slice(&rng.range(0, 1 << 20).to_le_bytes());
-                    entry
+                    let other = &runs[rng.range(0, runs.len() as u64) as usize];
+                    let other = storage.file_bytes(other).unwrap_or_default();
+                    other.get(at..).unwrap_or_default().iter().take(64).copied().collect()
                 }
             };
             storage.patch_file(file, at, &new);
-            done.what.push(format!("entry {} of {} := {new:02x?}", at / 20, file.display()));
+            done.what.push(format!("{} at {at} := {new:02x?}", file.display()));
         }
-        // A consume-queue file cut, grown, or deleted.
-        5 | 6 if !cq_files.is_empty() => {
-            let file = &cq_files[rng.range(0, cq_files.len() as u64) as usize];
+        // A run cut, grown, or deleted.
+        5 | 6 if !runs.is_empty() => {
+            let file = &runs[rng.range(0, runs.len() as u64) as usize];
             let Some(mut bytes) = storage.file_bytes(file) else { return };
             done.what.push(format!("{} cut, grown or deleted", file.display()));
             match rng.range(0, 3) {
@@ -223,19 +222,27 @@ fn damage(rng: &mut Rng, storage: &SimStorage, done: &mut Damaged) {
                 }
             }
         }
-        // A queue's directory, or every queue's.
+        // The queue table: a byte flipped, cut, or deleted.
         7 => {
-            done.what.push(format!("queue {queue}'s files deleted"));
-            for file in cq_files {
-                let _ = storage.remove(&file);
+            let path = index_dir.join("table");
+            done.what.push("the queue table damaged".into());
+            match (rng.range(0, 3), storage.file_bytes(&path)) {
+                (0, Some(mut bytes)) if !bytes.is_empty() => {
+                    let at = rng.range(0, bytes.len() as u64) as usize;
+                    bytes[at] ^= 1 << rng.range(0, 8);
+                    storage.write_file(&path, &bytes);
+                }
+                (1, Some(bytes)) => storage.write_file(&path, &bytes[..rng.range(0, bytes.len() as u64) as usize]),
+                _ => {
+                    let _ = storage.remove(&path);
+                }
             }
         }
+        // The whole queue index.
         8 if rng.next().is_multiple_of(3) => {
-            done.what.push("every queue's files deleted".into());
-            for q in 0..QUEUES {
-                for file in files_under(storage, &queue_dir(q)) {
-                    let _ = storage.remove(&file);
-                }
+            done.what.push("every queue-index file deleted".into());
+            for file in files_under(storage, &index_dir) {
+                let _ = storage.remove(&file);
             }
         }
         // The dispatch checkpoint.
@@ -306,7 +313,6 @@ fn check(base: &Base, storage: SimStorage, done: &Damaged) -> Tally {
             return tally;
         }
     };
-    let stats = store.stats();
     let report = store.open_report();
     for queue in 0..QUEUES {
         let Ok((min, max)) = store.queue_range(TOPIC, queue) else {
@@ -364,12 +370,10 @@ fn check(base: &Base, storage: SimStorage, done: &Damaged) -> Tally {
         }
     }
     tally.keys_lost += keys_lost;
-    let after = store.stats();
     if report.rebuilt_all.is_some()
         || report.index_rebuilt
         || report.topics_recovered
-        || stats.queues_rebuilt > 0
-        || after.queues_rebuilt > 0
+        || !report.index_runs_dropped.is_empty()
     {
         tally.repaired += 1;
     }

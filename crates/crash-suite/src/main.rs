@@ -5,7 +5,7 @@
 //! that go missing, 2e truncations racing flushes and rounds, 2b crashes over
 //! several generations (recover, append, crash again), 3 real SIGKILLs, 4 sync
 //! failure, 5 disk full, the guard and the cleaning service; 2f the message store
-//! (consume queues, offsets, consumers) under simulated power loss; 2g its
+//! (queue index, offsets, consumers) under simulated power loss; 2g its
 //! derived data damaged at random. Layers 6 (fuzzing)
 //! and 7 (loom models) are run by `cargo xtask crash` around this binary. Each
 //! layer prints one line with its figure; the exit code is non-zero if any fails.
@@ -408,7 +408,7 @@ fn segment_dirs_line(d: &segment_dirs::Tally, runs: u64, t0: Instant) -> String 
 
 fn message_line(m: &message_layer::Tally, runs: u64, t0: Instant) -> String {
     format!(
-        "message-store (puts on shared queues, a consumer committing offsets; one run in four async, every other with two consume queues open at most): {} crash states over {runs} runs, {} acked, {} consumed, {} acked or consumed lost, {} garbage, {} committed offsets lost, {} keys not found, {} offsets reused, {} failed opens, {} failed reads, {} repairs needed ({:.1?})",
+        "message-store (puts on shared queues, a consumer committing offsets; one run in four async, every other sealing the queue index every 5 entries, one in three deleting the log's first segment): {} crash states over {runs} runs, {} acked, {} consumed, {} acked or consumed lost, {} garbage, {} committed offsets lost, {} keys not found, {} offsets reused, {} failed opens, {} failed reads, {} repairs needed ({:.1?})",
         m.states,
         m.acked,
         m.consumed,
@@ -426,7 +426,7 @@ fn message_line(m: &message_layer::Tally, runs: u64, t0: Instant) -> String {
 
 fn damage_line(d: &damage_layer::Tally, runs: u64, t0: Instant) -> String {
     format!(
-        "message-damage (consume-queue entries, files and directories, the dispatch checkpoint, the topic registry and index files damaged at random): {} damaged stores over {runs} runs ({} damages, {} repairs said), {} acked, {} acked lost, {} garbage, {} committed offsets lowered, {} keys not found, {} offsets reused, {} failed opens ({:.1?})",
+        "message-damage (queue-index runs and table, the dispatch checkpoint, the topic registry and key-index files damaged at random): {} damaged stores over {runs} runs ({} damages, {} repairs said), {} acked, {} acked lost, {} garbage, {} committed offsets lowered, {} keys not found, {} offsets reused, {} failed opens ({:.1?})",
         d.cases,
         d.damages,
         d.repaired,

@@ -48,7 +48,7 @@ pub fn run(seed: u64, only: Option<&str>) -> ExitCode {
     use message_store::planted::Bug as S;
     use segment_queue::planted::Bug as Q;
     let t0 = Instant::now();
-    let cases: [Case; 21] = [
+    let cases: [Case; 22] = [
         (Bug::File(F::AckBeforeSync), "power-loss", power_loss_catches),
         (Bug::File(F::AckBeforeSync), "raft-power-loss", raft_power_loss_catches),
         (Bug::File(F::RetryAfterFailedSync), "power-loss", power_loss_catches),
@@ -64,12 +64,13 @@ pub fn run(seed: u64, only: Option<&str>) -> ExitCode {
         (Bug::Log(L::NewSegmentUnrecorded), "segment-dirs", segment_dirs_catches),
         (Bug::Log(L::CheckpointUnclamped), "races", races_catches),
         (Bug::Store(S::DispatchBeforeDurable), "message-store", message_store_catches),
-        (Bug::Store(S::QueueNotCut), "message-store", message_store_catches),
+        (Bug::Store(S::IndexBeforeRecords), "message-store", message_store_catches),
+        (Bug::Store(S::CheckpointBeforeIndex), "message-store", message_store_catches),
+        (Bug::Store(S::IndexExpiredEarly), "message-store", message_store_catches),
+        (Bug::Store(S::ReplayLeftToBackground), "message-damage", message_damage_catches),
         (Bug::Store(S::OffsetOutsidePutLock), "message-store", message_store_catches),
         (Bug::Store(S::IndexNotFlushed), "message-store", message_store_catches),
-        (Bug::Store(S::CreateNotSynced), "message-store", message_store_catches),
         (Bug::Store(S::OffsetCommitNotSynced), "message-store", message_store_catches),
-        (Bug::Store(S::RepairTrustsDamage), "message-damage", message_damage_catches),
     ];
     let mut missed = Vec::new();
     let cases: Vec<Case> = cases.into_iter().filter(|(_, layer, _)| only.is_none_or(|o| o == *layer)).collect();
@@ -83,7 +84,7 @@ pub fn run(seed: u64, only: Option<&str>) -> ExitCode {
         }
     }
     println!(
-        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync, callback answered before the sync, truncation not awaited, rewrite not awaited; generations: truncation leaves the tail; segment-dirs: front recorded after deletion, segments unchecked at open, new segment unrecorded; races: checkpoint unclamped, truncation keeping the checkpoint; message-store: dispatch before durable, queue not cut at recovery, offset outside the put lock, index not flushed before the dispatch point, consume-queue file created unsynced and not synced before the dispatch point, a consumer-offset commit returned before its sync; message-damage: a repair that trusts the damaged entry) ({:.1?})",
+        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync, callback answered before the sync, truncation not awaited, rewrite not awaited; generations: truncation leaves the tail; segment-dirs: front recorded after deletion, segments unchecked at open, new segment unrecorded; races: checkpoint unclamped, truncation keeping the checkpoint; message-store: dispatch before durable, queue-index entries durable before their records, a checkpoint taken for the queue index it does not cover, the queue index expired before its log segment, offset outside the put lock, key index not flushed before the dispatch point, a consumer-offset commit returned before its sync; message-damage: offset reuse after index loss (puts before the replay)) ({:.1?})",
         cases.len() - missed.len(),
         cases.len(),
         t0.elapsed()
@@ -130,25 +131,20 @@ fn races_catches(seed: u64, _: Bug) -> bool {
     races::run(seed, 20).violations() > 0
 }
 
-/// A queue not cut at recovery shows under async flush (consume-queue entries
-/// that reached the disk before the records they name, which the log lost),
-/// in the first async run or so; it gets 24 async runs. (It went unseen in
-/// about 400 runs while the layer skipped the snapshots still queued when an
-/// async run's producers finished, nearly all of an async run's.) A consume-queue file created unsynced and left out of the sync before
-/// the dispatch point shows when a crash loses the file (the simulation keeps
-/// or loses such a file at random): the open then finds entries missing below
-/// the recorded point and repairs the queue from the log, which the layer
-/// counts as a violation (a power cut must never need a repair); it gets 160
-/// runs, the others 24, and each shows within the first few.
+/// Queue-index entries sealed before their records shows only under async
+/// flush (entries that reached the disk before the records they name, which
+/// the log lost): it gets 24 async runs. A queue index expired early shows
+/// only in the runs whose log deletes its first segment (one seed in three).
+/// The others get 24 runs, and each shows within the first few.
 fn message_store_catches(seed: u64, bug: Bug) -> bool {
     use message_store::planted::Bug as S;
     let (runs, async_only) = match bug {
-        Bug::Store(S::QueueNotCut) => (24, true),
-        Bug::Store(S::CreateNotSynced) => (160, false),
-        _ => (24, false),
+        Bug::Store(S::IndexBeforeRecords) => (24, Some(3)),
+        _ => (24, None),
     };
+    let expiring = matches!(bug, Bug::Store(S::IndexExpiredEarly));
     let caught = (seed + 17_000..)
-        .filter(|s| !async_only || s % 4 == 3)
+        .filter(|s| async_only.is_none_or(|r| s % 4 == r) && (!expiring || s.is_multiple_of(3)))
         .take(runs)
         .position(|s| message_layer::run_seed(s, 4, true).violations() > 0);
     if std::env::var_os("CRASH_DEBUG").is_some() {

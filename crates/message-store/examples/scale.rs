@@ -70,8 +70,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         String::from_utf8_lossy(&nofile.stdout).trim(),
         limit("/proc/sys/vm/max_map_count")
     );
-    let config = MessageStoreConfig::new(store_log()?);
-    let budget = config.max_open_consume_queues;
+    let config = MessageStoreConfig { max_queues_per_topic: queues.max(1), ..MessageStoreConfig::new(store_log()?) };
     let rss_before = status_kib("VmRSS");
     let started = Instant::now();
     let store = MessageStore::open(&dir, config)?;
@@ -125,11 +124,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         read as f64 / read_secs
     );
     println!(
-        "open consume queues {} (budget {budget}), {} closed when idle; peak open files {peak_files}, peak mappings {peak_maps}",
-        stats.open_consume_queues, stats.consume_queues_closed_idle
+        "queue index: {} runs, {} entries in memory; peak open files {peak_files}, peak mappings {peak_maps}",
+        stats.index_runs, stats.index_active_entries
+    );
+    // Idle queues leave memory at the next thorough flush; the index keeps
+    // each one's extent (and the entries not sealed yet).
+    store.seal_index()?;
+    let deadline = Instant::now() + std::time::Duration::from_secs(30);
+    while store.stats().queues_in_use > 0 && Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let idle = store.stats();
+    println!(
+        "idle: {} queues in use, index heap {:.0} bytes per queue (extents; every entry sealed)",
+        idle.queues_in_use,
+        idle.index_heap_bytes as f64 / f64::from(queues)
     );
     println!(
-        "resident memory {} MiB ({:.0} bytes per queue, its consume queue closed), disk {} MiB",
+        "resident memory {} MiB ({:.0} bytes per queue, mapped runs' pages included), disk {} MiB",
         rss_after / 1024,
         (rss_after.saturating_sub(rss_before) * 1024) as f64 / f64::from(queues),
         disk_kib(&dir) / 1024
@@ -137,7 +149,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     offsets(&store, &dir, queues, rounds, &args)?;
     store.shutdown()?;
     let started = Instant::now();
-    let reopened = MessageStore::open(&dir, MessageStoreConfig::new(store_log()?))?;
+    let reopened = MessageStore::open(
+        &dir,
+        MessageStoreConfig { max_queues_per_topic: queues.max(1), ..MessageStoreConfig::new(store_log()?) },
+    )?;
     println!(
         "reopened in {:.2?} with {} consumer offsets (clean {})",
         started.elapsed(),

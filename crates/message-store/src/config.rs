@@ -1,7 +1,6 @@
 //! The store's configuration, with RocketMQ's knob names where it has them.
 
 use commitlog::{CommitLogConfig, FlushDiskType};
-use consume_queue::{ConsumeQueueConfig, ENTRIES_PER_SEGMENT_MULTIPLE};
 
 use crate::error::StoreError;
 use crate::index::IndexConfig;
@@ -27,19 +26,23 @@ pub struct MessageStoreConfig {
     /// How far dispatch reads: `None` picks [`DispatchLimit::Durable`] under
     /// sync flush and [`DispatchLimit::Written`] under async flush.
     pub dispatch_limit: Option<DispatchLimit>,
-    /// Entries per consume-queue segment, a multiple of 1,024 (RocketMQ:
-    /// 300,000). Small by default (4,096 entries: 80 KiB) because a store
-    /// holds many queues and each has at least one segment, allocated in full
-    /// (50,000 queues: 4 GiB).
-    pub consume_queue_entries_per_segment: usize,
-    /// How often the consume queues are flushed (`flushIntervalConsumeQueue`, 1,000 ms).
+    /// How often the flush service looks at the derived data
+    /// (`flushIntervalConsumeQueue`, 1,000 ms): it seals the queue index when
+    /// dispatch has passed a log segment's end or the active run is full, and
+    /// flushes the key index.
     pub flush_interval_consume_queue_ms: u64,
-    /// Pages that must be dirty before a queue is flushed (`flushConsumeQueueLeastPages`, 2).
+    /// Pages of the key index that must be dirty before it is flushed between
+    /// thorough flushes (`flushConsumeQueueLeastPages`, 2).
     pub flush_consume_queue_least_pages: usize,
-    /// Every queue is flushed whatever is dirty, and the dispatch point is
-    /// checkpointed, at least this often (`flushConsumeQueueThoroughInterval`;
-    /// RocketMQ: 60,000 ms, here 10,000 ms): the most a recovery re-dispatches.
+    /// The key index is flushed whole, both indexes expired against the log's
+    /// front, and the dispatch checkpoint recorded, at least this often
+    /// (`flushConsumeQueueThoroughInterval`; RocketMQ: 60,000 ms, here 10,000 ms).
     pub flush_consume_queue_thorough_interval_ms: u64,
+    /// The most entries the queue index keeps in memory before it seals them
+    /// (1,048,576: about 40 MiB; it seals at each log segment's end anyway).
+    /// What a crash makes recovery dispatch again is at most a segment or
+    /// this many messages.
+    pub queue_index_seal_entries: usize,
     /// Create a topic with [`default_topic_queue_nums`](Self::default_topic_queue_nums)
     /// queues on its first put (`autoCreateTopicEnable`); off by default.
     pub auto_create_topics: bool,
@@ -54,11 +57,6 @@ pub struct MessageStoreConfig {
     pub message_index_enable: bool,
     /// The index files' shape.
     pub index: IndexConfig,
-    /// The most consume queues open at once. Each open one holds a file and a
-    /// mapping per segment; beyond the budget the least recently used idle
-    /// ones are flushed and closed (reopened on their next use), so a store of
-    /// many queues stays within `ulimit -n` and `vm.max_map_count`.
-    pub max_open_consume_queues: usize,
     /// The longest a get scans a queue for matching messages: at least this many
     /// entries (RocketMQ's `maxFilterMessageSize` / 20 = 800) or `max_count`.
     pub max_filter_entries: u64,
@@ -76,7 +74,6 @@ impl MessageStoreConfig {
             limits: MessageLimits::within(log.max_message_size),
             log,
             dispatch_limit: None,
-            consume_queue_entries_per_segment: 4 * ENTRIES_PER_SEGMENT_MULTIPLE,
             flush_interval_consume_queue_ms: 1000,
             flush_consume_queue_least_pages: 2,
             flush_consume_queue_thorough_interval_ms: 10_000,
@@ -85,7 +82,7 @@ impl MessageStoreConfig {
             max_queues_per_topic: 65_536,
             max_filter_entries: 800,
             consumer_offsets_journal_size: 4 << 20,
-            max_open_consume_queues: 512,
+            queue_index_seal_entries: 1 << 20,
             message_index_enable: true,
             index: IndexConfig::default(),
         }
@@ -104,12 +101,6 @@ impl MessageStoreConfig {
         if self.log.flush_disk_type == FlushDiskType::SyncFlush && self.dispatch_limit == Some(DispatchLimit::Written) {
             return bad("dispatch_limit Written under sync flush would show consumers messages a crash can take back (RocketMQ #8239)".into());
         }
-        let entries = self.consume_queue_entries_per_segment;
-        if entries == 0 || !entries.is_multiple_of(ENTRIES_PER_SEGMENT_MULTIPLE) {
-            return bad(format!(
-                "consume_queue_entries_per_segment {entries} must be a positive multiple of {ENTRIES_PER_SEGMENT_MULTIPLE}"
-            ));
-        }
         if self.index.hash_slots == 0 || self.index.max_items == 0 {
             return bad("index hash_slots and max_items must be positive".into());
         }
@@ -119,11 +110,11 @@ impl MessageStoreConfig {
                 "consumer_offsets_journal_size {journal} must be at least 64 KiB and a multiple of 4 KiB"
             ));
         }
-        if self.max_open_consume_queues == 0 {
-            return bad("max_open_consume_queues must be positive".into());
+        if self.queue_index_seal_entries == 0 {
+            return bad("queue_index_seal_entries must be positive".into());
         }
         if self.flush_interval_consume_queue_ms == 0 || self.flush_consume_queue_thorough_interval_ms == 0 {
-            return bad("consume-queue flush intervals must be positive".into());
+            return bad("flush intervals must be positive".into());
         }
         if self.default_topic_queue_nums == 0 || self.default_topic_queue_nums > self.max_queues_per_topic {
             return bad(format!(
@@ -139,16 +130,5 @@ impl MessageStoreConfig {
             ));
         }
         Ok(())
-    }
-
-    /// The configuration of each consume queue: flushed by the store, not by a
-    /// thread of its own, and no segment prepared ahead (a store holds many).
-    pub(crate) fn consume_queue(&self) -> ConsumeQueueConfig {
-        ConsumeQueueConfig {
-            own_flush_service: false,
-            owns_storage: false,
-            preallocate_next_segment: false,
-            ..ConsumeQueueConfig::with_entries_per_segment(self.consume_queue_entries_per_segment)
-        }
     }
 }

@@ -1,7 +1,7 @@
 //! Dispatch (RocketMQ's `ReputMessageService`): the log's messages, in log
-//! order, become entries of their queues' consume queues, and waiting consumers
-//! hear of them. The dispatch point is where the next message to dispatch
-//! starts; every message below it is in its consume queue.
+//! order, become entries of their queues in the queue index, and waiting
+//! consumers hear of them. The dispatch point is where the next message to
+//! dispatch starts; every message below it is in the index.
 //!
 //! The dispatcher reads only as far as the [`DispatchLimit`] allows: under sync
 //! flush, only what is durable, so a consumer never sees a message a crash can
@@ -14,15 +14,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use commitlog::{CommitLog, Record};
-use consume_queue::ConsumeQueue;
 use parking_lot::Mutex;
+use queue_index::{Entry, IndexError, QueueIndex};
 
 use crate::checkpoint::{IndexRecord, Recorded, RecordedTopic};
 use crate::config::DispatchLimit;
 use crate::error::StoreError;
 use crate::index::Index;
 use crate::message::{decode_header, Header};
-use crate::queues::{entry_of, Queue, QueueContext};
+use crate::queues::{Queue, Queues};
 
 /// Records a dispatch round puts before it wakes the consumers of the queues
 /// they went to (and it wakes them when the round ends, whatever its length):
@@ -33,8 +33,10 @@ const WAKE_EVERY: u64 = 64;
 #[derive(Debug)]
 pub(crate) struct Dispatcher {
     pub(crate) log: CommitLog,
-    /// The queues (`context.queues`) and what opening their consume queues takes.
-    pub(crate) context: QueueContext,
+    /// The topics and the queues in use.
+    pub(crate) queues: Arc<Queues>,
+    /// The queue index.
+    pub(crate) queue_index: Arc<QueueIndex>,
     limit: DispatchLimit,
     /// The key index, if built.
     pub(crate) index: Option<Arc<Index>>,
@@ -48,17 +50,26 @@ pub(crate) struct Dispatcher {
     pub(crate) skipped: AtomicU64,
 }
 
+/// The queue-index entry of `record`.
+pub(crate) fn entry_of(record: &Record, tags_code: u64) -> Entry {
+    // A record lies within one segment, whose size is a u32 at most... or the
+    // entry says u32::MAX and its check against the log fails loudly.
+    Entry { log_offset: record.offset, size: u32::try_from(record.size).unwrap_or(u32::MAX), tag: tags_code }
+}
+
 impl Dispatcher {
     pub(crate) fn new(
         log: CommitLog,
-        context: QueueContext,
+        queues: Arc<Queues>,
+        queue_index: Arc<QueueIndex>,
         limit: DispatchLimit,
         point: u64,
         index: Option<Arc<Index>>,
     ) -> Self {
         Dispatcher {
             log,
-            context,
+            queues,
+            queue_index,
             limit,
             index,
             point: AtomicU64::new(point),
@@ -141,9 +152,9 @@ impl Dispatcher {
         result.map(|()| count)
     }
 
-    /// Puts one record's entry into its queue's consume queue. A queue whose
-    /// entries do not lead up to this message (some missing, or one naming
-    /// another record) is repaired from the log first: it never skips it.
+    /// Puts one record's entry into the queue index (unless a sealed run has
+    /// it already: dispatch after an open may start below the index's end,
+    /// for the key index) and its keys into the key index.
     fn dispatch(&self, record: &Record, owed: &mut Vec<Arc<Queue>>) -> Result<(), StoreError> {
         let header = match decode_header(&record.body) {
             Ok(header) => header,
@@ -153,37 +164,28 @@ impl Dispatcher {
                 return Ok(());
             }
         };
-        let Some(queue) = self.context.queues.get(&header.topic, header.queue_id) else {
-            tracing::warn!(offset = record.offset, topic = %header.topic, queue = header.queue_id, "dispatch: a message of an unknown queue skipped");
+        let Some(key) = self.queues.key_of_record(&header.topic, header.queue_id, record.offset) else {
+            tracing::debug!(offset = record.offset, topic = %header.topic, queue = header.queue_id, "dispatch: a message of an unknown queue skipped");
             self.skipped.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         };
-        let cq = queue.consume_queue(&self.context, &self.log)?;
-        let entry = entry_of(record, header.tags_code);
-        let (first, next) = (cq.min_index(), cq.next_index());
-        if header.queue_offset < next && header.queue_offset >= first {
-            // The queue has this offset already: fine if it names this record
-            // (dispatched before), else the queue is damaged there.
-            if cq.get(header.queue_offset)?.is_some_and(|e| e.offset == record.offset && e.size == entry.size) {
-                // Its entry is there; its keys may not be (a retry after the
-                // index failed): the index skips what it holds. Waiters hear
-                // of it either way.
-                self.index_keys(&header, record)?;
-                if queue.signal.publish(next) {
-                    owed.push(queue);
-                }
-                return Ok(());
-            }
-            self.repair(&queue, &cq, header.queue_offset, record.offset, "an entry names another record")?;
-        } else if !cq.is_empty() && header.queue_offset != next {
-            // Below the queue's first entry while the log holds it (the queue
-            // lost its front), or beyond its end (entries missing).
-            self.repair(&queue, &cq, header.queue_offset.min(next), record.offset, "entries missing")?;
+        if record.offset < self.queue_index.sealed_to() {
+            return self.index_keys(&header, record);
         }
-        cq.put(header.queue_offset, entry)?;
+        let entry = entry_of(record, header.tags_code);
+        match self.queue_index.append(key, header.queue_offset, entry) {
+            Ok(()) => {}
+            // Appended before, by a round that failed after it (the keys).
+            Err(IndexError::NotInOrder { .. })
+                if self.queue_index.get(key, header.queue_offset, 1).first() == Some(&entry) => {}
+            Err(err) => return Err(err.into()),
+        }
+        // Keys first: a consumer woken finds the message by its key too.
         self.index_keys(&header, record)?;
-        if queue.signal.publish(header.queue_offset.saturating_add(1)) {
-            owed.push(queue);
+        if let Some(queue) = self.queues.live(key) {
+            if queue.signal.publish(header.queue_offset.saturating_add(1)) {
+                owed.push(queue);
+            }
         }
         Ok(())
     }
@@ -194,71 +196,6 @@ impl Dispatcher {
             Some(index) => index.put(&header.topic, &header.keys, record.offset, record.store_timestamp_ms),
             None => Ok(()),
         }
-    }
-
-    /// Repairs `queue`'s consume queue from index `from`, putting its messages
-    /// of the log below `upto` again (the caller dispatches what follows).
-    /// Counted, and said loudly; returns the entries put.
-    fn repair(&self, queue: &Queue, cq: &ConsumeQueue, from: u64, upto: u64, why: &str) -> Result<u64, StoreError> {
-        tracing::warn!(topic = %queue.topic, queue = queue.queue_id, from, why, "consume queue damaged; repairing it from the log");
-        self.context.repaired.fetch_add(1, Ordering::Relaxed);
-        let put = queue.repair_range(cq, from, &self.log, upto)?;
-        self.context.entries_repaired.fetch_add(put, Ordering::Relaxed);
-        Ok(put)
-    }
-
-    /// Repairs `queue` from index `from` while the store runs (a reader found
-    /// the entry there damaged): with dispatch held, its messages up to the
-    /// dispatch point are put again. Returns the repaired consume queue and
-    /// the entries put.
-    pub(crate) fn repair_live(
-        &self,
-        queue: &Queue,
-        from: u64,
-        why: &str,
-    ) -> Result<(Arc<ConsumeQueue>, u64), StoreError> {
-        let _running = self.running.lock();
-        let cq = queue.consume_queue(&self.context, &self.log)?;
-        let put = self.repair(queue, &cq, from, self.point(), why)?;
-        queue.signal.arrive(cq.next_index());
-        Ok((cq, put))
-    }
-
-    /// At open, before dispatch starts: puts the messages of `[from, upto)`
-    /// again into `queues` (marked to start empty) and, if `reindex`, their
-    /// keys into the index (emptied), in one pass over the log. For derived
-    /// data found missing whole (a queue's directory, the index files).
-    pub(crate) fn rebuild_below(
-        &self,
-        queues: &[Arc<Queue>],
-        reindex: bool,
-        from: u64,
-        upto: u64,
-    ) -> Result<u64, StoreError> {
-        let _running = self.running.lock();
-        let wanted: std::collections::HashSet<(&str, u32)> =
-            queues.iter().map(|q| (q.topic.as_str(), q.queue_id)).collect();
-        let mut put = 0u64;
-        for record in self.log.iter_from(from.max(self.log.min_offset())) {
-            let record = record?;
-            if record.offset >= upto {
-                break;
-            }
-            let Ok(header) = decode_header(&record.body) else { continue };
-            if wanted.contains(&(header.topic.as_str(), header.queue_id)) {
-                if let Some(queue) = self.context.queues.get(&header.topic, header.queue_id) {
-                    let cq = queue.consume_queue(&self.context, &self.log)?;
-                    if cq.is_empty() || header.queue_offset >= cq.next_index() {
-                        cq.put(header.queue_offset, entry_of(&record, header.tags_code))?;
-                        put = put.saturating_add(1);
-                    }
-                }
-            }
-            if reindex {
-                self.index_keys(&header, &record)?;
-            }
-        }
-        Ok(put)
     }
 
     /// Empties the key index and adds again the keys of every message below
@@ -285,29 +222,24 @@ impl Dispatcher {
     }
 
     /// What the checkpoint would record now: the dispatch point and, sampled
-    /// with dispatch held (so that they belong to that point), every queue's
-    /// extent and the index's live file.
-    pub(crate) fn sample(&self) -> Recorded {
+    /// with dispatch held (so that they belong to that point), the key
+    /// index's live file and the topics.
+    pub(crate) fn sample(&self, next_topic_id: u32) -> Recorded {
         let _running = self.running.lock();
-        let mut recorded = Recorded {
+        let topics = self
+            .queues
+            .topics()
+            .into_iter()
+            .map(|(topic, e)| {
+                (topic, RecordedTopic { queues: e.queues, id: Some(e.id), since: e.since, ..Default::default() })
+            })
+            .collect();
+        Recorded {
             point: self.point(),
             log_min: self.log.min_offset(),
             index: self.index.as_ref().map_or(IndexRecord::Off, |index| index.record()),
-            ..Recorded::default()
-        };
-        for (topic, queues) in self.context.queues.topics() {
-            let mut entry =
-                RecordedTopic { queues: u32::try_from(queues.len()).unwrap_or(u32::MAX), ..Default::default() };
-            for queue in queues.iter() {
-                let extent = queue
-                    .extent()
-                    .or_else(|| self.context.recorded.as_ref().map(|r| r.extent(&queue.topic, queue.queue_id)));
-                if let Some(extent) = extent.filter(|(_, end)| *end > 0) {
-                    entry.extents.insert(queue.queue_id, extent);
-                }
-            }
-            recorded.topics.insert(topic, entry);
+            topics,
+            next_id: next_topic_id,
         }
-        recorded
     }
 }

@@ -140,9 +140,11 @@ pub enum StoreError {
         /// The queue's end (the next offset it will take).
         max: u64,
     },
-    /// A consume-queue index entry names a record the log does not hold as that
-    /// message: the index and the log disagree.
-    #[error("consume queue {topic:?}/{queue_id} entry {queue_offset} names log offset {log_offset}, which is not that message")]
+    /// A queue-index entry names a record the log does not hold as that
+    /// message: the index and the log disagree (`commitlog verify` shows
+    /// where; `commitlog recover`, or deleting `queueindex/`, rebuilds the
+    /// index from the log).
+    #[error("queue index {topic:?}/{queue_id} entry {queue_offset} names log offset {log_offset}, which is not that message")]
     IndexMismatch {
         /// The topic.
         topic: String,
@@ -176,9 +178,9 @@ pub enum StoreError {
     /// The commit log failed.
     #[error(transparent)]
     Log(#[from] commitlog::Error),
-    /// A consume queue failed.
+    /// The queue index failed.
     #[error(transparent)]
-    ConsumeQueue(#[from] consume_queue::CqError),
+    QueueIndex(#[from] queue_index::IndexError),
     /// A file of the store's own (the consumer-offsets journal) failed; the
     /// error names it.
     #[error(transparent)]

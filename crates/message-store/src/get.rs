@@ -1,8 +1,6 @@
 //! Reading a queue (RocketMQ's `getMessage`): statuses, tag filters, offsets by
 //! store time.
 
-use consume_queue::ConsumeQueue;
-
 use crate::message::{tags_code, StoredMessage};
 use crate::store::Named;
 use crate::{MessageStore, StoreError};
@@ -14,7 +12,7 @@ pub enum TagFilter {
     #[default]
     All,
     /// Messages whose tag is one of these (RocketMQ's `a || b`). Compared by
-    /// hash in the consume queue, then by string in the message: a hash
+    /// hash in the queue index, then by string in the message: a hash
     /// collision never hands out a message of another tag (ROCKETMQ-134).
     Tags(Vec<String>),
 }
@@ -106,42 +104,9 @@ impl MessageStore {
         max_bytes: u64,
         filter: &TagFilter,
     ) -> Result<GetResult, StoreError> {
-        let cq = self.consume_queue_of(topic, queue_id)?;
-        let result = match self.read_queue(&cq, topic, queue_id, offset, max_count, max_bytes, filter)? {
-            Ok(result) => result,
-            Err(damaged_at) => {
-                // An entry missing or naming another record: the consume queue is
-                // damaged there. Repaired from the log, then read again.
-                let queue = self.queue(topic, queue_id)?;
-                let (cq, _) = self.core.dispatcher.repair_live(&queue, damaged_at, "a read found an entry damaged")?;
-                self.read_queue(&cq, topic, queue_id, offset, max_count, max_bytes, filter)?.map_err(|index| {
-                    StoreError::IndexMismatch {
-                        topic: topic.to_string(),
-                        queue_id,
-                        queue_offset: index,
-                        log_offset: cq.get(index).ok().flatten().map_or(0, |e| e.offset),
-                    }
-                })?
-            }
-        };
-        tracing::trace!(group, topic, queue_id, offset, found = result.messages.len(), "get_messages");
-        Ok(result)
-    }
-
-    /// [`get_messages`](Self::get_messages) over `cq`; `Err(index)` if the
-    /// entry at `index` is missing or does not name its message.
-    #[allow(clippy::too_many_arguments)]
-    fn read_queue(
-        &self,
-        cq: &ConsumeQueue,
-        topic: &str,
-        queue_id: u32,
-        offset: u64,
-        max_count: usize,
-        max_bytes: u64,
-        filter: &TagFilter,
-    ) -> Result<Result<GetResult, u64>, StoreError> {
-        let (min, max) = (cq.min_index(), cq.next_index());
+        let key = self.queue_key_of(topic, queue_id)?;
+        let index = &self.core.dispatcher.queue_index;
+        let (min, max) = index.extent(key).unwrap_or((0, 0));
         let answer = |status, next_offset| GetResult {
             status,
             next_offset,
@@ -150,53 +115,61 @@ impl MessageStore {
             messages: Vec::new(),
         };
         if max == 0 {
-            return Ok(Ok(answer(GetStatus::NoMessageInQueue, 0)));
+            return Ok(answer(GetStatus::NoMessageInQueue, 0));
         }
         if offset < min {
-            return Ok(Ok(answer(GetStatus::OffsetTooSmall, min)));
+            return Ok(answer(GetStatus::OffsetTooSmall, min));
         }
         if offset == max {
-            return Ok(Ok(answer(GetStatus::NoNewMessage, offset)));
+            return Ok(answer(GetStatus::NoNewMessage, offset));
         }
         if offset > max {
-            return Ok(Ok(answer(GetStatus::OffsetOverflow, max)));
+            return Ok(answer(GetStatus::OffsetOverflow, max));
         }
-        let scan = self.core.config.max_filter_entries.max(max_count as u64);
+        let scan = self.core.config.max_filter_entries.max(max_count as u64).min(max - offset);
+        let entries = index.get(key, offset, usize::try_from(scan).unwrap_or(usize::MAX));
+        let mismatch = |queue_offset: u64, log_offset: u64| StoreError::IndexMismatch {
+            topic: topic.to_string(),
+            queue_id,
+            queue_offset,
+            log_offset,
+        };
         let mut result = answer(GetStatus::NoMatchedMessage, offset);
         let mut bytes = 0u64;
-        let mut index = offset;
-        while index < max && index < offset.saturating_add(scan) && result.messages.len() < max_count {
-            // Entries are dense from the first: a missing one is damage.
-            let Some(entry) = cq.get(index)? else { return Ok(Err(index)) };
-            if !result.messages.is_empty() && bytes.saturating_add(u64::from(entry.size)) > max_bytes {
+        let mut at = offset;
+        for entry in entries {
+            if result.messages.len() >= max_count
+                || (!result.messages.is_empty() && bytes.saturating_add(u64::from(entry.size)) > max_bytes)
+            {
                 break;
             }
             if !filter.passes_code(entry.tag) {
-                index = index.saturating_add(1);
+                at += 1;
                 continue;
             }
             let message = match self.core.message_at_entry(&entry)? {
                 Named::Message(message) => message,
                 Named::Expired => {
-                    index = index.saturating_add(1); // expired with the log's front meanwhile
+                    at += 1; // expired with the log's front meanwhile
                     continue;
                 }
-                Named::Other => return Ok(Err(index)),
+                Named::Other => return Err(mismatch(at, entry.log_offset)),
             };
-            if message.topic != topic || message.queue_id != queue_id || message.queue_offset != index {
-                return Ok(Err(index));
+            if message.topic != topic || message.queue_id != queue_id || message.queue_offset != at {
+                return Err(mismatch(at, entry.log_offset));
             }
-            index = index.saturating_add(1);
+            at += 1;
             if filter.passes(&message) {
                 bytes = bytes.saturating_add(message.log_size);
                 result.messages.push(message);
             }
         }
-        result.next_offset = index;
+        result.next_offset = at;
         if !result.messages.is_empty() {
             result.status = GetStatus::Found;
         }
-        Ok(Ok(result))
+        tracing::trace!(group, topic, queue_id, offset, found = result.messages.len(), "get_messages");
+        Ok(result)
     }
 
     /// The offset in `topic`'s queue of the first message stored at or after
@@ -211,12 +184,12 @@ impl MessageStore {
         timestamp_ms: u64,
         bound: TimeBound,
     ) -> Result<u64, StoreError> {
-        let cq = self.consume_queue_of(topic, queue_id)?;
-        let (min, max) = (cq.min_index(), cq.next_index());
+        let key = self.queue_key_of(topic, queue_id)?;
+        let (min, max) = self.core.dispatcher.queue_index.extent(key).unwrap_or((0, 0));
         // The first index whose message is later than `timestamp_ms` (Upper)
         // or not earlier (Lower); entries whose record is gone count as earlier.
         let later = |index: u64| -> Result<bool, StoreError> {
-            let time = self.store_time(&cq, index)?;
+            let time = self.store_time(key, index)?;
             Ok(match bound {
                 TimeBound::Lower => time.is_some_and(|t| t >= timestamp_ms),
                 TimeBound::Upper => time.is_some_and(|t| t > timestamp_ms),
@@ -238,9 +211,11 @@ impl MessageStore {
     }
 
     /// The store time of entry `index`'s message; `None` if its record is gone.
-    fn store_time(&self, cq: &ConsumeQueue, index: u64) -> Result<Option<u64>, StoreError> {
-        let Some(entry) = cq.get(index)? else { return Ok(None) };
-        match self.core.log.read(entry.offset) {
+    fn store_time(&self, key: u64, index: u64) -> Result<Option<u64>, StoreError> {
+        let Some(entry) = self.core.dispatcher.queue_index.get(key, index, 1).first().copied() else {
+            return Ok(None);
+        };
+        match self.core.log.read(entry.log_offset) {
             Ok(record) => Ok(Some(record.store_timestamp_ms)),
             Err(commitlog::Error::NoRecord { .. }) => Ok(None),
             Err(err) => Err(err.into()),

@@ -30,7 +30,6 @@ use store_io::Storage;
 use crate::checkpoint::{IndexMark, IndexRecord};
 use crate::error::StoreError;
 use crate::message::decode_header;
-use crate::queues::remove_segment_files;
 
 const HEADER: usize = 64;
 const ITEM: usize = 28;
@@ -520,4 +519,24 @@ fn names_a_key(log: &commitlog::CommitLog, item: &Item) -> bool {
         record.store_timestamp_ms == item.time
             && decode_header(&record.body).is_ok_and(|h| h.keys.iter().any(|k| key_hash(&h.topic, k) == item.hash))
     })
+}
+
+/// Removes the segment files (20-digit names) and left-over temporary files of
+/// `dir`, derived data being rebuilt; returns how many.
+pub(crate) fn remove_segment_files(storage: &dyn Storage, dir: &Path) -> Result<usize, StoreError> {
+    let files = match storage.list(dir) {
+        Ok(files) => files,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(source) => return Err(StoreError::Io { path: dir.to_path_buf(), source }),
+    };
+    let mut removed = 0;
+    for file in files {
+        let segment = file.name.len() == 20 && file.name.bytes().all(|b| b.is_ascii_digit());
+        if segment || file.name.ends_with(".tmp") {
+            let path = dir.join(&file.name);
+            storage.remove(&path).map_err(|source| StoreError::Io { path, source })?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
 }

@@ -1,12 +1,15 @@
 //! RocketMQ's `DefaultMessageStore` over this project's commit log: topics of
-//! queues, all appended to one log, each queue indexed by its own consume queue.
+//! queues, all appended to one log, every queue indexed by one queue index
+//! (`crates/queue-index`: no file and no mapping per queue).
 //!
 //! - [`MessageStore::put_message`] appends a message to the log with the next
 //!   offset of its queue, assigned under the queue's put lock.
 //! - Dispatch (a background thread, RocketMQ's `ReputMessageService`) reads the
-//!   log and appends each message's 20-byte entry to its queue's consume queue
-//!   (`consumequeue/<topic>/<queue>/`), waking the consumers waiting on it.
-//!   Under sync flush it reads only what is durable.
+//!   log and appends each message's entry (log offset, size, tags code) to the
+//!   queue index, in memory, waking the consumers waiting on its queue. The
+//!   flush service seals the entries of each log range into one run file
+//!   (`queueindex/`) once the range is durable. Under sync flush dispatch
+//!   reads only what is durable.
 //! - Consumers read a queue by offset ([`MessageStore::get_messages`], with
 //!   RocketMQ's statuses and tag filters), wait for new messages
 //!   ([`MessageStore::wait_for`], [`MessageStore::arrival`]), and commit their
@@ -14,10 +17,10 @@
 //! - The index finds messages by key within a time range
 //!   ([`MessageStore::query_by_key`]), built by the same dispatch.
 //! - Everything but the consumer offsets is derived from the log and rebuilt
-//!   from it: opening a store keeps of each consume queue and of the index
-//!   what the dispatch checkpoint recorded as durable, dispatches the messages
-//!   after its point again, and repairs from the log whatever is damaged or
-//!   missing, loudly ([`OpenReport`], [`StoreStats`]); a queue offset the log
+//!   from it: opening a store keeps the queue index's sealed runs that load
+//!   (each checked by its CRC) and of the key index what the dispatch
+//!   checkpoint recorded as durable, dispatches the messages after them
+//!   again, and rebuilds from the log whatever is damaged or missing, loudly ([`OpenReport`], [`StoreStats`]); a queue offset the log
 //!   holds is never given again. [`inspect::check`] checks it all against the
 //!   log, read-only. The repository's `docs/message-store.md` has the details.
 //!
@@ -46,8 +49,8 @@
 //!
 //! Layout: `store.rs` (open, topics, puts, offsets API, shutdown), `message.rs`
 //! (the encoding inside a log record), `topic.rs` (names, the topic registry),
-//! `queues.rs` (each queue's put lock, consume queue and wait signal, its check
-//! and repair against the log), `dispatch.rs` (dispatch), `checkpoint.rs` (the
+//! `queues.rs` (each queue in use: its put lock, next offset and wait signal),
+//! `dispatch.rs` (dispatch into the queue index and the key index), `checkpoint.rs` (the
 //! dispatch checkpoint), `index.rs` (the key index), `get.rs` (reading a queue),
 //! `poll.rs` (long polling), `offsets.rs` (consumer offsets), `textfile.rs` (the
 //! small text files of `config/`), `inspect/` (read-only views and the check),
@@ -57,7 +60,6 @@
 
 mod checkpoint;
 mod config;
-mod deferred;
 mod dispatch;
 mod error;
 mod get;

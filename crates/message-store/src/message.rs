@@ -117,7 +117,7 @@ impl Message {
         self
     }
 
-    /// The tags' hash as consume queues store it ([`tags_code`]); 0 without tags.
+    /// The tags' hash as queue-index entries store it ([`tags_code`]); 0 without tags.
     pub fn tags_code(&self) -> u64 {
         self.tags.as_deref().map_or(0, tags_code)
     }

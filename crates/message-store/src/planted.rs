@@ -11,29 +11,33 @@ pub enum Bug {
     /// Dispatch reads up to the log's written end under the durable limit:
     /// consumers see messages a power cut takes back (RocketMQ #8239).
     DispatchBeforeDurable = 1,
-    /// A consume queue opened after a crash is used as found: its entries past
-    /// the dispatch point are neither cut nor checked against the log, so they
-    /// can name records the log lost (or will write again).
-    QueueNotCut = 2,
+    /// Queue-index entries made durable before their records: a seal of
+    /// the queue index does not wait for the log's flush, and an open trusts
+    /// an index that covers more than the log holds. After a power cut under
+    /// async flush, entries name records the log lost (or writes again).
+    IndexBeforeRecords = 2,
     /// A put takes its queue offset under the queue's lock but appends after
     /// releasing it: two producers can take one offset, or append out of order.
     OffsetOutsidePutLock = 4,
     /// The dispatch point is recorded without flushing the index first: after
     /// a power cut, keys of messages below the point are gone from the index.
     IndexNotFlushed = 8,
-    /// A consume-queue file created without a sync does not say so: the next
-    /// dispatch point is recorded without the file system sync that makes the
-    /// file durable, and a power cut can take the file, with entries below the
-    /// point, away.
-    CreateNotSynced = 16,
-    /// A repair of a damaged consume queue trusts the damage: the queue is
-    /// cut at the first damaged entry and nothing below the dispatch point is
-    /// put again from the log, so the messages after it are unreachable and
-    /// their offsets given again.
-    RepairTrustsDamage = 32,
+    /// The dispatch checkpoint taken for the queue index's: an open starts
+    /// dispatch at the checkpoint's point, though the queue index was sealed
+    /// only up to an earlier one; the messages between are in no queue, and
+    /// their offsets are given again.
+    CheckpointBeforeIndex = 16,
+    /// The queue index expires a log segment ahead of the log: the runs of a
+    /// segment the log still holds are deleted, its messages unreachable.
+    IndexExpiredEarly = 32,
     /// A consumer-offset commit returns once its record is in the journal's
     /// memory, before the sync: a power cut takes back a commit that returned.
     OffsetCommitNotSynced = 64,
+    /// Offset reuse after index loss: an open leaves dispatching the log
+    /// past the queue index to the background thread, and takes puts
+    /// before; a put then takes its queue's end from an index that lost
+    /// entries (a run dropped, the index deleted), an offset given before.
+    ReplayLeftToBackground = 128,
 }
 
 static ACTIVE: AtomicU16 = AtomicU16::new(0);

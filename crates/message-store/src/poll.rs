@@ -76,15 +76,11 @@ impl MessageStore {
         Ok(Arrivals { watched, token: new_token() })
     }
 
-    /// `topic`'s queue, its dispatched end announced on its signal: a queue
-    /// this process has not used yet is opened (and checked) once; later
-    /// waits touch no file.
+    /// `topic`'s queue in use, its signal at the queue index's end: no file
+    /// is touched.
     fn watched(&self, topic: &str, queue_id: u32) -> Result<Arc<Queue>, StoreError> {
-        let queue = self.queue(topic, queue_id)?;
-        if !queue.is_checked() {
-            self.consume_queue_of(topic, queue_id)?;
-        }
-        Ok(queue)
+        self.check_open()?;
+        self.queue(topic, queue_id)
     }
 }
 
@@ -220,13 +216,13 @@ mod tests {
     fn futures_that_time_out_leave_nothing_on_an_idle_queue() {
         // Each future a consumer wraps in a timeout is dropped before its
         // message comes; the queue's list of wakers must not grow with them.
-        let queue = Arc::new(Queue::new("t", 0));
+        let queue = Arc::new(Queue::new(0));
         let waker = Waker::from(Arc::new(Count(AtomicU64::new(0))));
         let mut cx = Context::from_waker(&waker);
         for _ in 0..100 {
             let mut one = Arrival { queue: Arc::clone(&queue), offset: 0, token: new_token() };
             assert!(Pin::new(&mut one).poll(&mut cx).is_pending());
-            let other = Arc::new(Queue::new("t", 1));
+            let other = Arc::new(Queue::new(1));
             let mut set = Arrivals { watched: vec![(Arc::clone(&queue), 0), (other, 3)], token: new_token() };
             assert!(Pin::new(&mut set).poll(&mut cx).is_pending());
             assert_eq!(queue.signal.registered(), 2);

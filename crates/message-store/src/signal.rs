@@ -132,7 +132,6 @@ impl Signal {
     }
 
     /// Futures registered now.
-    #[cfg(test)]
     pub(crate) fn registered(&self) -> usize {
         self.state.lock().wakers.len()
     }

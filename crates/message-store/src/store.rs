@@ -2,28 +2,32 @@
 //! services, shutdown.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use commitlog::{CommitLog, DurabilityHandle, Storage};
-use consume_queue::ConsumeQueue;
 use flush_service::{ServiceState, ServiceThread};
 use parking_lot::Mutex;
+use queue_index::QueueIndex;
 
 use crate::checkpoint::{self, Loaded, Recorded};
 use crate::config::{DispatchLimit, MessageStoreConfig};
-use crate::deferred::DeferredCreates;
 use crate::dispatch::Dispatcher;
 use crate::error::{MessageError, StoreError};
 use crate::index::{key_hash, Index};
 use crate::message::{decode, set_queue_offset, Message, StoredMessage};
 use crate::offsets::ConsumerOffsets;
-use crate::queues::{queue_dir, Queue, QueueContext, Queues};
-use crate::topic::{validate_group, validate_topic, Registry};
+use crate::queues::{Queue, Queues};
+use crate::topic::{queue_key, validate_group, validate_topic, Found, Registry};
 
 /// The most messages one [`MessageStore::query_by_key`] returns.
 const MAX_QUERY: usize = 1024;
+
+/// Where the queue index of the store in `root` is.
+pub(crate) fn queue_index_dir(root: &Path) -> PathBuf {
+    root.join("queueindex")
+}
 
 /// Where a message went.
 #[derive(Debug)]
@@ -66,6 +70,7 @@ pub struct QueueStats {
 }
 
 /// What the store's services have done.
+/// What the store's services have done.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreStats {
     /// Where dispatch stands in the log.
@@ -76,15 +81,23 @@ pub struct StoreStats {
     pub log_max_offset: u64,
     /// Records skipped by dispatch (not messages of a known queue).
     pub records_skipped: u64,
-    /// Consume queues found damaged (entries missing, out of order, or naming
-    /// another record) and repaired from the log, at open or since.
-    pub queues_rebuilt: u64,
-    /// Entries those repairs put again.
-    pub entries_repaired: u64,
-    /// Consume queues open now.
-    pub open_consume_queues: usize,
-    /// Consume queues closed because more than `max_open_consume_queues` were open.
-    pub consume_queues_closed_idle: u64,
+    /// Queues with an entry in the queue index (in this index's life, minus
+    /// deleted topics').
+    pub indexed_queues: usize,
+    /// Sealed runs of the queue index (each one file and one mapping, however
+    /// many queues).
+    pub index_runs: usize,
+    /// Entries of the queue index in memory, not sealed yet (dispatched again
+    /// after a crash).
+    pub index_active_entries: usize,
+    /// Where the queue index's active run starts: every entry of a record
+    /// below it is in a sealed, synced run.
+    pub index_sealed_to: u64,
+    /// Heap bytes of the queue index's tables.
+    pub index_heap_bytes: usize,
+    /// Queues in use (a put lock and a wait signal in memory): those being
+    /// put to or waited on; idle ones are dropped at each thorough flush.
+    pub queues_in_use: usize,
     /// Why dispatch is stopped, if it is.
     pub dispatch_error: Option<String>,
     /// Consumer offsets committed ((group, topic, queue) triples).
@@ -98,24 +111,24 @@ pub struct StoreStats {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct OpenReport {
-    /// The dispatch point recovery started from.
+    /// Where dispatch started again: the lower of the queue index's sealed
+    /// end and the key index's recorded point.
     pub recovered_from: u64,
     /// Messages dispatched again.
     pub redispatched: u64,
     /// Consumer offsets lowered to their queue's end (only where the log
     /// itself ends there: under async flush, after a crash took messages back).
     pub offsets_lowered: usize,
-    /// Why every consume queue and the key index were rebuilt from the log
-    /// (the dispatch checkpoint missing, damaged or of the first version).
+    /// Why the whole queue index was rebuilt from the log, if it was: a store
+    /// of the consume-queue layout converted, topic ids lost with the topic
+    /// registry, or an index ahead of the log.
     pub rebuilt_all: Option<String>,
     /// The topic registry (`config/topics`) was missing or damaged and was
     /// recovered from the checkpoint and the log.
     pub topics_recovered: bool,
-    /// Consume queues whose directory held no file, rebuilt in one pass.
-    pub queues_rebuilt_whole: u64,
-    /// Consume queues found damaged and repaired from the log while opening
-    /// (those rebuilt whole included).
-    pub queues_repaired: u64,
+    /// Queue-index runs dropped (damaged, or after a damaged or missing one),
+    /// each with why: their log ranges were dispatched again.
+    pub index_runs_dropped: Vec<String>,
     /// The key index was rebuilt from the log (damaged, of another shape, or
     /// nothing recorded of it).
     pub index_rebuilt: bool,
@@ -132,15 +145,17 @@ pub(crate) struct Core {
     registry: Mutex<Registry>,
     pub(crate) dispatcher: Arc<Dispatcher>,
     offsets: ConsumerOffsets,
-    /// The log's first offset the consume queues last expired against.
+    /// The log's first offset the indexes last expired against.
     expired_to: AtomicU64,
+    /// One seal of the queue index at a time, with the flush it needs.
+    sealing: Mutex<()>,
     dispatch_wake: Arc<ServiceState>,
     shut_down: AtomicBool,
 }
 
 /// RocketMQ's `DefaultMessageStore`: topics of queues over one commit log.
-/// Every message of every queue is appended to the log; dispatch builds each
-/// queue's consume queue from it in the background; consumers read a queue by
+/// Every message of every queue is appended to the log; dispatch builds the
+/// queue index (every queue's entries) from it in the background; consumers read a queue by
 /// offset, wait for new messages, and commit their offsets.
 ///
 /// Cheap to clone; `Send + Sync`.
@@ -171,9 +186,11 @@ impl Drop for Life {
 
 impl MessageStore {
     /// Opens (or creates) the store in `root`: the commit log in `root` itself
-    /// (`commitlog/`, `checkpoint`, `lock`, `abort`), consume queues in
-    /// `root/consumequeue/<topic>/<queue>/`, topics, consumer offsets and the
-    /// dispatch checkpoint in `root/config/`.
+    /// (`commitlog/`, `checkpoint`, `lock`, `abort`), the queue index in
+    /// `root/queueindex/`, the key index in `root/index/`, topics, consumer
+    /// offsets and the dispatch checkpoint in `root/config/`. A store of the
+    /// earlier layout (`root/consumequeue/`) is converted: its queue index is
+    /// built from the log and the consume-queue files deleted.
     pub fn open(root: impl AsRef<Path>, config: MessageStoreConfig) -> Result<Self, StoreError> {
         config.validate()?;
         let log = CommitLog::open(root.as_ref(), config.log.clone())?;
@@ -200,29 +217,74 @@ impl MessageStore {
         if limit == DispatchLimit::Durable {
             log.flush_all()?; // what recovery found is durable before it is dispatched
         }
-        let (recorded, rebuild_all) = Self::trusted_checkpoint(&*storage, &root, &log)?;
-        let (registry, topics_recovered) = recover_registry(&*storage, &root, recorded.as_ref(), &log)?;
+        let (recorded, checkpoint_unusable) = Self::trusted_checkpoint(&*storage, &root, &log)?;
+        let recovery = recover_registry(&*storage, &root, recorded.as_ref(), &log)?;
+        let registry = recovery.registry;
         let queues = Arc::new(Queues::default());
-        for (topic, count) in registry.topics() {
-            queues.add_topic(topic, count);
+        for (topic, entry) in registry.topics() {
+            queues.add_topic(topic, entry);
         }
-        // Below the recorded point every entry and index item was flushed
-        // before it was recorded; from it on, the messages are dispatched again.
-        let recovered_from = recorded.as_ref().map_or(0, |r| r.point).max(log.min_offset());
-        let defer = defer_syncs(&*storage, &root)?;
-        let unsynced = Arc::new(AtomicBool::new(false));
-        let queue_storage: Arc<dyn Storage> = if defer {
-            Arc::new(DeferredCreates { inner: Arc::clone(&storage), unsynced: Arc::clone(&unsynced) })
+        // The queue index, rebuilt whole where its queues' keys cannot be
+        // trusted: a store of the consume-queue layout (converted here), or
+        // topic ids lost with the registry.
+        let dir = queue_index_dir(&root);
+        let converting =
+            recovery.first_version || recorded.as_ref().is_some_and(|r| r.topics.values().any(|t| t.id.is_none()));
+        let mut rebuilt_all = if converting {
+            Some("the store is of the consume-queue layout: converted, its queue index built from the log".to_string())
+        } else if recovery.ids_lost {
+            Some("topic ids were lost with the topic registry".to_string())
         } else {
-            Arc::clone(&storage)
+            None
         };
+        if let Some(why) = &rebuilt_all {
+            tracing::warn!(why, "rebuilding the whole queue index from the log");
+            remove_files(&*storage, &dir)?;
+        }
+        let index_config = queue_index::IndexConfig::default();
+        let (mut queue_index, mut index_report) = QueueIndex::open_with(&*storage, &dir, index_config.clone())?;
+        #[cfg(planted_bugs)]
+        let trust_ahead = crate::planted::is_active(crate::planted::Bug::IndexBeforeRecords);
+        #[cfg(not(planted_bugs))]
+        let trust_ahead = false;
+        let ahead = index_report.replay_from > log.max_offset() && !trust_ahead;
+        let front_lost = queue_index.covers_from() > log.min_offset() && log.max_offset() > log.min_offset();
+        if ahead || front_lost {
+            // Sealed past what the log holds (never done: a seal waits for the
+            // log's flush), or runs lost at the front (deleted, not expired):
+            // rebuilt whole, as entries cannot go before later runs'.
+            let why = if ahead {
+                format!(
+                    "the queue index covers the log up to {}, past its end {}",
+                    index_report.replay_from,
+                    log.max_offset()
+                )
+            } else {
+                format!(
+                    "the queue index covers the log from {} only, above the log's first offset {}",
+                    queue_index.covers_from(),
+                    log.min_offset()
+                )
+            };
+            tracing::warn!(why, "rebuilding the whole queue index from the log");
+            drop(queue_index);
+            remove_files(&*storage, &dir)?;
+            (queue_index, index_report) = QueueIndex::open_with(&*storage, &dir, index_config)?;
+            rebuilt_all = Some(why);
+        }
+        queue_index.expire(&*storage, log.min_offset())?;
+        let queue_index = Arc::new(queue_index);
+        // The key index keeps what the checkpoint says was flushed below its
+        // point; dispatch starts at the lower of that point and the queue
+        // index's end (each skips what it holds).
+        let key_point = recorded.as_ref().map_or(0, |r| r.point).max(log.min_offset());
         let (index, index_rebuilt) = if config.message_index_enable {
             let (index, rebuilt) = Index::open(
                 Arc::clone(&storage),
                 &root,
                 config.index,
                 recorded.as_ref().map(|r| r.index),
-                recovered_from,
+                key_point,
                 recorded.as_ref().is_some_and(|r| log.min_offset() > r.log_min),
                 &log,
             )?;
@@ -230,27 +292,40 @@ impl MessageStore {
         } else {
             (None, false)
         };
-        let recorded = recorded.map(Arc::new);
-        let context = QueueContext {
-            root: root.clone(),
-            storage: queue_storage,
-            config: config.consume_queue(),
-            recovered_from,
-            recorded: recorded.clone(),
-            queues: Arc::clone(&queues),
-            budget: config.max_open_consume_queues,
-            open: AtomicUsize::new(0),
-            clock: AtomicU64::new(0),
-            closed_idle: AtomicU64::new(0),
-            repaired: AtomicU64::new(0),
-            entries_repaired: AtomicU64::new(0),
-            defer_syncs: defer,
-            closing: parking_lot::RwLock::new(()),
-            unsynced,
+        let key_from = if index.is_none() {
+            u64::MAX
+        } else if index_rebuilt {
+            log.min_offset()
+        } else {
+            key_point
         };
-        let dispatcher = Arc::new(Dispatcher::new(log.clone(), context, limit, recovered_from, index));
-        let queues_rebuilt_whole = Self::rebuild_missing(&dispatcher, recorded.as_deref(), index_rebuilt)?;
-        let redispatched = dispatcher.dispatch_up_to(log.max_offset())?;
+        #[cfg(planted_bugs)]
+        let queue_from = if crate::planted::is_active(crate::planted::Bug::CheckpointBeforeIndex) {
+            key_point.max(index_report.replay_from)
+        } else {
+            index_report.replay_from
+        };
+        #[cfg(not(planted_bugs))]
+        let queue_from = index_report.replay_from;
+        let recovered_from = key_from.min(queue_from).max(log.min_offset());
+        let dispatcher = Arc::new(Dispatcher::new(
+            log.clone(),
+            Arc::clone(&queues),
+            Arc::clone(&queue_index),
+            limit,
+            recovered_from,
+            index,
+        ));
+        #[cfg(planted_bugs)]
+        let replay = !crate::planted::is_active(crate::planted::Bug::ReplayLeftToBackground);
+        #[cfg(not(planted_bugs))]
+        let replay = true;
+        // Every message of the log dispatched before the first put: a put
+        // takes its queue's end from the index.
+        let redispatched = if replay { dispatcher.dispatch_up_to(log.max_offset())? } else { 0 };
+        if converting {
+            convert_consume_queue_layout(&*storage, &root, recorded.as_ref(), &registry, &queue_index)?;
+        }
         let offsets = ConsumerOffsets::load(&*storage, &root, config.consumer_offsets_journal_size)?;
         let core = Arc::new(Core {
             root,
@@ -262,26 +337,40 @@ impl MessageStore {
             registry: Mutex::new(registry),
             dispatcher,
             expired_to: AtomicU64::new(0),
+            sealing: Mutex::new(()),
             dispatch_wake: ServiceState::new(),
             shut_down: AtomicBool::new(false),
         });
-        core.flush_consume_queues(true)?;
-        // Offsets lowered only to an end the log itself holds: each queue is
-        // checked (and repaired if damaged) at its open here. Only after a
+        if recovery.first_version {
+            core.registry.lock().persist(&*core.storage)?; // with the ids the index now uses
+        }
+        core.flush_derived(true)?;
+        if converting {
+            remove_consume_queue_files(&*core.storage, &core.root, &core.registry.lock())?;
+        }
+        // Offsets lowered only to an end the log itself holds. Only after a
         // crash (a clean shutdown flushed the log, and a commit is never
         // beyond its queue's end when it is made), or for offsets just
         // converted from an older store's file.
         let clean = core.log.recovery_report().clean_shutdown && !core.offsets.converted();
         let offsets_lowered = if clean { 0 } else { Self::lower_offsets(&core)? };
-        let context = &core.dispatcher.context;
+        if checkpoint_unusable.is_some() && rebuilt_all.is_none() && index_rebuilt {
+            tracing::warn!(
+                why = checkpoint_unusable.as_deref(),
+                "dispatch checkpoint not usable: the key index was rebuilt from the log"
+            );
+        }
         let report = OpenReport {
             recovered_from,
             redispatched,
             offsets_lowered,
-            rebuilt_all: rebuild_all,
-            topics_recovered,
-            queues_rebuilt_whole,
-            queues_repaired: context.repaired.load(Ordering::Relaxed),
+            rebuilt_all,
+            topics_recovered: recovery.recovered,
+            index_runs_dropped: index_report
+                .dropped
+                .iter()
+                .map(|(path, why)| format!("{}: {why}", path.display()))
+                .collect(),
             index_rebuilt,
         };
         let store = MessageStore {
@@ -295,8 +384,8 @@ impl MessageStore {
     }
 
     /// The dispatch checkpoint if recovery can trust it, else why not (then
-    /// every queue and the index are rebuilt from the log, said loudly unless
-    /// the store is new).
+    /// the key index is rebuilt from the log, and a lost topic registry
+    /// recovered from the log alone; said loudly unless the store is new).
     fn trusted_checkpoint(
         storage: &dyn Storage,
         root: &Path,
@@ -312,57 +401,11 @@ impl MessageStore {
             Loaded::Missing if log.max_offset() == log.min_offset() => return Ok((None, None)),
             Loaded::Missing => "it is missing".to_string(),
         };
-        tracing::warn!(path = %checkpoint::checkpoint_path(root).display(), why, "dispatch checkpoint not usable; every consume queue and the key index are rebuilt from the log");
+        tracing::warn!(path = %checkpoint::checkpoint_path(root).display(), why, "dispatch checkpoint not usable; the key index is rebuilt from the log");
         Ok((None, Some(why)))
     }
 
-    /// Before dispatch starts: the queues whose directory holds no file while
-    /// the checkpoint recorded entries for them, and the index if it was
-    /// emptied, are rebuilt from the log below the recovered point in one pass
-    /// (instead of a pass each). Returns the queues rebuilt so.
-    fn rebuild_missing(
-        dispatcher: &Dispatcher,
-        recorded: Option<&Recorded>,
-        index_rebuilt: bool,
-    ) -> Result<u64, StoreError> {
-        let context = &dispatcher.context;
-        let log = &dispatcher.log;
-        let mut missing = Vec::new();
-        if let Some(recorded) = recorded {
-            for queue in context.queues.all() {
-                let (min, end) = recorded.extent(&queue.topic, queue.queue_id);
-                if min < end && !has_files(&*context.storage, &queue_dir(&context.root, &queue.topic, queue.queue_id))?
-                {
-                    queue.rebuild_at_open();
-                    missing.push(queue);
-                }
-            }
-        }
-        let reindex = index_rebuilt && context.recovered_from > log.min_offset();
-        if missing.is_empty() && !reindex {
-            return Ok(0);
-        }
-        tracing::warn!(
-            queues = missing.len(),
-            reindex,
-            "consume queues missing whole, or the key index emptied: rebuilt from the log"
-        );
-        dispatcher.rebuild_below(&missing, reindex, log.min_offset(), context.recovered_from)?;
-        for queue in &missing {
-            let (_, end) = recorded.map_or((0, 0), |r| r.extent(&queue.topic, queue.queue_id));
-            let cq = queue.consume_queue(context, log)?;
-            if cq.is_empty() && cq.next_index() < end {
-                cq.clear()?;
-                cq.start_empty_at(end)?; // its messages expired: it goes on from its end
-            } else if cq.next_index() != end {
-                tracing::warn!(topic = %queue.topic, queue = queue.queue_id, end = cq.next_index(), recorded = end, "consume queue rebuilt to another end than the checkpoint recorded: the log holds that");
-            }
-        }
-        context.repaired.fetch_add(missing.len() as u64, Ordering::Relaxed);
-        Ok(missing.len() as u64)
-    }
-
-    /// Starts dispatch and the consume-queue flush service.
+    /// Starts dispatch and the flush service of the derived data.
     fn start_services(&self) -> Result<(), StoreError> {
         let io = |source| StoreError::Io { path: self.core.root.clone(), source };
         if self.core.dispatcher_limit() == DispatchLimit::Durable {
@@ -393,10 +436,10 @@ impl MessageStore {
         let mut last_thorough = Instant::now();
         let flush = ServiceThread::spawn_every("FlushConsumeQueueService", interval, move || {
             let is_thorough = last_thorough.elapsed() >= thorough;
-            match core.flush_consume_queues(is_thorough) {
+            match core.flush_derived(is_thorough) {
                 Ok(()) if is_thorough => last_thorough = Instant::now(),
                 Ok(()) => {}
-                Err(err) => tracing::error!(%err, "consume queue flush failed; retrying"),
+                Err(err) => tracing::error!(%err, "queue index or key index flush failed; retrying"),
             }
         })
         .map_err(io)?;
@@ -407,15 +450,10 @@ impl MessageStore {
     /// Lowers consumer offsets beyond their queue's end (after a crash that
     /// took messages back); returns how many moved.
     fn lower_offsets(core: &Core) -> Result<usize, StoreError> {
+        let index = &core.dispatcher.queue_index;
         core.offsets.clamp(&*core.storage, |(_, topic, queue)| {
-            let queue = core.queues.get(topic, *queue)?;
-            match queue.consume_queue(&core.dispatcher.context, &core.log) {
-                Ok(cq) => Some(cq.next_index()),
-                Err(err) => {
-                    tracing::warn!(topic, queue = queue.queue_id, %err, "consumer offsets: queue not checked");
-                    None
-                }
-            }
+            let key = core.queues.key(topic, *queue).ok()?;
+            Some(index.extent(key).map_or(0, |(_, end)| end))
         })
     }
 
@@ -440,14 +478,37 @@ impl MessageStore {
                 ),
             });
         }
-        self.core.registry.lock().create(&*self.core.storage, topic, queues)?;
-        self.core.queues.add_topic(topic, queues);
+        let mut registry = self.core.registry.lock();
+        let entry = registry.create(&*self.core.storage, topic, queues, self.core.log.max_offset())?;
+        self.core.queues.add_topic(topic, entry);
         Ok(())
+    }
+
+    /// Deletes `topic` (RocketMQ's `deleteTopics`): it is gone from the
+    /// registry, its queues from the queue index and every group's offsets in
+    /// it from the consumer offsets, durably, before this returns; consumers
+    /// waiting on it return. Its messages stay in the log until the log's
+    /// cleaning deletes their segments, but are never read again: a topic
+    /// created later under the same name starts empty, with new queue keys,
+    /// and dispatch gives it none of the old topic's records. Returns whether
+    /// the topic existed.
+    pub fn delete_topic(&self, topic: &str) -> Result<bool, StoreError> {
+        self.check_open()?;
+        validate_topic(topic)?;
+        let mut registry = self.core.registry.lock();
+        let Some(entry) = registry.remove(&*self.core.storage, topic)? else { return Ok(false) };
+        self.core.queues.remove_topic(topic);
+        let id = u64::from(entry.id);
+        self.core.dispatcher.queue_index.forget(&*self.core.storage, |key| key >> 32 == id)?;
+        drop(registry);
+        self.core.offsets.remove_topic(&*self.core.storage, topic)?;
+        tracing::info!(topic, "topic deleted");
+        Ok(true)
     }
 
     /// Every topic with its queue count.
     pub fn topics(&self) -> Vec<(String, u32)> {
-        self.core.registry.lock().topics().map(|(t, q)| (t.to_string(), q)).collect()
+        self.core.registry.lock().topics().map(|(t, e)| (t.to_string(), e.queues)).collect()
     }
 
     /// Puts `message` on its topic's queue: appended to the log with the queue's
@@ -526,25 +587,14 @@ impl MessageStore {
     }
 
     /// The queue's next offset, under its put lock: known, or (first put since
-    /// open) its consume queue's end, which recovery brought up to the log's.
+    /// it was in use) the queue index's end of it, which every message put
+    /// before has reached (recovery dispatched the whole log; a queue in use
+    /// is never dropped with a put past the index's end).
     fn next_offset_locked(&self, queue: &Queue, next: &mut Option<u64>) -> Result<u64, StoreError> {
         if let Some(next) = *next {
             return Ok(next);
         }
-        let context = &self.core.dispatcher.context;
-        // A queue without consume-queue files that the checkpoint recorded
-        // nothing for never had a message this store holds (recovery has
-        // dispatched the whole log): 0, without opening it.
-        let recorded_nothing = context.recorded.as_ref().is_none_or(|r| r.extent(&queue.topic, queue.queue_id).1 == 0);
-        let unopened = !queue.is_checked() && queue.open_consume_queue().is_none();
-        let offset = if unopened
-            && recorded_nothing
-            && !has_files(&*context.storage, &queue_dir(&context.root, &queue.topic, queue.queue_id))?
-        {
-            0
-        } else {
-            queue.consume_queue(context, &self.core.log)?.next_index()
-        };
+        let offset = self.core.dispatcher.queue_index.extent(queue.key).map_or(0, |(_, end)| end);
         *next = Some(offset);
         Ok(offset)
     }
@@ -564,49 +614,38 @@ impl MessageStore {
     /// on) and has the queue.
     fn queue_for_put(&self, topic: &str, queue_id: u32) -> Result<Arc<Queue>, StoreError> {
         self.check_open()?;
-        if self.core.queues.of_topic(topic).is_none() && self.core.config.auto_create_topics {
+        if self.core.queues.topic(topic).is_none() && self.core.config.auto_create_topics {
             self.create_topic(topic, self.core.config.default_topic_queue_nums)?;
         }
         self.queue(topic, queue_id)
     }
 
-    /// The queue `topic`/`queue_id`, or why there is none.
+    /// The queue `topic`/`queue_id` in use (made if it is not), or why there is none.
     pub(crate) fn queue(&self, topic: &str, queue_id: u32) -> Result<Arc<Queue>, StoreError> {
-        let Some(queues) = self.core.queues.of_topic(topic) else {
-            return Err(StoreError::UnknownTopic { topic: topic.to_string() });
-        };
-        let count = u32::try_from(queues.len()).unwrap_or(u32::MAX);
-        usize::try_from(queue_id).ok().and_then(|i| queues.get(i)).cloned().ok_or(StoreError::UnknownQueue {
-            topic: topic.to_string(),
-            queue_id,
-            queues: count,
-        })
+        let key = self.core.queues.key(topic, queue_id)?;
+        Ok(self.core.queues.get_or_make(key, &self.core.dispatcher.queue_index))
     }
 
-    /// The consume queue of `topic`/`queue_id`, opened if it was not.
-    pub(crate) fn consume_queue_of(&self, topic: &str, queue_id: u32) -> Result<Arc<ConsumeQueue>, StoreError> {
+    /// The key of `topic`/`queue_id` in the queue index, the store checked open.
+    pub(crate) fn queue_key_of(&self, topic: &str, queue_id: u32) -> Result<u64, StoreError> {
         self.check_open()?;
-        let queue = self.queue(topic, queue_id)?;
-        queue.consume_queue(&self.core.dispatcher.context, &self.core.log)
+        self.core.queues.key(topic, queue_id)
     }
 
-    /// The first offset and the end of `topic`'s queue.
+    /// The first offset and the end of `topic`'s queue. Reads the queue
+    /// index's table only: no file, and nothing changes.
     pub fn queue_range(&self, topic: &str, queue_id: u32) -> Result<(u64, u64), StoreError> {
-        let cq = self.consume_queue_of(topic, queue_id)?;
-        Ok((cq.min_index(), cq.next_index()))
+        let key = self.queue_key_of(topic, queue_id)?;
+        Ok(self.core.dispatcher.queue_index.extent(key).unwrap_or((0, 0)))
     }
 
-    /// The end of `topic`'s queue (the offset its next message takes), without
-    /// opening its consume queue when this process knows it already. The
-    /// caller has checked the store is open.
+    /// The end of `topic`'s queue (the offset its next message takes once
+    /// dispatched). The caller has checked the store is open.
     fn queue_end(&self, topic: &str, queue_id: u32) -> Result<u64, StoreError> {
-        match self.queue(topic, queue_id)?.extent() {
-            Some((_, end)) => Ok(end),
-            None => Ok(self.queue_range(topic, queue_id)?.1),
-        }
+        Ok(self.queue_range(topic, queue_id)?.1)
     }
 
-    /// Every queue of every topic with its range (opening each consume queue).
+    /// Every queue of every topic with its range.
     pub fn queue_stats(&self) -> Result<Vec<QueueStats>, StoreError> {
         let mut stats = Vec::new();
         for (topic, count) in self.topics() {
@@ -714,30 +753,31 @@ impl MessageStore {
     /// What the services have done.
     pub fn stats(&self) -> StoreStats {
         let dispatcher = &self.core.dispatcher;
+        let index = &dispatcher.queue_index;
         StoreStats {
             dispatch_point: dispatcher.point(),
             dispatch_limit: dispatcher.limit(),
             log_max_offset: self.core.log.max_offset(),
             records_skipped: dispatcher.skipped.load(Ordering::Relaxed),
-            queues_rebuilt: dispatcher.context.repaired.load(Ordering::Relaxed),
-            entries_repaired: dispatcher.context.entries_repaired.load(Ordering::Relaxed),
-            open_consume_queues: dispatcher.context.open.load(Ordering::Relaxed),
-            consume_queues_closed_idle: dispatcher.context.closed_idle.load(Ordering::Relaxed),
+            indexed_queues: index.queue_count(),
+            index_runs: index.run_count(),
+            index_active_entries: index.active_entries(),
+            index_sealed_to: index.sealed_to(),
+            index_heap_bytes: index.heap_bytes(),
+            queues_in_use: self.core.queues.live_count(),
             dispatch_error: dispatcher.error(),
             consumer_offsets: self.core.offsets.len(),
             consumer_offset_syncs: self.core.offsets.syncs(),
         }
     }
 
-    /// Repairs `topic`'s queue from queue offset `from` (where
-    /// [`inspect::check`](crate::inspect::check) found it damaged): its entries
-    /// from there are cut and its messages put again from the log, up to the
-    /// dispatch point. Returns the entries put. The store finds damage itself
-    /// at open and on reads; this is for damage a check found first.
-    pub fn repair_queue(&self, topic: &str, queue_id: u32, from: u64) -> Result<u64, StoreError> {
+    /// Seals the queue index up to the dispatch point now (what the flush
+    /// service does at each log segment's end, and when the active run holds
+    /// `queue_index_seal_entries`): the log is flushed first if it must be.
+    /// An open after a crash then dispatches again only what came after.
+    pub fn seal_index(&self) -> Result<(), StoreError> {
         self.check_open()?;
-        let queue = self.queue(topic, queue_id)?;
-        Ok(self.core.dispatcher.repair_live(&queue, from, "asked to")?.1)
+        self.core.seal(self.core.dispatcher.point())
     }
 
     /// Rebuilds the key index from the log (where
@@ -761,7 +801,7 @@ impl MessageStore {
         self.core.dispatcher.error()
     }
 
-    fn check_open(&self) -> Result<(), StoreError> {
+    pub(crate) fn check_open(&self) -> Result<(), StoreError> {
         if self.core.shut_down.load(Ordering::Acquire) {
             return Err(StoreError::Shutdown);
         }
@@ -786,17 +826,17 @@ impl Core {
         }
     }
 
-    /// The message a consume-queue entry names: [`Named::Expired`] if its
+    /// The message a queue-index entry names: [`Named::Expired`] if its
     /// record went with the log's front, [`Named::Other`] if no message of the
     /// entry's size starts there (a damaged entry).
-    pub(crate) fn message_at_entry(&self, entry: &consume_queue::CqEntry) -> Result<Named, StoreError> {
-        if entry.offset < self.log.min_offset() {
+    pub(crate) fn message_at_entry(&self, entry: &queue_index::Entry) -> Result<Named, StoreError> {
+        if entry.log_offset < self.log.min_offset() {
             return Ok(Named::Expired);
         }
-        if entry.end() > self.log.max_offset() {
+        if entry.log_offset.saturating_add(u64::from(entry.size)) > self.log.max_offset() {
             return Ok(Named::Other);
         }
-        match self.log.read(entry.offset) {
+        match self.log.read(entry.log_offset) {
             Ok(record) if record.size == u64::from(entry.size) => {
                 Ok(decode(&record).map_or(Named::Other, Named::Message))
             }
@@ -805,14 +845,15 @@ impl Core {
                 commitlog::Error::NoRecord { .. }
                 | commitlog::Error::InsideRecord { .. }
                 | commitlog::Error::BadRecord { .. },
-            ) if entry.offset >= self.log.min_offset() => Ok(Named::Other),
+            ) if entry.log_offset >= self.log.min_offset() => Ok(Named::Other),
             Ok(_) | Err(commitlog::Error::NoRecord { .. }) => Ok(Named::Expired), // deleted while read
             Err(err) => Err(err.into()),
         }
     }
 
-    /// Stops `services`, flushes the log, dispatches what is left, flushes the
-    /// consume queues and records the dispatch point, then shuts the log down.
+    /// Stops `services`, flushes the log, dispatches what is left, seals the
+    /// queue index to the end and records the dispatch point, then shuts the
+    /// log down: the next open dispatches nothing again.
     fn shutdown(&self, services: &Mutex<Vec<ServiceThread>>) -> Result<(), StoreError> {
         if self.shut_down.swap(true, Ordering::AcqRel) {
             return Ok(());
@@ -823,11 +864,14 @@ impl Core {
         let result = (|| {
             self.log.flush_all()?;
             self.dispatcher.dispatch_up_to(self.log.flushed_offset())?;
-            self.flush_consume_queues(true)
+            self.seal(self.dispatcher.point())?;
+            self.flush_derived(true)
         })();
-        // Whatever failed above, the queues close, waiters return and the log shuts down.
-        let closed = self.queues.all().iter().try_for_each(|queue| queue.close());
-        let closed = closed.and(self.dispatcher.index.as_ref().map_or(Ok(()), |index| index.close()));
+        // Whatever failed above, waiters return, the index's runs are
+        // unmapped and the log shuts down.
+        self.queues.close_all();
+        self.dispatcher.queue_index.close();
+        let closed = self.dispatcher.index.as_ref().map_or(Ok(()), |index| index.close());
         self.offsets.close();
         let log = self.log.shutdown();
         result?;
@@ -840,144 +884,219 @@ impl Core {
         self.config.effective_dispatch_limit()
     }
 
-    /// Flushes the open consume queues (every dirty byte when `thorough`, else
-    /// those with enough dirty pages). When thorough, first expires every
-    /// queue's entries of records the log's cleaning deleted, and samples what
-    /// the checkpoint records (the dispatch point, each queue's extent, the
-    /// index's live file), then flushes, then records it: recording after
-    /// flushing is what makes the point safe to recover from (RocketMQ #678
-    /// recorded first). The log is flushed first if dispatch read past its
-    /// durable end (written dispatch under async flush), so the recorded point
-    /// never lies beyond what a crash keeps of the log.
-    pub(crate) fn flush_consume_queues(&self, thorough: bool) -> Result<(), StoreError> {
-        let context = &self.dispatcher.context;
+    /// Seals the queue index's entries of records below `to` (a record
+    /// boundary at or below the dispatch point), after flushing the log if
+    /// `to` lies past its durable end: a sealed entry never names a record a
+    /// crash can take back.
+    pub(crate) fn seal(&self, to: u64) -> Result<(), StoreError> {
+        let _one = self.sealing.lock();
+        let index = &self.dispatcher.queue_index;
+        if to <= index.sealed_to() {
+            return Ok(());
+        }
+        #[cfg(planted_bugs)]
+        let flush_first = !crate::planted::is_active(crate::planted::Bug::IndexBeforeRecords);
+        #[cfg(not(planted_bugs))]
+        let flush_first = true;
+        if flush_first && to > self.log.flushed_offset() {
+            self.log.flush_all()?;
+        }
+        index.seal(&*self.storage, to)?;
+        Ok(())
+    }
+
+    /// The flush service's tick. Seals the queue index when dispatch has
+    /// passed the end of a log segment (at that segment's end: a run per
+    /// segment, deleted with it) or the active run holds
+    /// `queue_index_seal_entries` (at the dispatch point). When `thorough`,
+    /// also expires both indexes against the log's front, flushes the key
+    /// index whole and records the dispatch checkpoint (recording after
+    /// flushing is what makes the point safe to recover from: RocketMQ #678
+    /// recorded first), and drops the queues no one uses; else the key index
+    /// flushes once enough pages are dirty.
+    pub(crate) fn flush_derived(&self, thorough: bool) -> Result<(), StoreError> {
+        let point = self.dispatcher.point();
+        let index = &self.dispatcher.queue_index;
+        let segment = (self.log.config().mapped_file_size_commit_log as u64).max(1);
+        let segment_start = point - point % segment;
+        let sealed_to = index.sealed_to();
+        if segment_start > sealed_to {
+            // A run per segment dispatch passed (several if it ran ahead).
+            let mut end = sealed_to - sealed_to % segment + segment;
+            while end <= segment_start {
+                self.seal(end)?;
+                end += segment;
+            }
+        } else if index.active_entries() >= self.config.queue_index_seal_entries {
+            self.seal(point)?;
+        }
         let min_offset = self.log.min_offset();
         if thorough {
-            self.expire_queues(min_offset)?;
+            self.expire(min_offset)?;
         }
-        let recorded = thorough.then(|| self.dispatcher.sample());
+        let recorded = thorough.then(|| self.dispatcher.sample(self.registry.lock().next_id()));
         if recorded.as_ref().is_some_and(|r| r.point > self.log.flushed_offset()) {
             self.log.flush_all()?;
         }
-        let _closing = thorough.then(|| context.closing.write());
         let least_pages = if thorough { 0 } else { self.config.flush_consume_queue_least_pages };
-        for queue in self.queues.all() {
-            if let Some(cq) = queue.open_consume_queue() {
-                cq.flush_with(least_pages)?;
-            }
-        }
-        if thorough && context.unsynced.swap(false, Ordering::AcqRel) {
-            let dir = self.root.join("consumequeue");
-            if let Err(source) = self.storage.sync_all_under(&dir) {
-                context.unsynced.store(true, Ordering::Release);
-                return Err(StoreError::Io { path: dir, source });
-            }
-        }
         #[cfg(planted_bugs)]
-        let index =
+        let key_index =
             self.dispatcher.index.as_ref().filter(|_| !crate::planted::is_active(crate::planted::Bug::IndexNotFlushed));
         #[cfg(not(planted_bugs))]
-        let index = self.dispatcher.index.as_ref();
-        if let Some(index) = index {
-            if thorough {
-                index.delete_expired(min_offset)?;
-            }
-            index.flush(least_pages)?;
+        let key_index = self.dispatcher.index.as_ref();
+        if let Some(key_index) = key_index {
+            key_index.flush(least_pages)?;
         }
         if let Some(recorded) = recorded {
             checkpoint::store(&*self.storage, &self.root, &recorded)?;
+            self.queues.drop_idle(index);
         }
         Ok(())
     }
 
-    /// Expires, in every queue that can hold some, the entries of records below
-    /// `log_min` (RocketMQ's `CleanConsumeQueueService`), once per move of the
-    /// log's front: open queues at once; closed ones are opened for it when
-    /// their first segment may go, and queues not yet opened in this process
-    /// are opened (and checked) the first time, so that no queue keeps expired
-    /// files or reports a first offset whose message is gone.
-    fn expire_queues(&self, log_min: u64) -> Result<(), StoreError> {
+    /// Expires, once per move of the log's front, the queue index's runs and
+    /// the key index's files wholly below `log_min` (RocketMQ's
+    /// `CleanConsumeQueueService`): every queue's first offset moves past its
+    /// messages the log deleted, open or not, with no file per queue to touch.
+    fn expire(&self, log_min: u64) -> Result<(), StoreError> {
         if self.expired_to.load(Ordering::Acquire) >= log_min {
             return Ok(());
         }
-        let context = &self.dispatcher.context;
-        for queue in self.queues.all() {
-            if let Some(cq) = queue.open_consume_queue() {
-                cq.delete_expired(log_min)?;
-            } else if queue.may_expire(log_min) {
-                // Opening it expires it (and checks it, the first time).
-                queue.consume_queue(context, &self.log)?;
-            }
+        #[cfg(planted_bugs)]
+        let log_min = if crate::planted::is_active(crate::planted::Bug::IndexExpiredEarly) {
+            log_min.saturating_add(self.log.config().mapped_file_size_commit_log as u64)
+        } else {
+            log_min
+        };
+        self.dispatcher.queue_index.expire(&*self.storage, log_min)?;
+        if let Some(index) = &self.dispatcher.index {
+            index.delete_expired(log_min)?;
         }
         self.expired_to.store(log_min, Ordering::Release);
         Ok(())
     }
 }
 
+/// What [`recover_registry`] found.
+struct RegistryRecovery {
+    registry: Registry,
+    /// Missing or damaged, and recovered.
+    recovered: bool,
+    /// Of the first version (ids given at this open).
+    first_version: bool,
+    /// Recovered with topics whose ids no record kept: the queue index's
+    /// keys cannot be trusted.
+    ids_lost: bool,
+}
+
 /// The topic registry of the store in `root`, recovered if its file is
 /// missing while the store holds messages, or damaged: the topics the dispatch
-/// checkpoint recorded, with their queue counts, and those of the log's
-/// messages past its point (or all of them, with no checkpoint), each with one
-/// queue past the highest it used. A topic the checkpoint knows and the file
-/// lacks is added back. Said loudly; the recovered registry is written at once.
-/// The second value says whether it was recovered.
+/// checkpoint recorded, with their queue counts and ids, and those of the
+/// log's messages past its point (or all of them, with no checkpoint), each
+/// with one queue past the highest it used and a new id (the queue index is
+/// then rebuilt). A topic the checkpoint knows and the file lacks is added
+/// back. Said loudly; the recovered registry is written at once.
 fn recover_registry(
     storage: &dyn Storage,
     root: &Path,
     recorded: Option<&Recorded>,
     log: &CommitLog,
-) -> Result<(Registry, bool), StoreError> {
-    let (mut registry, why) = Registry::load_or_empty(storage, root)?;
+) -> Result<RegistryRecovery, StoreError> {
+    let (mut registry, found) = Registry::load_or_empty(storage, root)?;
+    let first_version = found == Found::FirstVersion;
     let mut added = 0usize;
-    let known: std::collections::HashSet<String> = registry.topics().map(|(t, _)| t.to_string()).collect();
-    for (topic, entry) in recorded.iter().flat_map(|r| &r.topics) {
-        if !known.contains(topic) && registry.add_at_least(topic, entry.queues) {
-            added += 1;
+    let mut ids_lost = false;
+    if let Some(recorded) = recorded {
+        registry.raise_next_id(recorded.next_id);
+        let known: std::collections::HashSet<String> = registry.topics().map(|(t, _)| t.to_string()).collect();
+        for (topic, entry) in &recorded.topics {
+            if !known.contains(topic) && registry.add_at_least(topic, entry.queues, entry.id, entry.since) {
+                added += 1;
+                ids_lost |= entry.id.is_none();
+            }
         }
     }
-    if why.is_some() {
+    if matches!(found, Found::Lost(_)) {
         // Topics made after the checkpoint (or with none) are known only by
         // their messages, which lie past its point.
         let from = recorded.map_or(log.min_offset(), |r| r.point).max(log.min_offset());
         for record in log.iter_from(from) {
             let record = record?;
             let Ok(header) = crate::message::decode_header(&record.body) else { continue };
-            if registry.add_at_least(&header.topic, header.queue_id.saturating_add(1)) {
+            if registry.add_at_least(&header.topic, header.queue_id.saturating_add(1), None, 0) {
                 added += 1;
+                ids_lost = true;
             }
         }
     }
     if added == 0 {
-        return Ok((registry, false));
+        return Ok(RegistryRecovery { registry, recovered: false, first_version, ids_lost });
     }
-    tracing::warn!(path = %registry.path().display(), why = why.as_deref().unwrap_or("topics missing from it"), topics = added, "topic registry recovered from the dispatch checkpoint and the log");
+    let why = match &found {
+        Found::Lost(why) => why.as_str(),
+        _ => "topics missing from it",
+    };
+    tracing::warn!(path = %registry.path().display(), why, topics = added, "topic registry recovered from the dispatch checkpoint and the log");
     registry.persist(storage)?;
-    Ok((registry, true))
+    Ok(RegistryRecovery { registry, recovered: true, first_version, ids_lost })
 }
 
-/// True when `dir` holds a file.
-fn has_files(storage: &dyn Storage, dir: &Path) -> Result<bool, StoreError> {
-    match storage.list(dir) {
-        Ok(files) => Ok(!files.is_empty()),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(source) => Err(StoreError::Io { path: dir.to_path_buf(), source }),
+/// Removes every file in `dir` (derived data rebuilt whole); a missing
+/// directory has none.
+fn remove_files(storage: &dyn Storage, dir: &Path) -> Result<usize, StoreError> {
+    let files = match storage.list(dir) {
+        Ok(files) => files,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(source) => return Err(StoreError::Io { path: dir.to_path_buf(), source }),
+    };
+    for file in &files {
+        let path = dir.join(&file.name);
+        storage.remove(&path).map_err(|source| StoreError::Io { path, source })?;
     }
+    Ok(files.len())
 }
 
-/// Whether consume-queue files can be created, and idle ones closed, without a
-/// sync each: the storage can
-/// sync every file under their directory at once (tried once here).
-fn defer_syncs(storage: &dyn Storage, root: &Path) -> Result<bool, StoreError> {
+/// A store of the consume-queue layout, its queue index just built from the
+/// log: each queue whose messages all expired keeps the end its format-2
+/// checkpoint recorded (the log no longer shows it), so that no offset given
+/// before is given again.
+fn convert_consume_queue_layout(
+    storage: &dyn Storage,
+    root: &Path,
+    recorded: Option<&Recorded>,
+    registry: &Registry,
+    index: &QueueIndex,
+) -> Result<(), StoreError> {
+    let mut ends = Vec::new();
+    for (topic, recorded_topic) in recorded.iter().flat_map(|r| &r.topics) {
+        let Some(entry) = registry.get(topic) else { continue };
+        for (&queue_id, &(_, end)) in &recorded_topic.extents {
+            ends.push((queue_key(entry.id, queue_id), end));
+        }
+    }
+    let seeded = index.seed_ends(storage, ends)?;
+    tracing::warn!(root = %root.display(), seeded, "consume-queue layout converted: the queue index was built from the log");
+    Ok(())
+}
+
+/// Deletes the files of the consume-queue layout (`consumequeue/<topic>/<queue>/`)
+/// once the store is converted and its checkpoint rewritten (the empty
+/// directories stay).
+fn remove_consume_queue_files(storage: &dyn Storage, root: &Path, registry: &Registry) -> Result<(), StoreError> {
     let dir = root.join("consumequeue");
-    storage.create_dir_all(&dir).map_err(|source| StoreError::Io { path: dir.clone(), source })?;
-    match storage.sync_all_under(&dir) {
-        Ok(()) => Ok(true),
-        Err(err) if err.kind() == std::io::ErrorKind::Unsupported => Ok(false),
-        Err(source) => Err(StoreError::Io { path: dir, source }),
+    let mut removed = 0;
+    for (topic, entry) in registry.topics() {
+        for queue_id in 0..entry.queues {
+            removed += remove_files(storage, &dir.join(topic).join(queue_id.to_string()))?;
+        }
     }
+    if removed > 0 {
+        tracing::info!(dir = %dir.display(), removed, "consume-queue files of the converted store deleted");
+    }
+    Ok(())
 }
 
-/// What a consume-queue entry names in the log.
+/// What a queue-index entry names in the log.
 #[derive(Debug)]
 pub(crate) enum Named {
     /// A message (the caller checks it is the queue's, at the entry's offset).

@@ -374,32 +374,42 @@ fn offsets_by_store_time_pick_the_bounds() {
 }
 
 #[test]
-fn many_queues_stay_within_the_budget_of_open_consume_queues_and_reopen_whole() {
+fn many_queues_cost_no_file_each_and_idle_ones_leave_memory() {
     let dir = tempfile::tempdir().unwrap();
-    let config = MessageStoreConfig { max_open_consume_queues: 8, ..config(FlushDiskType::AsyncFlush) };
+    let config = config(FlushDiskType::AsyncFlush);
     let store = message_store::MessageStore::open(dir.path(), config.clone()).unwrap();
-    store.create_topic("wide", 100).unwrap();
+    store.create_topic("wide", 1000).unwrap();
     for round in 0..3u8 {
-        for queue in 0..100u32 {
+        for queue in 0..1000u32 {
             store.put_message(&Message::new("wide", queue, vec![round; 8])).unwrap();
-            assert!(store.stats().open_consume_queues <= 9, "{:?}", store.stats());
         }
     }
-    for queue in 0..100u32 {
+    for queue in 0..1000u32 {
         assert!(store.wait_for("wide", queue, 2, WAIT).unwrap());
-        // Read after its consume queue was closed and reopened: nothing cut.
         let got = store.get_messages("g", "wide", queue, 0, 10, u64::MAX, &TagFilter::All).unwrap();
         let bodies: Vec<Vec<u8>> = got.messages.iter().map(|m| m.body.to_vec()).collect();
         assert_eq!(bodies, vec![vec![0u8; 8], vec![1; 8], vec![2; 8]], "queue {queue}");
-        assert!(store.stats().open_consume_queues <= 9);
     }
-    let stats = store.stats();
-    assert!(stats.consume_queues_closed_idle >= 90, "{stats:?}");
-    assert_eq!(stats.queues_rebuilt, 0, "a reopened queue keeps what this process wrote: no rebuild");
+    let files = |dir: &std::path::Path| std::fs::read_dir(dir).map_or(0, |d| d.count());
+    assert!(
+        files(&dir.path().join("queueindex")) <= 2 + 3000 * 30 / (64 << 10),
+        "a run per log segment, no file per queue"
+    );
+    assert!(!dir.path().join("consumequeue").exists());
+    // Idle queues (nothing put past the index, no waiter) leave memory at the next thorough flush.
+    let deadline = std::time::Instant::now() + WAIT;
+    while store.stats().queues_in_use > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(store.stats().queues_in_use, 0, "{:?}", store.stats());
+    assert_eq!(store.stats().indexed_queues, 1000);
+    // A queue dropped from memory goes on from the index's end.
+    assert_eq!(store.put_message(&Message::new("wide", 7, vec![3; 8])).unwrap().queue_offset, 3);
     store.shutdown().unwrap();
     let reopened = message_store::MessageStore::open(dir.path(), config).unwrap();
-    for queue in (0..100u32).step_by(7) {
-        assert_eq!(reopened.queue_range("wide", queue).unwrap(), (0, 3));
+    assert_eq!(reopened.open_report().redispatched, 0, "sealed to the end at shutdown");
+    for queue in (0..1000u32).step_by(7) {
+        assert_eq!(reopened.queue_range("wide", queue).unwrap(), (0, if queue == 7 { 4 } else { 3 }));
     }
     reopened.shutdown().unwrap();
 }
@@ -428,17 +438,21 @@ fn the_files_of_a_store_read_back_as_its_queues_without_opening_it() {
     assert_eq!((two.messages.len(), two.next_offset), (2, 2));
     assert!(inspect::read_queue(root, "t", 0, 0, 100, &TagFilter::All).unwrap().messages.is_empty());
 
-    // An entry that names another message is damage, not that message: the
-    // read stops there, after what came before it.
-    let cq = root.join("consumequeue/t/1/00000000000000000000");
-    let mut bytes = std::fs::read(&cq).unwrap();
-    let first: Vec<u8> = bytes[..20].to_vec();
-    bytes[40..60].copy_from_slice(&first);
-    std::fs::write(&cq, &bytes).unwrap();
+    // A damaged run is not trusted: the log is read instead, and the check says so.
+    let runs: Vec<_> = std::fs::read_dir(root.join("queueindex"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().len() == 20)
+        .collect();
+    assert_eq!(runs.len(), 1, "the shutdown sealed one run");
+    let mut bytes = std::fs::read(&runs[0]).unwrap();
+    let last = bytes.len() - 30;
+    bytes[last] ^= 0x55;
+    std::fs::write(&runs[0], &bytes).unwrap();
     let read = inspect::read_queue(root, "t", 1, 0, 100, &TagFilter::All).unwrap();
-    assert_eq!((read.messages.len(), read.next_offset), (2, 2));
-    let damaged = read.damaged.unwrap();
-    assert_eq!((damaged.queue_offset, damaged.log_offset), (2, Some(0)));
+    assert_eq!((read.messages.len(), read.next_offset, read.damaged), (6, 6, None));
+    let problems = inspect::check(root).unwrap().problems;
+    assert!(problems.iter().any(|p| p.kind == inspect::Derived::QueueIndex && p.path == runs[0]), "{problems:?}");
 }
 
 #[test]
@@ -465,26 +479,14 @@ fn reading_the_files_skips_what_the_log_deleted_and_ends_quietly_at_an_entry_pas
     assert_eq!(read.skipped_to, Some(first_live), "on from the first live message");
     assert_eq!(read.messages.first().map(|m| m.queue_offset), Some(first_live));
     assert_eq!((read.next_offset, read.messages.len() as u64, read.damaged), (100, 100 - first_live, None));
-    // An entry past the queue's recorded end (what a crash leaves half
-    // written, naming a record below the recorded point): the end, not damage.
-    let cq = root.join("consumequeue/t/0/00000000000000000000");
-    let mut bytes = std::fs::read(&cq).unwrap();
-    let torn: Vec<u8> = bytes[20 * 70..20 * 71].to_vec();
-    bytes[20 * 100..20 * 101].copy_from_slice(&torn);
-    std::fs::write(&cq, &bytes).unwrap();
-    let read = inspect::read_queue(root, "t", 0, 90, 1000, &TagFilter::All).unwrap();
-    assert_eq!((read.next_offset, read.messages.len(), read.damaged), (100, 10, None));
 }
 
 #[test]
-fn closed_consume_queues_expire_with_the_log_and_keep_their_corrected_first_offset() {
+fn every_queue_expires_with_the_log_and_its_runs_go_with_their_segments() {
     let dir = tempfile::tempdir().unwrap();
-    // Two open at most, eight queues: most are closed at any time.
-    let config = MessageStoreConfig { max_open_consume_queues: 2, ..config(FlushDiskType::AsyncFlush) };
+    let config = config(FlushDiskType::AsyncFlush);
     let store = message_store::MessageStore::open(dir.path(), config.clone()).unwrap();
     store.create_topic("t", 8).unwrap();
-    // Over two consume-queue segments (1,024 entries each) per queue, in
-    // runs of 100 a queue (so the one dispatch thread reopens queues less).
     for run in 0..22u32 {
         for queue in 0..8u32 {
             for k in 0..100u32 {
@@ -496,29 +498,39 @@ fn closed_consume_queues_expire_with_the_log_and_keep_their_corrected_first_offs
         assert!(store.wait_for("t", queue, 2199, WAIT).unwrap(), "{:?}", store.stats());
     }
     store.log().flush_all().unwrap();
-    // The log's cleaning deletes its older 60 %.
+    let deadline = std::time::Instant::now() + WAIT;
+    while store.stats().index_runs < 10 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(store.stats().index_runs >= 10, "a run per log segment: {:?}", store.stats());
+    // The log's cleaning deletes its older 60 %; the next thorough flush expires the index.
     let cut = store.log().max_offset() / 10 * 6;
     assert!(store.log().delete_segments_before(cut, usize::MAX).unwrap() > 0);
     let front = store.log().min_offset();
     for queue in 0..8u32 {
+        let deadline = std::time::Instant::now() + WAIT;
+        while store.queue_range("t", queue).unwrap().0 < 1000 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let (min, max) = store.queue_range("t", queue).unwrap();
-        assert!(min > 1024 && max == 2200, "queue {queue}: [{min}, {max}) after the log's front moved to {front}");
+        assert!(min > 1000 && max == 2200, "queue {queue}: [{min}, {max}) after the log's front moved to {front}");
         let got = store.get_messages("g", "t", queue, 0, 1, u64::MAX, &TagFilter::All).unwrap();
         assert_eq!((got.status, got.next_offset), (GetStatus::OffsetTooSmall, min), "queue {queue}");
+        let first = store.get_messages("g", "t", queue, min, 1, u64::MAX, &TagFilter::All).unwrap();
+        assert_eq!(first.messages[0].queue_offset, min);
     }
     store.shutdown().unwrap();
-    // Every queue's expired first segment (of three) is gone, open or closed.
-    for queue in 0..8u32 {
-        let mut files: Vec<String> = std::fs::read_dir(dir.path().join("consumequeue/t").join(queue.to_string()))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        files.sort();
-        assert_eq!(files.len(), 2, "queue {queue}: its expired segment deleted: {files:?}");
-        assert_ne!(files[0], format!("{:020}", 0), "queue {queue}");
-    }
+    // Every run below the log's front is deleted, none above it.
+    let mut starts: Vec<u64> = std::fs::read_dir(dir.path().join("queueindex"))
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().into_string().unwrap().parse::<u64>().ok())
+        .collect();
+    starts.sort_unstable();
+    assert!(starts.len() >= 2, "{starts:?}");
+    let segment = 64u64 << 10;
+    assert!(starts[0] <= front && starts[1] > front - front % segment, "runs {starts:?}, front {front}");
     let view = message_store::inspect::queue(dir.path(), "t", 3).unwrap();
-    assert!(view.min_offset > 1024, "{view:?}");
+    assert!(view.min_offset > 1000, "{view:?}");
 }
 
 #[test]

@@ -134,7 +134,7 @@ fn the_recorded_dispatch_point_never_passes_what_a_crash_keeps_of_the_log_under_
 }
 
 #[test]
-fn a_dispatch_checkpoint_past_the_logs_end_rebuilds_the_queues_from_the_log() {
+fn a_checkpoint_or_a_queue_index_past_the_logs_end_is_rebuilt_from_the_log() {
     // A checkpoint of a longer log (as after salvaging the log's damaged tail).
     let longer = SimStorage::new();
     let store = open(&longer, config(FlushDiskType::SyncFlush));
@@ -145,6 +145,13 @@ fn a_dispatch_checkpoint_past_the_logs_end_rebuilds_the_queues_from_the_log() {
     store.shutdown().unwrap();
     let checkpoint = Path::new(ROOT).join("config/dispatch");
     let ahead = longer.file_bytes(&checkpoint).unwrap();
+    let index_dir = Path::new(ROOT).join("queueindex");
+    let index_ahead: Vec<_> = longer
+        .list(&index_dir)
+        .unwrap()
+        .into_iter()
+        .map(|f| (index_dir.join(&f.name), longer.file_bytes(&index_dir.join(&f.name)).unwrap()))
+        .collect();
     let sim = SimStorage::new();
     let store = open(&sim, config(FlushDiskType::SyncFlush));
     store.create_topic("t", 1).unwrap();
@@ -158,7 +165,15 @@ fn a_dispatch_checkpoint_past_the_logs_end_rebuilds_the_queues_from_the_log() {
     sim.write_file(&checkpoint, &ahead);
     let reopened = open(&sim, config(FlushDiskType::SyncFlush));
     let report = reopened.open_report();
-    assert!(report.rebuilt_all.as_deref().is_some_and(|why| why.contains("past the log")), "{report:?}");
+    assert!(report.index_rebuilt && report.rebuilt_all.is_none(), "the key index only: {report:?}");
+    assert_eq!(store_range(&reopened, 0), (0, 5));
+    reopened.shutdown().unwrap();
+    for (path, bytes) in &index_ahead {
+        sim.write_file(path, bytes);
+    }
+    let reopened = open(&sim, config(FlushDiskType::SyncFlush));
+    let report = reopened.open_report();
+    assert!(report.rebuilt_all.as_deref().is_some_and(|why| why.contains("past its end")), "{report:?}");
     assert_eq!(store_range(&reopened, 0), (0, 5));
     check(&reopened, &expected, 1); // the next put takes offset 5
     reopened.shutdown().unwrap();
@@ -169,7 +184,7 @@ fn store_range(store: &MessageStore, queue: u32) -> (u64, u64) {
 }
 
 #[test]
-fn a_consume_queue_that_lost_its_files_is_rebuilt_from_the_log() {
+fn a_queue_index_that_lost_its_files_is_rebuilt_from_the_log() {
     let sim = SimStorage::new();
     let config =
         MessageStoreConfig { flush_consume_queue_thorough_interval_ms: 3_600_000, ..config(FlushDiskType::SyncFlush) };
@@ -189,12 +204,15 @@ fn a_consume_queue_that_lost_its_files_is_rebuilt_from_the_log() {
     let snapshot = sim.snapshot();
     store.shutdown().unwrap();
     let image = snapshot.crash_image(|_| true);
-    let dir = Path::new(ROOT).join("consumequeue/t/0");
-    for file in image.list(&dir).unwrap() {
+    let dir = Path::new(ROOT).join("queueindex");
+    let files = image.list(&dir).unwrap();
+    assert!(!files.is_empty(), "the clean restart sealed a run: {files:?}");
+    for file in files {
         image.remove(&dir.join(file.name)).unwrap();
     }
     let reopened = open(&image, config);
-    assert_eq!(reopened.stats().queues_rebuilt, 1);
+    assert_eq!(reopened.open_report().recovered_from, 0, "the whole log dispatched again");
+    assert_eq!(reopened.open_report().redispatched, 30);
     check(&reopened, &expected, 1);
     reopened.shutdown().unwrap();
 }

@@ -45,14 +45,13 @@ struct SalvageSummary {
 /// What `recover` did to a message store's derived data.
 #[derive(Serialize, Default)]
 struct MessageStoreRepair {
-    /// Why every consume queue and the index were rebuilt, if they were.
+    /// Why the whole queue index was rebuilt from the log, if it was.
     rebuilt_all: Option<String>,
     /// The topic registry was recovered.
     topics_recovered: bool,
-    /// Queues repaired from the log (damaged entries, missing files).
-    queues_repaired: u64,
-    /// Entries those repairs put again.
-    entries_repaired: u64,
+    /// Queue-index runs the open found damaged and dropped (their log ranges
+    /// dispatched again), each with why.
+    index_runs_dropped: Vec<String>,
     /// The key index was rebuilt.
     index_rebuilt: bool,
     /// Consumer offsets lowered to their queue's end (the log lost messages).
@@ -182,14 +181,15 @@ pub fn recover(args: RecoverArgs) -> Result<(), CliError> {
     if let Some(m) = &report.message_store {
         outln!("message store       derived data checked against the log")?;
         if let Some(why) = &m.rebuilt_all {
-            outln!(
-                "rebuilt all         every consume queue and the index, from the log: the dispatch checkpoint {why}"
-            )?;
+            outln!("rebuilt all         the queue index, from the log: {why}")?;
         }
         if m.topics_recovered {
             outln!("topics recovered    config/topics, from the dispatch checkpoint and the log")?;
         }
-        outln!("queues repaired     {} ({} entries put again from the log)", m.queues_repaired, m.entries_repaired)?;
+        outln!("index runs dropped  {} (their log ranges dispatched again)", m.index_runs_dropped.len())?;
+        for why in &m.index_runs_dropped {
+            outln!("  {why}")?;
+        }
         if m.index_rebuilt {
             outln!("index rebuilt       from the log")?;
         }
@@ -200,66 +200,58 @@ pub fn recover(args: RecoverArgs) -> Result<(), CliError> {
             outln!("repaired            {what}")?;
         }
         for p in &m.problems {
-            outln!("problem: {} at {}: {}", p.file, p.offset.map_or("-".into(), |o| o.to_string()), p.message)?;
+            outln!("problem: {}{}: {}", p.file, p.offset.map_or(String::new(), |o| format!(" at {o}")), p.message)?;
         }
     }
     super::problems_found(problems)
 }
 
-/// Opens the message store in `dir` (its open repairs what it finds damaged),
-/// opens every queue (each checked against the log at its first open), then
-/// checks everything against the log and repairs what that check still finds:
-/// a queue from its first damaged entry, the index by a rebuild. What is left
-/// is reported.
+/// Opens the message store in `dir` (its open drops damaged queue-index runs
+/// and dispatches their range again, recovers a lost registry, rebuilds a key
+/// index it cannot trust), then checks everything against the log and
+/// rebuilds what that check still finds wrong: the queue index (its files
+/// deleted, the next open builds it from the log), the key index. What is
+/// left is reported.
 fn repair_message_store(dir: &std::path::Path) -> Result<MessageStoreRepair, CliError> {
+    use message_store::inspect::Derived;
     let store = crate::messages::open_store(dir, FlushArg::Sync, None)?;
     let open = store.open_report();
-    store.queue_stats()?;
-    let stats = store.stats();
     store.shutdown()?;
     let mut repair = MessageStoreRepair {
         rebuilt_all: open.rebuilt_all.clone(),
         topics_recovered: open.topics_recovered,
-        queues_repaired: stats.queues_rebuilt,
-        entries_repaired: stats.entries_repaired,
+        index_runs_dropped: open.index_runs_dropped.clone(),
         index_rebuilt: open.index_rebuilt,
         offsets_lowered: open.offsets_lowered,
         ..MessageStoreRepair::default()
     };
     let check = message_store::inspect::check(dir)?;
-    let fixable: Vec<&message_store::inspect::Problem> = check
-        .problems
-        .iter()
-        .filter(|p| {
-            use message_store::inspect::Derived;
-            matches!((p.kind, &p.queue, p.index), (Derived::ConsumeQueue, Some(_), Some(_)) | (Derived::Index, _, _))
-        })
-        .collect();
-    if !fixable.is_empty() {
+    let queue_index = check.problems.iter().any(|p| p.kind == Derived::QueueIndex);
+    let key_index = check.problems.iter().any(|p| p.kind == Derived::Index);
+    if queue_index {
+        let index_dir = dir.join("queueindex");
+        let entries = std::fs::read_dir(&index_dir).map_err(io(format!("listing {}", index_dir.display())))?;
+        for entry in entries {
+            let path = entry.map_err(io(format!("listing {}", index_dir.display())))?.path();
+            std::fs::remove_file(&path).map_err(io(format!("removing {}", path.display())))?;
+        }
+    }
+    if queue_index || key_index {
         let store = crate::messages::open_store(dir, FlushArg::Sync, None)?;
-        let mut index_done = false;
-        for p in &fixable {
-            match (&p.queue, p.index) {
-                (Some((topic, queue)), Some(from)) if p.kind == message_store::inspect::Derived::ConsumeQueue => {
-                    let put = store.repair_queue(topic, *queue, from)?;
-                    repair.queues_repaired += 1;
-                    repair.entries_repaired += put;
-                    repair
-                        .repaired_after_check
-                        .push(format!("queue {topic}/{queue} from offset {from} ({put} entries)"));
-                }
-                _ if !index_done => {
-                    let messages = store.rebuild_index()?;
-                    index_done = true;
-                    repair.index_rebuilt = true;
-                    repair.repaired_after_check.push(format!("the key index ({messages} messages indexed again)"));
-                }
-                _ => {}
-            }
+        if queue_index {
+            let again = store.open_report().redispatched;
+            repair
+                .repaired_after_check
+                .push(format!("the queue index ({again} messages dispatched again from the log)"));
+        }
+        if key_index {
+            let messages = store.rebuild_index()?;
+            repair.index_rebuilt = true;
+            repair.repaired_after_check.push(format!("the key index ({messages} messages indexed again)"));
         }
         store.shutdown()?;
     }
-    let left = if fixable.is_empty() { check } else { message_store::inspect::check(dir)? };
+    let left = if queue_index || key_index { message_store::inspect::check(dir)? } else { check };
     repair.problems = left
         .problems
         .iter()

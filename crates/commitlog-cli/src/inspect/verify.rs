@@ -39,7 +39,7 @@ struct VerifyReport {
     last_offset: Option<u64>,
     end_offset: Option<u64>,
     checkpoint_flushed_offset: Option<u64>,
-    /// The consume queues, key index and `config/` against the log, for a
+    /// The queue index, key index and `config/` against the log, for a
     /// message store.
     message_store: Option<MessageStoreReport>,
     problems: Vec<ProblemReport>,
@@ -166,7 +166,7 @@ pub fn verify(args: DirArgs) -> Result<(), CliError> {
         )?;
         if let Some(m) = &report.message_store {
             outln!(
-                "message store: {} messages checked against {} consume-queue entries of {} queues, {} keys and {} items of the index, {} consumer offsets",
+                "message store: {} messages checked against {} queue-index entries of {} queues, {} keys and {} items of the key index, {} consumer offsets",
                 m.messages,
                 m.entries,
                 m.queues,
@@ -176,7 +176,7 @@ pub fn verify(args: DirArgs) -> Result<(), CliError> {
             )?;
         }
         for p in &report.problems {
-            outln!("problem: {} at {}: {}", p.file, p.offset.map_or("-".into(), |o| o.to_string()), p.message)?;
+            outln!("problem: {}{}: {}", p.file, p.offset.map_or(String::new(), |o| format!(" at {o}")), p.message)?;
         }
         if report.problems.is_empty() {
             outln!("clean")?;

@@ -1,29 +1,35 @@
 //! Read-only inspection of a message store directory, open or not: its topics,
-//! each queue's offsets (from the consume-queue files), the consumer offsets and
-//! the recorded dispatch point, a queue's durable messages ([`read_queue`]),
-//! and a check of all the derived data against the log ([`check`]). Nothing is created, locked or written: what `commitlog
-//! topics` and `commitlog receive --follow` read, safe beside a running store
-//! (figures are as of the last flush).
+//! each queue's offsets, the consumer offsets and the recorded dispatch point,
+//! a queue's durable messages ([`read_queue`]), and a check of all the
+//! derived data against the log ([`check`]). Nothing is created, locked or
+//! written: what `commitlog topics` and `commitlog receive --follow` read,
+//! safe beside a running store (figures are as of the log's last flush).
+//!
+//! The queues are seen as the store's next open would see them: the queue
+//! index's sealed runs (copied into memory and checked, none changed), then
+//! the log's durable messages after them, dispatched in memory.
 
 mod check;
 mod files;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
-use consume_queue::CqEntry;
+use queue_index::{Entry, QueueIndex};
+use store_io::SimStorage;
 
-use crate::checkpoint::{self, checkpoint_path, Loaded, Recorded};
+use crate::checkpoint::{self, checkpoint_path, Loaded};
 use crate::error::{io_err, StoreError};
 use crate::get::TagFilter;
-use crate::message::{decode, StoredMessage};
+use crate::message::{decode, decode_header, StoredMessage};
 use crate::offsets;
-use crate::queues::queue_dir;
-use crate::topic::{parse_topics, topics_path};
+use crate::store::queue_index_dir;
+use crate::topic::{parse_topics, queue_key, topics_path, TopicEntry};
 
 pub use check::{check, Check, Derived, Problem};
-use files::QueueFiles;
+use files::SegmentFiles;
 
-/// A queue as its files show it.
+/// A queue as the store's files show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct QueueView {
@@ -31,20 +37,13 @@ pub struct QueueView {
     pub topic: String,
     /// The queue.
     pub queue_id: u32,
-    /// The first offset with an entry (not below what the dispatch
-    /// checkpoint recorded: entries the log's cleaning expired are not counted).
+    /// Its first offset whose message the log still holds.
     pub min_offset: u64,
-    /// One past the last entry on disk.
+    /// Its end: the offset its next message takes.
     pub max_offset: u64,
-    /// Consume-queue files.
-    pub files: usize,
-    /// The queue's first offset and end as the dispatch checkpoint recorded
-    /// them (`None`: no usable checkpoint).
-    pub recorded: Option<(u64, u64)>,
-    /// Why the files look damaged (entries missing below the recorded end,
-    /// files that are not segments): the next open repairs the queue from
-    /// the log.
-    pub damaged: Option<String>,
+    /// Entries of it in sealed queue-index runs (the rest are dispatched from
+    /// the log by the next open).
+    pub sealed_end: u64,
 }
 
 /// A consumer group's committed offset in a queue.
@@ -72,7 +71,7 @@ fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, StoreError> {
 pub fn topics(root: &Path) -> Result<Vec<(String, u32)>, StoreError> {
     let path = topics_path(root);
     Ok(match read_optional(&path)? {
-        Some(bytes) => parse_topics(&path, bytes)?.into_iter().collect(),
+        Some(bytes) => parse_topics(&path, bytes)?.topics.into_iter().map(|(t, e)| (t, e.queues)).collect(),
         None => Vec::new(),
     })
 }
@@ -86,7 +85,7 @@ pub fn consumer_offsets(root: &Path) -> Result<Vec<GroupOffset>, StoreError> {
 }
 
 /// The dispatch point recorded in the store in `root` (every message below it
-/// was in its consume queue, flushed, when it was recorded).
+/// was in the key index, flushed, when it was recorded).
 pub fn dispatch_point(root: &Path) -> Result<Option<u64>, StoreError> {
     let path = checkpoint_path(root);
     match read_optional(&path)?.map(|bytes| checkpoint::parse(&bytes)) {
@@ -98,27 +97,15 @@ pub fn dispatch_point(root: &Path) -> Result<Option<u64>, StoreError> {
 }
 
 /// The configuration to open the existing store in `root` with over `log`:
-/// the defaults, with the shapes its files show (entries per consume-queue
-/// segment, the index's slots and items), so that a tool that does not know
-/// how a program configured the store never takes its files for damage (a
-/// file of another size would be removed and rebuilt).
+/// the defaults, with the shapes its files show (the key index's slots and
+/// items, topics wider than the default limit), so that a tool that does not know how a program configured the
+/// store never takes its files for damage (a file of another size would be
+/// removed and rebuilt).
 pub fn existing_config(root: &Path, log: commitlog::CommitLogConfig) -> Result<crate::MessageStoreConfig, StoreError> {
     let mut config = crate::MessageStoreConfig::new(log);
-    let unit = consume_queue::CQ_STORE_UNIT_SIZE as u64;
-    let segment_len = |dir: &Path| QueueFiles::list(dir).ok().and_then(|f| f.files.first().map(|(_, _, len)| *len));
-    'topics: for (topic, count) in topics(root)? {
-        for queue_id in 0..count {
-            if let Some(len) = segment_len(&queue_dir(root, &topic, queue_id)) {
-                let entries = len / unit;
-                let multiple = consume_queue::ENTRIES_PER_SEGMENT_MULTIPLE as u64;
-                if len.is_multiple_of(unit) && entries > 0 && entries.is_multiple_of(multiple) {
-                    config.consume_queue_entries_per_segment = usize::try_from(entries).unwrap_or(usize::MAX);
-                }
-                break 'topics;
-            }
-        }
-    }
-    let index = QueueFiles::list(&root.join("index"))?;
+    let widest = topics(root).unwrap_or_default().into_iter().map(|(_, queues)| queues).max().unwrap_or(0);
+    config.max_queues_per_topic = config.max_queues_per_topic.max(widest);
+    let index = SegmentFiles::list(&root.join("index"))?;
     if let Some((_, path, _)) = index.files.first() {
         let bytes = std::fs::read(path).map_err(io_err(path))?;
         if let Ok((shape, _)) = crate::index::file_items(&bytes, None, Some(0)) {
@@ -128,55 +115,164 @@ pub fn existing_config(root: &Path, log: commitlog::CommitLogConfig) -> Result<c
     Ok(config)
 }
 
-/// The dispatch checkpoint of the store in `root`, if one parses.
-fn recorded(root: &Path) -> Result<Option<Recorded>, StoreError> {
-    Ok(match read_optional(&checkpoint_path(root))?.map(|bytes| checkpoint::parse(&bytes)) {
-        Some(Loaded::Recorded(recorded)) => Some(recorded),
-        _ => None,
-    })
+/// The queues of a store as its next open would find them: the queue index's
+/// runs, read from a copy in memory, and the log's durable messages after
+/// them dispatched into it.
+pub(crate) struct Snapshot {
+    pub(crate) index: QueueIndex,
+    pub(crate) report: queue_index::OpenReport,
+    /// The registry's topics (empty if it does not parse: [`check`] says so).
+    pub(crate) topics: BTreeMap<String, TopicEntry>,
+    pub(crate) listing: commitlog::inspect::Listing,
+    /// The log's durable end (its checkpoint's flushed offset).
+    pub(crate) durable: u64,
+    /// The log's first offset.
+    pub(crate) front: u64,
+    /// Messages of the log after the runs that do not follow their queue in
+    /// the index: (log offset, why).
+    pub(crate) tail_problems: Vec<(u64, String)>,
+    /// The copy the runs are read from.
+    _copy: SimStorage,
 }
 
-/// `topic`'s queue `queue_id` as its consume-queue files show it: the first
-/// entry of the first file, and the last entry before the first empty one,
-/// beside what the dispatch checkpoint recorded.
+impl Snapshot {
+    /// Reads the store in `root`.
+    pub(crate) fn read(root: &Path) -> Result<Snapshot, StoreError> {
+        let topics_file = topics_path(root);
+        let topics = match read_optional(&topics_file)? {
+            Some(bytes) => parse_topics(&topics_file, bytes).map(|p| p.topics).unwrap_or_default(),
+            None => BTreeMap::new(),
+        };
+        let dir = queue_index_dir(root);
+        let copy = SimStorage::new();
+        for (_, path, _) in SegmentFiles::list(&dir)?.files {
+            copy.write_file(&path, &std::fs::read(&path).map_err(io_err(&path))?);
+        }
+        if let Some(table) = read_optional(&dir.join("table"))? {
+            copy.write_file(&dir.join("table"), &table);
+        }
+        let (index, report) = QueueIndex::open_read_only(&copy, &dir)?;
+        let listing = commitlog::inspect::list_segments(root)?;
+        let durable = commitlog::inspect::store_files(root).checkpoint.map_or(0, |c| c.flushed_offset);
+        let front = listing.segments.first().map_or(0, |s| s.start_offset);
+        let mut snapshot =
+            Snapshot { index, report, topics, listing, durable, front, tail_problems: Vec::new(), _copy: copy };
+        let from = snapshot.report.replay_from.max(front);
+        snapshot.scan_log(from, |snapshot, offset, size, header| {
+            let Some(key) = snapshot.key_of_record(&header.topic, header.queue_id, offset) else { return };
+            let entry =
+                Entry { log_offset: offset, size: u32::try_from(size).unwrap_or(u32::MAX), tag: header.tags_code };
+            if let Err(err) = snapshot.index.append(key, header.queue_offset, entry) {
+                snapshot.tail_problems.push((offset, err.to_string()));
+            }
+        })?;
+        Ok(snapshot)
+    }
+
+    /// Calls `visit(self, offset, size, header)` for each durable message of
+    /// the log from `from` (a record's start) on.
+    pub(crate) fn scan_log(
+        &mut self,
+        from: u64,
+        mut visit: impl FnMut(&mut Self, u64, u64, crate::message::Header),
+    ) -> Result<(), StoreError> {
+        let size = self.listing.segment_size;
+        let segments: Vec<_> = self
+            .listing
+            .segments
+            .iter()
+            .filter(|s| s.start_offset < self.durable && s.len == size && s.start_offset + size > from)
+            .cloned()
+            .collect();
+        for segment in segments {
+            let bytes = commitlog::inspect::read_segment(&segment)?;
+            let pos = usize::try_from(from.saturating_sub(segment.start_offset)).unwrap_or(usize::MAX);
+            let mut messages = Vec::new();
+            let durable = self.durable;
+            commitlog::inspect::scan_segment(&bytes, segment.start_offset, pos, |offset, _, body| {
+                let size = (commitlog::format::HEADER_SIZE + body.len()) as u64;
+                if offset + size <= durable {
+                    if let Ok(header) = decode_header(body) {
+                        messages.push((offset, size, header));
+                    }
+                }
+            });
+            for (offset, size, header) in messages {
+                visit(self, offset, size, header);
+            }
+        }
+        Ok(())
+    }
+
+    /// The key of the queue a record of `topic`'s queue at `offset` is
+    /// dispatched to (as [`crate::queues::Queues::key_of_record`]).
+    pub(crate) fn key_of_record(&self, topic: &str, queue_id: u32, offset: u64) -> Option<u64> {
+        let entry = self.topics.get(topic)?;
+        (queue_id < entry.queues && offset >= entry.since).then(|| queue_key(entry.id, queue_id))
+    }
+
+    /// The key of `topic`'s queue, if the registry has it.
+    pub(crate) fn key(&self, topic: &str, queue_id: u32) -> Option<u64> {
+        let entry = self.topics.get(topic)?;
+        (queue_id < entry.queues).then(|| queue_key(entry.id, queue_id))
+    }
+
+    /// `key`'s first offset whose record the log still holds, and its end.
+    pub(crate) fn range(&self, key: u64) -> (u64, u64) {
+        let Some((min, end)) = self.index.extent(key) else { return (0, 0) };
+        // Entries are in log order: the first live one by binary search.
+        let (mut low, mut high) = (min, end);
+        while low < high {
+            let mid = low + (high - low) / 2;
+            match self.index.get(key, mid, 1).first() {
+                Some(e) if e.log_offset < self.front => low = mid + 1,
+                _ => high = mid,
+            }
+        }
+        (low, end)
+    }
+
+    fn view(&self, topic: &str, queue_id: u32) -> QueueView {
+        let key = self.key(topic, queue_id);
+        let (min_offset, max_offset) = key.map_or((0, 0), |k| self.range(k));
+        let sealed_end = match key {
+            Some(key) => {
+                let in_runs = |offset: u64| {
+                    self.index.get(key, offset, 1).first().is_some_and(|e| e.log_offset < self.report.replay_from)
+                };
+                let (mut low, mut high) = (min_offset, max_offset);
+                while low < high {
+                    let mid = low + (high - low) / 2;
+                    if in_runs(mid) {
+                        low = mid + 1;
+                    } else {
+                        high = mid;
+                    }
+                }
+                low
+            }
+            None => 0,
+        };
+        QueueView { topic: topic.to_string(), queue_id, min_offset, max_offset, sealed_end }
+    }
+}
+
+/// `topic`'s queue `queue_id` as the store's files show it.
 pub fn queue(root: &Path, topic: &str, queue_id: u32) -> Result<QueueView, StoreError> {
-    view_of(root, recorded(root)?.as_ref(), topic, queue_id)
+    Ok(Snapshot::read(root)?.view(topic, queue_id))
 }
 
 /// Every queue of every topic of the store in `root`, as [`queue`] shows each
-/// (the checkpoint read once).
+/// (the files read once).
 pub fn queues(root: &Path) -> Result<Vec<QueueView>, StoreError> {
-    let recorded = recorded(root)?;
+    let snapshot = Snapshot::read(root)?;
     let mut views = Vec::new();
-    for (topic, count) in topics(root)? {
-        for queue_id in 0..count {
-            views.push(view_of(root, recorded.as_ref(), &topic, queue_id)?);
+    for (topic, entry) in &snapshot.topics {
+        for queue_id in 0..entry.queues {
+            views.push(snapshot.view(topic, queue_id));
         }
     }
     Ok(views)
-}
-
-fn view_of(root: &Path, recorded: Option<&Recorded>, topic: &str, queue_id: u32) -> Result<QueueView, StoreError> {
-    let files = QueueFiles::list(&queue_dir(root, topic, queue_id))?;
-    let (first, end) = files.extent()?;
-    let recorded = recorded.map(|r| r.extent(topic, queue_id));
-    let damaged = match recorded {
-        _ if !files.foreign.is_empty() => Some(format!("files that are not segments: {}", files.foreign[0].display())),
-        Some((min, recorded_end)) if min < recorded_end && end < recorded_end => Some(format!(
-            "its files end at {end}, below the end {recorded_end} the dispatch checkpoint recorded: the next open repairs it from the log"
-        )),
-        _ => None,
-    };
-    let min_offset = recorded.map_or(first, |(min, _)| first.max(min)).min(end.max(first));
-    Ok(QueueView {
-        topic: topic.to_string(),
-        queue_id,
-        min_offset,
-        max_offset: end,
-        files: files.files.len(),
-        recorded,
-        damaged,
-    })
 }
 
 /// What [`read_queue`] read.
@@ -190,13 +286,13 @@ pub struct QueueRead {
     /// Set when the offset asked for was below the queue's first live message
     /// (its messages expired with the log's front): reading went on from this one.
     pub skipped_to: Option<u64>,
-    /// Reading stopped at damage: the entry at `next_offset`, below the
-    /// queue's end the dispatch checkpoint recorded, is missing or does not
-    /// name its message (the next open of the store repairs it from the log).
+    /// Reading stopped at damage: the entry at `next_offset`, in a sealed
+    /// queue-index run, does not name its message (`commitlog recover`
+    /// rebuilds the index from the log).
     pub damaged: Option<DamagedEntry>,
 }
 
-/// A consume-queue entry that [`read_queue`] found damaged.
+/// A queue-index entry that [`read_queue`] found damaged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DamagedEntry {
@@ -208,17 +304,11 @@ pub struct DamagedEntry {
 
 /// Reads up to `max_count` messages of `topic`'s queue `queue_id` from
 /// `offset`, from the files of the store in `root`, open or not, changing
-/// nothing: each entry from the consume-queue files, its message from the
-/// log's segment files. Entries whose records the log's cleaning deleted are
-/// skipped (`skipped_to`). It stops at the first entry not yet written or
-/// whose record is not yet durable (past the log checkpoint's flushed offset),
-/// so nothing it returns can be taken back by a crash. Below the queue's end
-/// as the dispatch checkpoint recorded it, entries are final: one missing or
-/// not naming its message stops the read with `damaged` set (damage, which
-/// the next open of the store repairs from the log), after the messages
-/// before it. Past that end reading
-/// stops there instead, quietly: the running store may be writing it, or a
-/// crash left it for the next open to cut.
+/// nothing: each entry from the queue index's runs or the log's durable tail,
+/// its message from the log's segment files. Entries whose records the
+/// log's cleaning deleted are skipped (`skipped_to`). Only durable messages
+/// are returned: nothing a crash can take back. An entry not naming its
+/// message stops the read with `damaged` set, after the messages before it.
 pub fn read_queue(
     root: &Path,
     topic: &str,
@@ -227,49 +317,39 @@ pub fn read_queue(
     max_count: usize,
     filter: &TagFilter,
 ) -> Result<QueueRead, StoreError> {
-    let durable = commitlog::inspect::store_files(root).checkpoint.map_or(0, |c| c.flushed_offset);
-    let recorded = recorded(root)?.map(|r| r.extent(topic, queue_id));
-    let (recorded_min, final_below) = recorded.unwrap_or((0, 0));
-    let mut files = QueueFiles::list(&queue_dir(root, topic, queue_id))?;
+    let snapshot = Snapshot::read(root)?;
     let mut read = QueueRead { messages: Vec::new(), next_offset: offset, skipped_to: None, damaged: None };
-    if files.files.is_empty() && final_below == 0 {
-        return Ok(read);
-    }
-    let first = files.extent()?.0.max(recorded_min);
+    let Some(key) = snapshot.key(topic, queue_id) else { return Ok(read) };
+    let (first, end) = snapshot.range(key);
     if offset < first {
         read.next_offset = first;
         read.skipped_to = Some(first);
     }
-    let listing = commitlog::inspect::list_segments(root)?;
-    let front = listing.segments.first().map_or(0, |s| s.start_offset);
-    while read.messages.len() < max_count {
-        let index = read.next_offset;
-        let Some(entry) = files.entry(index)? else {
-            if index < final_below {
-                read.damaged = Some(DamagedEntry { queue_offset: index, log_offset: None });
-            }
+    while read.messages.len() < max_count && read.next_offset < end {
+        let batch = snapshot.index.get(key, read.next_offset, 256);
+        if batch.is_empty() {
             break;
-        };
-        if entry.offset < front {
-            // Its record went with the log's front: on to the first live one.
+        }
+        for entry in batch {
+            if read.messages.len() >= max_count {
+                break;
+            }
+            let index = read.next_offset;
+            let message = message_of(&snapshot.listing, &entry)
+                .filter(|m| m.topic == topic && m.queue_id == queue_id && m.queue_offset == index);
+            let Some(message) = message else {
+                if entry.log_offset < snapshot.front {
+                    read.next_offset += 1; // its record went with the log's front meanwhile
+                    read.skipped_to = Some(read.next_offset);
+                    continue;
+                }
+                read.damaged = Some(DamagedEntry { queue_offset: index, log_offset: Some(entry.log_offset) });
+                return Ok(read);
+            };
             read.next_offset += 1;
-            read.skipped_to = Some(read.next_offset);
-            continue;
-        }
-        if entry.end() > durable && index >= final_below {
-            break; // not durable yet (below the recorded end, it is: or damage)
-        }
-        let message = message_of(&listing, &entry)
-            .filter(|m| m.topic == topic && m.queue_id == queue_id && m.queue_offset == index);
-        let Some(message) = message else {
-            if index < final_below {
-                read.damaged = Some(DamagedEntry { queue_offset: index, log_offset: Some(entry.offset) });
+            if filter.passes(&message) {
+                read.messages.push(message);
             }
-            break;
-        };
-        read.next_offset += 1;
-        if filter.passes(&message) {
-            read.messages.push(message);
         }
     }
     Ok(read)
@@ -277,18 +357,21 @@ pub fn read_queue(
 
 /// The message of the record `entry` names, read from the segment files, if
 /// a valid record of that size starts there.
-pub(crate) fn message_of(listing: &commitlog::inspect::Listing, entry: &CqEntry) -> Option<StoredMessage> {
+pub(crate) fn message_of(listing: &commitlog::inspect::Listing, entry: &Entry) -> Option<StoredMessage> {
     let size = listing.segment_size.max(1);
-    let segment =
-        listing.segments.iter().find(|s| s.start_offset <= entry.offset && entry.offset < s.start_offset + size)?;
-    if entry.end() > segment.start_offset + size {
+    let end = entry.log_offset.saturating_add(u64::from(entry.size));
+    let segment = listing
+        .segments
+        .iter()
+        .find(|s| s.start_offset <= entry.log_offset && entry.log_offset < s.start_offset + size)?;
+    if end > segment.start_offset + size {
         return None; // no record crosses a segment's end (a damaged entry's size)
     }
     let bytes =
-        commitlog::inspect::read_segment_range(segment, entry.offset - segment.start_offset, entry.size as usize)
+        commitlog::inspect::read_segment_range(segment, entry.log_offset - segment.start_offset, entry.size as usize)
             .ok()?;
     let mut record = None;
-    let scan = commitlog::inspect::scan_segment(&bytes, entry.offset, 0, |offset, store_timestamp_ms, body| {
+    let scan = commitlog::inspect::scan_segment(&bytes, entry.log_offset, 0, |offset, store_timestamp_ms, body| {
         if record.is_none() {
             record = Some(commitlog::Record {
                 offset,
@@ -298,6 +381,6 @@ pub(crate) fn message_of(listing: &commitlog::inspect::Listing, entry: &CqEntry)
             });
         }
     });
-    let record = record.filter(|r| r.offset == entry.offset && scan.end_offset == entry.end())?;
+    let record = record.filter(|r| r.offset == entry.log_offset && scan.end_offset == end)?;
     decode(&record).ok()
 }

@@ -12,7 +12,7 @@ use store_io::sim::SimStorage;
 pub const ROOT: &str = "/store";
 
 /// A small store: 64 KiB log segments, 1,024-entry consume-queue segments,
-/// fast consume-queue flushes.
+/// fast flushes of the derived data.
 pub fn config(flush: FlushDiskType) -> MessageStoreConfig {
     let log = CommitLogConfig {
         disk_space_warning_level_ratio: 100,
@@ -26,7 +26,6 @@ pub fn config(flush: FlushDiskType) -> MessageStoreConfig {
             .unwrap()
     };
     MessageStoreConfig {
-        consume_queue_entries_per_segment: 1024,
         flush_interval_consume_queue_ms: 10,
         flush_consume_queue_thorough_interval_ms: 50,
         index: message_store::IndexConfig { hash_slots: 64, max_items: 1024 },
