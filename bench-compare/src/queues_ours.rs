@@ -63,9 +63,7 @@ fn run(queues: u32, flush: Flush, per_producer: usize) -> Result<DLine, String> 
         .build()
         .map_err(|e| e.to_string())?;
     let mut config = MessageStoreConfig::new(log);
-    if let Some(b) = std::env::var("HACK_BUDGET").ok().and_then(|v| v.parse().ok()) {
-        config.max_open_consume_queues = b;
-    }
+    config.max_queues_per_topic = config.max_queues_per_topic.max(queues);
     let store = MessageStore::open(dir.path(), config).map_err(|e| e.to_string())?;
     store.create_topic(TOPIC, queues).map_err(|e| e.to_string())?;
     let ours = Ours { store, sync: flush == Flush::Sync };

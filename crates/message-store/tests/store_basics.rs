@@ -12,6 +12,7 @@ use message_store::{
     DispatchLimit, GetStatus, Message, MessageError, MessageStoreConfig, StoreError, TagFilter, TimeBound,
 };
 use store_io::sim::SimStorage;
+use store_io::Storage;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -582,4 +583,70 @@ fn a_waiter_is_woken_by_a_message_whose_dispatch_was_retried() {
     assert!(waiter.join().unwrap().unwrap(), "the waiter hears of the message once its dispatch succeeds");
     assert_eq!(store.query_by_key("t", "b", 0, u64::MAX, 4).unwrap().len(), 1);
     store.shutdown().unwrap();
+}
+
+#[test]
+fn a_deleted_topic_stays_deleted_and_one_made_again_under_its_name_starts_empty() {
+    let sim = SimStorage::new();
+    let store = open(&sim, config(FlushDiskType::SyncFlush));
+    store.create_topic("old", 2).unwrap();
+    store.create_topic("kept", 1).unwrap();
+    for i in 0..10u32 {
+        store.put_message(&Message::new("old", i % 2, &b"gone"[..])).unwrap().durability.wait().unwrap();
+    }
+    store.put_message(&Message::new("kept", 0, &b"kept"[..])).unwrap().durability.wait().unwrap();
+    assert!(store.wait_for("old", 1, 4, WAIT).unwrap());
+    store.commit_offset("g", "old", 0, 3).unwrap();
+    store.seal_index().unwrap(); // some of its entries in a sealed run, the rest in memory
+    store.put_message(&Message::new("old", 0, &b"gone too"[..])).unwrap().durability.wait().unwrap();
+    assert!(store.wait_for("old", 0, 5, WAIT).unwrap());
+
+    // A consumer waiting on it returns when it goes.
+    let waiter = {
+        let store = store.clone();
+        std::thread::spawn(move || store.wait_for("old", 1, 5, WAIT))
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(store.delete_topic("old").unwrap());
+    let waited = waiter.join().unwrap();
+    assert!(!matches!(waited, Ok(true)), "no message arrived: {waited:?}");
+    assert!(!store.delete_topic("old").unwrap(), "deleted once");
+    assert!(
+        matches!(store.queue_range("old", 0), Err(StoreError::UnknownTopic { .. })),
+        "{:?}",
+        store.queue_range("old", 0)
+    );
+    assert_eq!(store.committed_offset("g", "old", 0), None);
+
+    store.create_topic("old", 2).unwrap();
+    let check = |store: &message_store::MessageStore| {
+        for queue in 0..2 {
+            assert_eq!(store.queue_range("old", queue).unwrap(), (0, 0), "queue {queue} starts empty");
+            assert!(read_queue(store, "old", queue).is_empty());
+        }
+        assert_eq!(read_queue(store, "kept", 0), vec![(0, b"kept".to_vec())]);
+    };
+    check(&store);
+    let put = store.put_message(&Message::new("old", 0, &b"new"[..])).unwrap();
+    assert_eq!(put.queue_offset, 0);
+    put.durability.wait().unwrap();
+    assert!(store.wait_for("old", 0, 0, WAIT).unwrap());
+    store.shutdown().unwrap();
+
+    // An open replays the log, old messages of the name included: they stay out.
+    let reopened = open(&sim, config(FlushDiskType::SyncFlush));
+    assert_eq!(read_queue(&reopened, "old", 0), vec![(0, b"new".to_vec())]);
+    assert!(read_queue(&reopened, "old", 1).is_empty());
+    assert_eq!(reopened.put_message(&Message::new("old", 1, &b"next"[..])).unwrap().queue_offset, 0);
+    reopened.shutdown().unwrap();
+    // And so does a power cut that loses the queue index whole.
+    let image = sim.snapshot().crash_image(|_| true);
+    let index_dir = std::path::Path::new(common::ROOT).join("queueindex");
+    for file in image.list(&index_dir).unwrap() {
+        image.remove(&index_dir.join(&file.name)).unwrap();
+    }
+    let rebuilt = open(&image, config(FlushDiskType::SyncFlush));
+    assert_eq!(read_queue(&rebuilt, "old", 0), vec![(0, b"new".to_vec())]);
+    assert_eq!(read_queue(&rebuilt, "old", 1).len(), 1);
+    rebuilt.shutdown().unwrap();
 }

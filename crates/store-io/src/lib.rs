@@ -10,6 +10,8 @@
 //! - [`SegmentMemory`], the bytes a segment lives in (a mapping, or heap memory),
 //!   with the `unsafe` accessors whose contract `mapped-file`'s position protocol
 //!   keeps;
+//! - [`CopyStorage`], a directory read by a tool that must not disturb it:
+//!   segments copied into memory, no lock taken, nothing on disk changed;
 //! - `SimStorage` (feature `sim`), the same storage in memory: a page-cache image
 //!   and a durable image per file, power cuts that keep any subset of dirty
 //!   sectors, injected sync and write failures, disk sizes, directories that go
@@ -32,6 +34,7 @@
 // Sizes and offsets: no silent wrap-around, no truncating casts.
 #![warn(clippy::arithmetic_side_effects, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
+mod copy;
 #[allow(unsafe_code)]
 mod memory;
 mod mmap;
@@ -39,6 +42,7 @@ mod mmap;
 pub mod sim;
 mod storage;
 
+pub use copy::CopyStorage;
 pub use memory::SegmentMemory;
 pub use mmap::{first_overlap, sync_dir, LockError, MmapStorage, LOCK_FILE};
 #[cfg(feature = "sim")]

@@ -241,6 +241,23 @@ fn lock_dir(root: &Path) -> Result<Arc<DirLock>, LockError> {
     }
 }
 
+/// The regular files directly in `dir`.
+pub(crate) fn list_files(dir: &Path) -> io::Result<Vec<DirEntry>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        if meta.is_file() {
+            out.push(DirEntry {
+                name: entry.file_name().to_string_lossy().into_owned(),
+                len: meta.len(),
+                modified_ms: meta.modified().map(epoch_ms).unwrap_or(0),
+            });
+        }
+    }
+    Ok(out)
+}
+
 /// The first two of `dirs` (in order) of which one lies inside the other, or is
 /// the same: directories a store spreads its files over must be disjoint, or
 /// paths under the inner one would have two owners. The one rule the storage,
@@ -315,19 +332,7 @@ impl Storage for MmapStorage {
 
     fn list(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
         self.held(dir)?;
-        let mut out = Vec::new();
-        for entry in fs::read_dir(dir)? {
-            let entry = entry?;
-            let meta = entry.metadata()?;
-            if meta.is_file() {
-                out.push(DirEntry {
-                    name: entry.file_name().to_string_lossy().into_owned(),
-                    len: meta.len(),
-                    modified_ms: meta.modified().map(epoch_ms).unwrap_or(0),
-                });
-            }
-        }
-        Ok(out)
+        list_files(dir)
     }
 
     fn create(&self, path: &Path, len: usize) -> io::Result<OpenedSegment> {

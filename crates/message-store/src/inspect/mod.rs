@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use queue_index::{Entry, QueueIndex};
-use store_io::SimStorage;
 
 use crate::checkpoint::{self, checkpoint_path, Loaded};
 use crate::error::{io_err, StoreError};
@@ -131,8 +130,6 @@ pub(crate) struct Snapshot {
     /// Messages of the log after the runs that do not follow their queue in
     /// the index: (log offset, why).
     pub(crate) tail_problems: Vec<(u64, String)>,
-    /// The copy the runs are read from.
-    _copy: SimStorage,
 }
 
 impl Snapshot {
@@ -144,19 +141,13 @@ impl Snapshot {
             None => BTreeMap::new(),
         };
         let dir = queue_index_dir(root);
-        let copy = SimStorage::new();
-        for (_, path, _) in SegmentFiles::list(&dir)?.files {
-            copy.write_file(&path, &std::fs::read(&path).map_err(io_err(&path))?);
-        }
-        if let Some(table) = read_optional(&dir.join("table"))? {
-            copy.write_file(&dir.join("table"), &table);
-        }
-        let (index, report) = QueueIndex::open_read_only(&copy, &dir)?;
+        // Runs copied into memory: the tail dispatched below is appended to
+        // the copy, and a store open meanwhile is not disturbed.
+        let (index, report) = QueueIndex::open_read_only(&store_io::CopyStorage, &dir)?;
         let listing = commitlog::inspect::list_segments(root)?;
         let durable = commitlog::inspect::store_files(root).checkpoint.map_or(0, |c| c.flushed_offset);
         let front = listing.segments.first().map_or(0, |s| s.start_offset);
-        let mut snapshot =
-            Snapshot { index, report, topics, listing, durable, front, tail_problems: Vec::new(), _copy: copy };
+        let mut snapshot = Snapshot { index, report, topics, listing, durable, front, tail_problems: Vec::new() };
         let from = snapshot.report.replay_from.max(front);
         snapshot.scan_log(from, |snapshot, offset, size, header| {
             let Some(key) = snapshot.key_of_record(&header.topic, header.queue_id, offset) else { return };
