@@ -6,6 +6,10 @@
 //! Then consumer offsets: every queue's offset committed by as many groups as
 //! make `--offsets` (1,000,000) in all, in batches, then single commits from
 //! `--committers` threads (8), and the time a reopen takes to load them.
+//! Last, a killed store: a child process of this example puts the same
+//! messages into a new store, waits until they are dispatched, and is killed
+//! (SIGKILL); the time its reopen takes is printed with the log it dispatched
+//! again (what the queue index had not sealed).
 //! `cargo xtask scale` runs it; docs/message-store.md quotes it.
 //!
 //! ```text
@@ -56,6 +60,9 @@ fn limit(path: &str) -> String {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(dir) = args.iter().position(|a| a == "--killed-child").and_then(|i| args.get(i + 1)) {
+        return killed_child(Path::new(dir), &args);
+    }
     let queues = u32::try_from(arg(&args, "--queues", 50_000))?;
     let rounds = arg(&args, "--rounds", 2);
     let scratch = tempfile::tempdir()?;
@@ -159,6 +166,74 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         reopened.stats().consumer_offsets,
         reopened.log().recovery_report().clean_shutdown
     );
+    reopened.shutdown()?;
+    drop(reopened);
+    killed(&dir.join("killed"), queues, rounds)
+}
+
+/// Puts `--rounds` messages on every one of `--queues` queues into a new
+/// store in `dir`, waits until they are dispatched, says so on stdout and
+/// waits to be killed.
+fn killed_child(dir: &Path, args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
+    let queues = u32::try_from(arg(args, "--queues", 50_000))?;
+    let rounds = arg(args, "--rounds", 2);
+    let config = MessageStoreConfig { max_queues_per_topic: queues.max(1), ..MessageStoreConfig::new(store_log()?) };
+    let store = MessageStore::open(dir, config)?;
+    store.create_topic("wide", queues)?;
+    let body = vec![b'x'; 1024];
+    for _ in 0..rounds {
+        for queue in 0..queues {
+            store.put_message(&Message::new("wide", queue, body.clone()))?;
+        }
+    }
+    for queue in 0..queues {
+        if !store.wait_for("wide", queue, rounds - 1, std::time::Duration::from_secs(60))? {
+            return Err(format!("queue {queue} was not dispatched within a minute").into());
+        }
+    }
+    let stats = store.stats();
+    println!("ready {} {}", store.log().max_offset(), stats.index_sealed_to);
+    std::thread::sleep(std::time::Duration::from_secs(3600));
+    Ok(())
+}
+
+/// Runs [`killed_child`] in a child process, kills it (SIGKILL) once its
+/// messages are dispatched, and times the reopen.
+fn killed(dir: &Path, queues: u32, rounds: u64) -> Result<(), Box<dyn std::error::Error>> {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(std::env::current_exe()?)
+        .args(["--killed-child", &dir.display().to_string()])
+        .args(["--queues", &queues.to_string(), "--rounds", &rounds.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().ok_or("no stdout")?).read_line(&mut line)?;
+    child.kill()?;
+    let status = child.wait()?;
+    let fields: Vec<u64> = line.split_whitespace().skip(1).filter_map(|f| f.parse().ok()).collect();
+    let [log_end, sealed_to] = fields[..] else {
+        return Err(format!("the child process did not get ready ({status}): {line:?}").into());
+    };
+    let started = Instant::now();
+    let reopened = MessageStore::open(
+        dir,
+        MessageStoreConfig { max_queues_per_topic: queues.max(1), ..MessageStoreConfig::new(store_log()?) },
+    )?;
+    let secs = started.elapsed().as_secs_f64();
+    let report = reopened.open_report();
+    let replayed = reopened.log().max_offset().saturating_sub(report.recovered_from);
+    println!(
+        "killed store: log {} MiB, queue index sealed to {sealed_to}; reopened in {secs:.2}s, {} messages ({} MiB of log) dispatched again",
+        log_end >> 20,
+        report.redispatched,
+        replayed >> 20
+    );
+    for queue in [0, queues / 2, queues - 1] {
+        let (min, max) = reopened.queue_range("wide", queue)?;
+        if (min, max) != (0, rounds) {
+            return Err(format!("queue {queue} reopened with offsets {min}..{max}, not 0..{rounds}").into());
+        }
+    }
     reopened.shutdown()?;
     Ok(())
 }
