@@ -47,16 +47,24 @@ impl Queues {
     }
 
     /// Removes `topic`; its queues in use are closed (their waiters return).
+    /// Returns once no put to it is appending: a put checks its queue's key
+    /// against the topics under the put lock, which this takes on each of the
+    /// topic's queues after the topic is gone, so every put to it either
+    /// appended before this returned or is refused.
     pub(crate) fn remove_topic(&self, topic: &str) -> Option<TopicEntry> {
         let entry = self.topics.write().remove(topic)?;
-        let mut live = self.live.write();
-        live.retain(|key, queue| {
-            let gone = key >> 32 == u64::from(entry.id);
-            if gone {
-                queue.signal.close();
+        let mut gone = Vec::new();
+        self.live.write().retain(|key, queue| {
+            let of_topic = key >> 32 == u64::from(entry.id);
+            if of_topic {
+                gone.push(Arc::clone(queue));
             }
-            !gone
+            !of_topic
         });
+        for queue in gone {
+            drop(queue.next_offset.lock());
+            queue.signal.close();
+        }
         Some(entry)
     }
 

@@ -522,7 +522,7 @@ impl MessageStore {
         if crate::planted::is_active(crate::planted::Bug::OffsetOutsidePutLock) {
             let offset = {
                 let mut next = queue.next_offset.lock();
-                self.next_offset_locked(&queue, &mut next)?
+                self.next_offset_locked((&message.topic, message.queue_id), &queue, &mut next)?
             };
             set_queue_offset(&mut encoded, offset);
             std::thread::yield_now();
@@ -540,7 +540,7 @@ impl MessageStore {
         }
         let (queue_offset, appended) = {
             let mut next = queue.next_offset.lock();
-            let offset = self.next_offset_locked(&queue, &mut next)?;
+            let offset = self.next_offset_locked((&message.topic, message.queue_id), &queue, &mut next)?;
             set_queue_offset(&mut encoded, offset);
             let appended = self.core.log.append(&encoded)?;
             *next = Some(offset.saturating_add(1));
@@ -569,7 +569,7 @@ impl MessageStore {
         let queue = self.queue_for_put(&first.topic, first.queue_id)?;
         let (first_offset, appended) = {
             let mut next = queue.next_offset.lock();
-            let offset = self.next_offset_locked(&queue, &mut next)?;
+            let offset = self.next_offset_locked((&first.topic, first.queue_id), &queue, &mut next)?;
             for (k, body) in encoded.iter_mut().enumerate() {
                 set_queue_offset(body, offset.saturating_add(k as u64));
             }
@@ -589,8 +589,20 @@ impl MessageStore {
     /// The queue's next offset, under its put lock: known, or (first put since
     /// it was in use) the queue index's end of it, which every message put
     /// before has reached (recovery dispatched the whole log; a queue in use
-    /// is never dropped with a put past the index's end).
-    fn next_offset_locked(&self, queue: &Queue, next: &mut Option<u64>) -> Result<u64, StoreError> {
+    /// is never dropped with a put past the index's end). Refused if
+    /// `topic` was deleted since `queue` was looked up: a put holding the
+    /// lock either sees the deletion here or finishes before it completes
+    /// ([`Queues::remove_topic`](crate::queues::Queues::remove_topic)), so no
+    /// put of a deleted topic lands after a topic made again under its name.
+    fn next_offset_locked(
+        &self,
+        (topic, queue_id): (&str, u32),
+        queue: &Queue,
+        next: &mut Option<u64>,
+    ) -> Result<u64, StoreError> {
+        if self.core.queues.key(topic, queue_id)? != queue.key {
+            return Err(StoreError::UnknownTopic { topic: topic.to_string() });
+        }
         if let Some(next) = *next {
             return Ok(next);
         }

@@ -650,3 +650,50 @@ fn a_deleted_topic_stays_deleted_and_one_made_again_under_its_name_starts_empty(
     assert_eq!(read_queue(&rebuilt, "old", 1).len(), 1);
     rebuilt.shutdown().unwrap();
 }
+
+#[test]
+fn puts_racing_a_topic_deleted_and_made_again_never_reach_the_new_topic_with_old_offsets() {
+    let sim = SimStorage::new();
+    let store = open(&sim, config(FlushDiskType::AsyncFlush));
+    store.create_topic("t", 1).unwrap();
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let stop = Arc::new(AtomicBool::new(false));
+    let puts = Arc::new(AtomicU64::new(0));
+    let producers: Vec<_> = (0..3)
+        .map(|_| {
+            let (store, stop, puts) = (store.clone(), Arc::clone(&stop), Arc::clone(&puts));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match store.put_message(&Message::new("t", 0, &b"m"[..])) {
+                        Ok(_) => _ = puts.fetch_add(1, Ordering::Relaxed),
+                        Err(StoreError::UnknownTopic { .. }) => {}
+                        Err(err) => panic!("put: {err}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    for _ in 0..300 {
+        // Some puts between each deletion and the next (or a moment's wait).
+        let (seen, since) = (puts.load(Ordering::Relaxed), Instant::now());
+        while puts.load(Ordering::Relaxed) < seen + 3 && since.elapsed() < Duration::from_millis(20) {
+            std::thread::yield_now();
+        }
+        assert!(store.delete_topic("t").unwrap());
+        store.create_topic("t", 1).unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    producers.into_iter().for_each(|p| p.join().unwrap());
+    assert!(puts.load(Ordering::Relaxed) > 0);
+    // The topic made last is dense from 0, and dispatch follows it.
+    let last = store.put_message(&Message::new("t", 0, &b"last"[..])).unwrap();
+    assert!(store.wait_for("t", 0, last.queue_offset, WAIT).unwrap(), "{:?}", store.stats().dispatch_error);
+    assert_eq!(store.stats().dispatch_error, None);
+    let read = read_queue(&store, "t", 0);
+    assert_eq!(read.len() as u64, last.queue_offset + 1);
+    assert!(read.iter().enumerate().all(|(i, (offset, _))| *offset == i as u64));
+    store.shutdown().unwrap();
+    let reopened = open(&sim, config(FlushDiskType::AsyncFlush));
+    assert_eq!(reopened.queue_range("t", 0).unwrap(), (0, last.queue_offset + 1));
+    reopened.shutdown().unwrap();
+}

@@ -11,7 +11,7 @@ use store_io::sim::SimStorage;
 /// The store's root in a simulated disk.
 pub const ROOT: &str = "/store";
 
-/// A small store: 64 KiB log segments, 1,024-entry consume-queue segments,
+/// A small store: 64 KiB log segments, a small key index,
 /// fast flushes of the derived data.
 pub fn config(flush: FlushDiskType) -> MessageStoreConfig {
     let log = CommitLogConfig {
