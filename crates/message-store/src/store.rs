@@ -249,6 +249,7 @@ impl MessageStore {
         let trust_ahead = false;
         let ahead = index_report.replay_from > log.max_offset() && !trust_ahead;
         let front_lost = queue_index.covers_from() > log.min_offset() && log.max_offset() > log.min_offset();
+        let mut kept_ends = Vec::new();
         if ahead || front_lost {
             // Sealed past what the log holds (never done: a seal waits for the
             // log's flush), or runs lost at the front (deleted, not expired):
@@ -267,6 +268,11 @@ impl MessageStore {
                 )
             };
             tracing::warn!(why, "rebuilding the whole queue index from the log");
+            if !ahead {
+                // A queue whose records all went with the log's front keeps
+                // the end the runs and table kept know (given after the replay).
+                kept_ends = queue_index.ends();
+            }
             drop(queue_index);
             remove_files(&*storage, &dir)?;
             (queue_index, index_report) = QueueIndex::open_with(&*storage, &dir, index_config)?;
@@ -325,6 +331,10 @@ impl MessageStore {
         let redispatched = if replay { dispatcher.dispatch_up_to(log.max_offset())? } else { 0 };
         if converting {
             convert_consume_queue_layout(&*storage, &root, recorded.as_ref(), &registry, &queue_index)?;
+        }
+        if !kept_ends.is_empty() {
+            let seeded = queue_index.seed_ends(&*storage, kept_ends)?;
+            tracing::warn!(seeded, "queues whose messages all expired keep the ends the old queue index knew");
         }
         let offsets = ConsumerOffsets::load(&*storage, &root, config.consumer_offsets_journal_size)?;
         let core = Arc::new(Core {

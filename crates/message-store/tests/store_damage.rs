@@ -282,6 +282,37 @@ fn a_store_of_the_consume_queue_layout_is_converted_and_expired_queues_keep_thei
     again.shutdown().unwrap();
 }
 
+#[test]
+fn runs_lost_while_a_queue_had_expired_whole_keep_its_end_from_the_queue_table() {
+    let sim = SimStorage::new();
+    let store = open(&sim, config(FlushDiskType::SyncFlush));
+    store.create_topic("t", 2).unwrap();
+    // Queue 0's messages all go with the log's first segments; queue 1's stay in part.
+    for _ in 0..200u32 {
+        store.put_message(&Message::new("t", 0, vec![7u8; 1000])).unwrap().durability.wait().unwrap();
+    }
+    for _ in 0..130u32 {
+        store.put_message(&Message::new("t", 1, vec![8u8; 1000])).unwrap().durability.wait().unwrap();
+    }
+    assert!(store.wait_for("t", 1, 129, std::time::Duration::from_secs(10)).unwrap());
+    store.seal_index().unwrap();
+    let front = store.log().max_offset() - 100;
+    assert!(store.log().delete_segments_before(front, usize::MAX).unwrap() > 0);
+    store.shutdown().unwrap();
+    // Every run is lost (what `commitlog recover` deletes when a check finds
+    // a run wrong); the queue table stays.
+    for run in runs(&sim) {
+        sim.remove(&run).unwrap();
+    }
+    let store = open(&sim, config(FlushDiskType::SyncFlush));
+    assert!(store.open_report().rebuilt_all.is_some(), "{:?}", store.open_report());
+    assert_eq!(store.queue_range("t", 0).unwrap(), (200, 200), "its messages expired: it keeps its end");
+    assert_eq!(store.put_message(&Message::new("t", 0, &b"next"[..])).unwrap().queue_offset, 200);
+    let kept = read_queue(&store, "t", 1);
+    assert!(!kept.is_empty() && kept.last().unwrap().0 == 129, "queue 1 from the log: {} messages", kept.len());
+    store.shutdown().unwrap();
+}
+
 /// The store's files as a real directory (what `inspect::check` reads).
 fn to_disk(sim: &SimStorage) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();

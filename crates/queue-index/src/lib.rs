@@ -626,6 +626,14 @@ impl QueueIndex {
         Ok(seeded)
     }
 
+    /// Every queue's end, `(queue, end)`, in no order: what an owner keeps
+    /// before it rebuilds the index from the log, to give
+    /// [`seed_ends`](Self::seed_ends) the ends of queues whose records the
+    /// log no longer holds.
+    pub fn ends(&self) -> Vec<(u64, u64)> {
+        self.state.read().extents.iter().map(|(&queue, extent)| (queue, extent.end)).collect()
+    }
+
     /// Forgets every queue `gone` picks (a deleted topic's): its extent and
     /// its active entries go at once, and the queue table is rewritten
     /// without it, so that an open does not learn it again; its entries in

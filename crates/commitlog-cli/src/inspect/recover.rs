@@ -209,8 +209,9 @@ pub fn recover(args: RecoverArgs) -> Result<(), CliError> {
 /// Opens the message store in `dir` (its open drops damaged queue-index runs
 /// and dispatches their range again, recovers a lost registry, rebuilds a key
 /// index it cannot trust), then checks everything against the log and
-/// rebuilds what that check still finds wrong: the queue index (its files
-/// deleted, the next open builds it from the log), the key index. What is
+/// rebuilds what that check still finds wrong: the queue index (its runs
+/// deleted, and its table if that is what is wrong: the next open builds it
+/// from the log), the key index. What is
 /// left is reported.
 fn repair_message_store(dir: &std::path::Path) -> Result<MessageStoreRepair, CliError> {
     use message_store::inspect::Derived;
@@ -229,11 +230,18 @@ fn repair_message_store(dir: &std::path::Path) -> Result<MessageStoreRepair, Cli
     let queue_index = check.problems.iter().any(|p| p.kind == Derived::QueueIndex);
     let key_index = check.problems.iter().any(|p| p.kind == Derived::Index);
     if queue_index {
+        // The runs go (the next open builds them from the log); the queue
+        // table stays unless the check found it wrong: it keeps the ends of
+        // queues whose messages all expired, which the log no longer shows.
         let index_dir = dir.join("queueindex");
+        let table = index_dir.join("table");
+        let table_wrong = check.problems.iter().any(|p| p.kind == Derived::QueueIndex && p.path == table);
         let entries = std::fs::read_dir(&index_dir).map_err(io(format!("listing {}", index_dir.display())))?;
         for entry in entries {
             let path = entry.map_err(io(format!("listing {}", index_dir.display())))?.path();
-            std::fs::remove_file(&path).map_err(io(format!("removing {}", path.display())))?;
+            if path != table || table_wrong {
+                std::fs::remove_file(&path).map_err(io(format!("removing {}", path.display())))?;
+            }
         }
     }
     if queue_index || key_index {
