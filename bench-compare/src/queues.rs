@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use crate::RECORD;
 
 /// The queue counts of workload (d).
-pub const QUEUE_COUNTS: [u32; 5] = [1, 64, 1_024, 16_384, 50_000];
+pub const QUEUE_COUNTS: [u32; 6] = [1, 64, 1_024, 16_384, 50_000, 200_000];
 /// Producers of workload (d).
 pub const PRODUCERS: usize = 4;
 /// Every how many messages of producer 0 one is sampled for the lag.

@@ -186,8 +186,8 @@ pub fn markdown(results: &Results, sizes: &DSizes, rounds: usize) -> String {
         sizes.async_per_producer, sizes.sync_per_producer
     );
     md.push_str(
-        "Set-ups: this project's message store with its defaults (key index on, consume queues of 4,096 entries, \
-         512 open at most); rocketmq-store's `LocalFileMessageStore` through its `StoreFactory` with its defaults \
+        "Set-ups: this project's message store with its defaults (key index on, the queue index: entries in \
+         memory, sealed into one run file per log range); rocketmq-store's `LocalFileMessageStore` through its `StoreFactory` with its defaults \
          except consume-queue files of the same 4,096 entries (its default of 300,000 would take 6 MB per queue), \
          the timer wheel off and micro-batching off (its default waits up to 50 µs for 32 puts, which 4 producers \
          never fill, and its runtime's 1 ms timer made every put take 1.3 ms: 3.1 k messages/s against 45 k at 1 \
@@ -201,7 +201,8 @@ pub fn markdown(results: &Results, sizes: &DSizes, rounds: usize) -> String {
     }
     md.push_str("### (d) targets, this run\n\n| target | measured | |\n|---|---|---|\n");
     let ours = results.ours();
-    let most = QUEUE_COUNTS[QUEUE_COUNTS.len() - 1];
+    // The targets' queue count (the largest, 200,000, is shown beside it).
+    let most = 50_000;
     for flush in Flush::ALL {
         if let (Some(one), Some(wide)) = (results.rate(flush, 1, ours), results.rate(flush, most, ours)) {
             let r = wide / one;

@@ -171,8 +171,8 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// directories' entries become durable with a later
     /// [`sync_all_under`](Self::sync_all_under) over them, and until that
     /// returns a power cut may lose them with everything in them. For the many
-    /// small directories of an owner that can afford to lose them (the message
-    /// store's consume queues, rebuilt from the log). By default the same as
+    /// small directories of an owner that can afford to lose them (derived data
+    /// rebuilt from a log). By default the same as
     /// `create_dir_all` (durable).
     fn create_dir_all_deferred(&self, dir: &Path) -> io::Result<()> {
         self.create_dir_all(dir)
@@ -186,7 +186,7 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// [`sync_all_under`](Self::sync_all_under) over its directory, and until
     /// that returns a power cut may lose the whole file (syncing its data does
     /// not keep it). For many small files whose owner can afford to lose them
-    /// (the message store's consume queues, rebuilt from the log). By default
+    /// (derived data rebuilt from a log). By default
     /// the same as `create` (durable).
     fn create_deferred(&self, path: &Path, len: usize) -> io::Result<OpenedSegment> {
         self.create(path, len)
