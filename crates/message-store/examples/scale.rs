@@ -77,7 +77,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         String::from_utf8_lossy(&nofile.stdout).trim(),
         limit("/proc/sys/vm/max_map_count")
     );
-    let config = MessageStoreConfig { max_queues_per_topic: queues.max(1), ..MessageStoreConfig::new(store_log()?) };
+    let config = store_config(queues)?;
     let rss_before = status_kib("VmRSS");
     let started = Instant::now();
     let store = MessageStore::open(&dir, config)?;
@@ -92,15 +92,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let started = Instant::now();
     let mut peak_files = 0;
     let mut peak_maps = 0;
+    let mut put = 0u64;
     for round in 0..rounds {
         for queue in 0..queues {
             store.put_message(&Message::new("wide", queue, body.clone()))?;
-            if queue % 5000 == 0 {
+            put += 1;
+            // Sampled every 5,000 puts: reading /proc costs more than a put.
+            if put % 5000 == 0 {
                 peak_files = peak_files.max(count("/proc/self/fd"));
                 peak_maps = peak_maps.max(mappings());
             }
         }
-        println!("round {round}: {:.2?}", started.elapsed());
+        if rounds <= 16 {
+            println!("round {round}: {:.2?}", started.elapsed());
+        }
     }
     let puts = u64::from(queues) * rounds;
     let put_secs = started.elapsed().as_secs_f64();
@@ -114,8 +119,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let started = Instant::now();
     let mut read = 0u64;
     for queue in 0..queues {
-        let got = store.get_messages("g", "wide", queue, 0, 64, u64::MAX, &TagFilter::All)?;
-        read += got.messages.len() as u64;
+        let mut offset = 0;
+        while offset < rounds {
+            let got = store.get_messages("g", "wide", queue, offset, 64, u64::MAX, &TagFilter::All)?;
+            if got.messages.is_empty() {
+                return Err(format!("queue {queue}: nothing read at offset {offset} ({:?})", got.status).into());
+            }
+            read += got.messages.len() as u64;
+            offset = got.next_offset;
+        }
         if queue % 5000 == 0 {
             peak_files = peak_files.max(count("/proc/self/fd"));
             peak_maps = peak_maps.max(mappings());
@@ -156,10 +168,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     offsets(&store, &dir, queues, rounds, &args)?;
     store.shutdown()?;
     let started = Instant::now();
-    let reopened = MessageStore::open(
-        &dir,
-        MessageStoreConfig { max_queues_per_topic: queues.max(1), ..MessageStoreConfig::new(store_log()?) },
-    )?;
+    let reopened = MessageStore::open(&dir, store_config(queues)?)?;
     println!(
         "reopened in {:.2?} with {} consumer offsets (clean {})",
         started.elapsed(),
@@ -177,7 +186,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 fn killed_child(dir: &Path, args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let queues = u32::try_from(arg(args, "--queues", 50_000))?;
     let rounds = arg(args, "--rounds", 2);
-    let config = MessageStoreConfig { max_queues_per_topic: queues.max(1), ..MessageStoreConfig::new(store_log()?) };
+    let config = store_config(queues)?;
     let store = MessageStore::open(dir, config)?;
     store.create_topic("wide", queues)?;
     let body = vec![b'x'; 1024];
@@ -215,10 +224,7 @@ fn killed(dir: &Path, queues: u32, rounds: u64) -> Result<(), Box<dyn std::error
         return Err(format!("the child process did not get ready ({status}): {line:?}").into());
     };
     let started = Instant::now();
-    let reopened = MessageStore::open(
-        dir,
-        MessageStoreConfig { max_queues_per_topic: queues.max(1), ..MessageStoreConfig::new(store_log()?) },
-    )?;
+    let reopened = MessageStore::open(dir, store_config(queues)?)?;
     let secs = started.elapsed().as_secs_f64();
     let report = reopened.open_report();
     let replayed = reopened.log().max_offset().saturating_sub(report.recovered_from);
@@ -236,6 +242,12 @@ fn killed(dir: &Path, queues: u32, rounds: u64) -> Result<(), Box<dyn std::error
     }
     reopened.shutdown()?;
     Ok(())
+}
+
+/// The store's config: room for a topic of `queues` queues (at least the default).
+fn store_config(queues: u32) -> Result<MessageStoreConfig, commitlog::Error> {
+    let config = MessageStoreConfig::new(store_log()?);
+    Ok(MessageStoreConfig { max_queues_per_topic: queues.max(config.max_queues_per_topic), ..config })
 }
 
 fn store_log() -> Result<CommitLogConfig, commitlog::Error> {
