@@ -98,7 +98,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             store.put_message(&Message::new("wide", queue, body.clone()))?;
             put += 1;
             // Sampled every 5,000 puts: reading /proc costs more than a put.
-            if put % 5000 == 0 {
+            if put.is_multiple_of(5000) {
                 peak_files = peak_files.max(count("/proc/self/fd"));
                 peak_maps = peak_maps.max(mappings());
             }
