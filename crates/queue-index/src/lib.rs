@@ -28,6 +28,15 @@
 //! in each run's directory (a binary search over mapped memory), newest run
 //! first; a consumer near a queue's end reads the active run or the last run.
 //!
+//! A queue can also be cut back ([`truncate`](QueueIndex::truncate)): a raft
+//! group's conflicting suffix, or entries written again at new log offsets.
+//! The cut is made by a record of the log; it is sealed with the run holding
+//! that record, and from then on each offset reads from the newest row that
+//! holds it. Owners that index what they wrote as they write it, from many
+//! threads, open the index with [`IndexConfig::concurrent_appends`]: each
+//! queue's entries still follow one another, and the owner seals only below
+//! the first record whose entry may still be coming.
+//!
 //! ```
 //! use std::path::Path;
 //! use queue_index::{Entry, QueueIndex};
@@ -52,6 +61,8 @@
 
 #![forbid(unsafe_code)]
 
+mod active;
+mod read;
 mod run;
 mod table;
 
@@ -62,6 +73,8 @@ use std::sync::Arc;
 use mapped_file::{MappedFileError, Storage};
 use parking_lot::RwLock;
 
+use active::{merge, seal_point, split_below, Active, Cut};
+use read::Located;
 use run::Run;
 
 /// One record of a queue: where it is in the log and its tag.
@@ -104,6 +117,19 @@ pub enum IndexError {
         from: u64,
         /// One past the newest entry's record.
         last_end: u64,
+    },
+    /// A cut ([`QueueIndex::truncate`]) made by a record below the active
+    /// run's start: its range is sealed already.
+    #[error("queue {queue}: cut to offset {from} by the record at log offset {at_log}, below the sealed range's end {sealed_to}")]
+    CutInSealedRange {
+        /// The queue.
+        queue: u64,
+        /// The offset asked to cut to.
+        from: u64,
+        /// The cutting record's log offset.
+        at_log: u64,
+        /// Where the active run starts.
+        sealed_to: u64,
     },
     /// A run file that fails its checks (reported by [`QueueIndex::open`] in
     /// [`OpenReport::dropped`], never returned for a run found at open).
@@ -156,19 +182,6 @@ pub(crate) struct Extent {
     pub(crate) end: u64,
 }
 
-/// Entries not sealed yet, per queue.
-#[derive(Debug, Default, Clone)]
-struct Active {
-    /// The log offset the active run starts at (the last run's end).
-    from: u64,
-    /// One past the newest entry's record.
-    last_end: u64,
-    /// The newest entry's log offset (entries must follow it).
-    last_log_offset: Option<u64>,
-    queues: HashMap<u64, (u64, Vec<Entry>)>,
-    entries: usize,
-}
-
 #[derive(Debug, Default)]
 struct State {
     extents: HashMap<u64, Extent>,
@@ -181,18 +194,6 @@ struct State {
     rows_since_table: usize,
 }
 
-/// The runs holding one queue, for reads at old offsets: each run's start
-/// and the queue's span there, in log order, and how far the runs were looked
-/// at (runs sealed later are looked at on the next read).
-#[derive(Debug, Default)]
-struct Located {
-    spans: Vec<(u64, run::Span)>,
-    scanned_to: u64,
-}
-
-/// The most queues whose run lists are kept (a list is rebuilt when needed).
-const LOCATED_QUEUES: usize = 65_536;
-
 /// How a [`QueueIndex`] keeps its files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -202,11 +203,27 @@ pub struct IndexConfig {
     /// table has queues, whichever is more: an open then reads at most about
     /// twice the table. 4,096.
     pub table_every_rows: usize,
+    /// Appends come in log order (`true`, the default: one dispatcher
+    /// follows the log, and an entry before the newest one is refused).
+    /// `false` lets appends of different queues come out of log order (each
+    /// queue's entries still follow one another): writers that append to the
+    /// log and then index what they wrote, concurrently. Such an owner must
+    /// seal only below the first record whose entry may still be coming.
+    pub appends_in_log_order: bool,
 }
 
 impl Default for IndexConfig {
     fn default() -> Self {
-        IndexConfig { table_every_rows: 4096 }
+        IndexConfig { table_every_rows: 4096, appends_in_log_order: true }
+    }
+}
+
+impl IndexConfig {
+    /// The default configuration with appends of different queues allowed
+    /// out of log order ([`appends_in_log_order`](Self::appends_in_log_order)
+    /// `false`).
+    pub fn concurrent_appends() -> IndexConfig {
+        IndexConfig { appends_in_log_order: false, ..IndexConfig::default() }
     }
 }
 
@@ -335,12 +352,20 @@ impl QueueIndex {
             storage.remove(&path).map_err(|source| IndexError::Io { path, source })?;
         }
         // The runs with entries past the table's point (one may straddle it:
-        // its entries below the point are in the table already).
+        // its entries below the point are in the table already), in log
+        // order: each row ends its queue where it ends (a row that cuts its
+        // queue starts below the end the rows before gave it).
         for run in state.runs.iter().filter(|r| r.log_to > covered) {
             state.rows_since_table += run.queue_count();
             for (queue, span) in run.spans() {
                 let extent = state.extents.entry(queue).or_insert(Extent { min: span.first, end: span.first });
-                extent.end = extent.end.max(span.end());
+                if span.first > extent.end || span.restart || (run.cuts && span.first < extent.min) {
+                    // Past its end (nothing live between), emptied by a cut,
+                    // or cut below a first offset that expiry raised since
+                    // (the row holds the queue from its start on).
+                    extent.min = span.first;
+                }
+                extent.end = if run.cuts { span.end() } else { extent.end.max(span.end()) };
             }
         }
         // With no run left past it, the table's point is where dispatch goes
@@ -348,7 +373,7 @@ impl QueueIndex {
         let end = state.runs.last().map_or(0, |r| r.log_to).max(covered);
         report.runs = state.runs.len();
         report.replay_from = end;
-        state.active = Active { from: end, last_end: end, ..Active::default() };
+        state.active = Active::starting_at(end);
         let index = QueueIndex {
             dir: dir.to_path_buf(),
             config,
@@ -360,21 +385,29 @@ impl QueueIndex {
     }
 
     /// Appends `queue`'s entry at `offset`, which must be the queue's end, for
-    /// a record after every entry in the index (dispatch follows the log). A
-    /// queue the index has not seen starts at `offset` (a queue whose earlier
+    /// a record after every entry in the index (dispatch follows the log;
+    /// with [`IndexConfig::appends_in_log_order`] off, after the queue's own
+    /// newest entry or cut and at or past the active run's start). A queue
+    /// the index has not seen starts at `offset` (a queue whose earlier
     /// entries expired, or one a rebuild starts mid-log), and so does one
     /// with no live entry whose end lies below `offset` (the records between
     /// went with the log's front).
     pub fn append(&self, queue: u64, offset: u64, entry: Entry) -> Result<(), IndexError> {
         let mut state = self.state.write();
         let State { extents, active, .. } = &mut *state;
-        let after_last = active.last_log_offset.is_none_or(|last| entry.log_offset > last);
+        let in_order = if self.config.appends_in_log_order {
+            active.last_log_offset.is_none_or(|last| entry.log_offset > last)
+        } else {
+            let row_last = active.queues.get(&queue).and_then(|(_, e)| e.last()).map(|e| e.log_offset);
+            let cut = active.cuts.get(&queue).map(|cut| cut.at);
+            row_last.is_none_or(|last| entry.log_offset > last) && cut.is_none_or(|at| entry.log_offset >= at)
+        };
         let extent = extents.get(&queue).copied();
         // A queue with nothing live indexed may go on past its end: the
         // records between went with the log's front (an index rebuilt after
         // the log deleted part of what a lost run covered).
         let fits = |e: Extent| e.end == offset || (e.min == e.end && offset > e.end);
-        if !after_last || entry.log_offset < active.from || extent.is_some_and(|e| !fits(e)) {
+        if !in_order || entry.log_offset < active.from || extent.is_some_and(|e| !fits(e)) {
             return Err(IndexError::NotInOrder {
                 queue,
                 offset,
@@ -390,11 +423,76 @@ impl QueueIndex {
         extent.end = offset + 1;
         // Room for one entry at first: most of many queues hold one or two
         // in a run (a vector's first growth reserves four: 80 bytes).
-        active.queues.entry(queue).or_insert_with(|| (offset, Vec::with_capacity(1))).1.push(entry);
+        let row = active.queues.entry(queue).or_insert_with(|| (offset, Vec::with_capacity(1)));
+        if row.0 + row.1.len() as u64 != offset {
+            // Past the end of a row with nothing live: the row starts again
+            // (a cut that emptied the queue still starts it).
+            active.entries -= row.1.len();
+            *row = (offset, Vec::with_capacity(1));
+        }
+        row.1.push(entry);
         active.entries += 1;
-        active.last_log_offset = Some(entry.log_offset);
+        active.last_log_offset = active.last_log_offset.max(Some(entry.log_offset));
         active.last_end = active.last_end.max(entry.log_offset.saturating_add(u64::from(entry.size)));
         Ok(())
+    }
+
+    /// Cuts `queue` back to `from`: its entries from `from` on are gone and
+    /// its next entry takes `from` (a raft group's conflicting suffix, or
+    /// entries written again at new log offsets). `at_log` is the log offset
+    /// of the record that says so: the cut is sealed with the run that holds
+    /// it, so an open that dispatches the log again from a later run finds
+    /// it made, and one from an earlier run meets the record again. Cut at or
+    /// below its first offset, the queue is left with no entry at `from`
+    /// (and may go on from any offset past it). Returns whether anything
+    /// changed: nothing does for a queue the index does not know or `from`
+    /// at or past its end. Refused for a record below the active run's start
+    /// (a sealed range).
+    pub fn truncate(&self, queue: u64, from: u64, at_log: u64) -> Result<bool, IndexError> {
+        let mut state = self.state.write();
+        let State { extents, active, .. } = &mut *state;
+        if at_log < active.from {
+            return Err(IndexError::CutInSealedRange { queue, from, at_log, sealed_to: active.from });
+        }
+        let Some(extent) = extents.get_mut(&queue).filter(|e| from < e.end) else { return Ok(false) };
+        let was = *extent;
+        extent.end = from;
+        extent.min = extent.min.min(from);
+        let extent = was;
+        let before = active.queues.get(&queue).map_or(0, |(_, e)| e.len());
+        let keep = match active.queues.get(&queue) {
+            Some((first, _)) if *first < from && from > extent.min => {
+                usize::try_from(from - first).unwrap_or(usize::MAX)
+            }
+            _ => 0,
+        };
+        // What this cut drops of the active run: entries from `keep` on, and
+        // a cut that started the row if the row is replaced (a seal between
+        // either and this cut must stay below them).
+        let dropped_entry = active.queues.get(&queue).and_then(|(_, e)| e.get(keep)).map(|e| e.log_offset);
+        let dropped_cut = active.cuts.get(&queue).map(|cut| cut.at).filter(|_| keep == 0);
+        if let Some(dropped) = dropped_entry.into_iter().chain(dropped_cut).min() {
+            active.drops.push((dropped, at_log));
+        }
+        match active.queues.get_mut(&queue) {
+            Some((first, entries)) if *first < from && from > extent.min => entries.truncate(keep),
+            row => {
+                // What the queue table says of it until the cut is sealed:
+                // its extent at the active run's start.
+                let before = match row {
+                    Some((first, _)) if !active.cuts.contains_key(&queue) => {
+                        Extent { min: extent.min.min(*first), end: *first }
+                    }
+                    _ => Extent { min: extent.min, end: extent.end },
+                };
+                active.before.entry(queue).or_insert(before);
+                active.queues.insert(queue, (from, Vec::new()));
+                active.cuts.insert(queue, Cut { at: at_log, restart: from <= extent.min });
+            }
+        }
+        let after = active.queues.get(&queue).map_or(0, |(_, e)| e.len());
+        active.entries = active.entries - before + after;
+        Ok(true)
     }
 
     /// Seals the active run's entries of records below `log_to` as the run
@@ -404,28 +502,41 @@ impl QueueIndex {
     /// below `log_to` may end past it (`log_to` lies between records). Nothing
     /// to seal (`log_to` at the active run's start) writes nothing. The owner
     /// seals only a durable, fully dispatched range; after it, dispatch goes
-    /// on from `log_to` at the latest.
+    /// on from `log_to` at the latest. The seal stops short of `log_to`, at
+    /// the first entry a [`truncate`](Self::truncate) by a record at or past
+    /// `log_to` dropped (the run must hold what its range held before that
+    /// record): [`sealed_to`](Self::sealed_to) says where it ended.
     pub fn seal(&self, storage: &dyn Storage, log_to: u64) -> Result<(), IndexError> {
         let _one = self.sealer.lock();
         // The sealed entries are handed to the seal under the lock, and
         // written without it: appends go on into the active run, and reads
         // find the sealed entries where the seal keeps them until the run is
         // mapped.
-        let sealing = {
+        let (sealing, log_to) = {
             let mut state = self.state.write();
+            let log_to = seal_point(&state.active, log_to);
             let sealing = split_below(&mut state.active, log_to)?;
             let Some(sealing) = sealing else { return Ok(()) };
             let sealing = Arc::new(sealing);
             state.sealing = Some(Arc::clone(&sealing));
-            sealing
+            (sealing, log_to)
         };
         // A range without entries is written too (an empty run): the runs
         // stay contiguous (a gap reads as a lost run at open), and an open
         // after a power cut replays nothing a returned seal covered.
-        let mut queues: Vec<(u64, u64, &[Entry])> =
-            sealing.queues.iter().map(|(&q, (first, e))| (q, *first, e.as_slice())).collect();
-        queues.sort_unstable_by_key(|(q, _, _)| *q);
-        let written = Run::write(storage, &self.dir, &run::encode(sealing.from, log_to, &queues));
+        let mut queues: Vec<run::Row<'_>> = sealing
+            .queues
+            .iter()
+            .map(|(&queue, (first, entries))| run::Row {
+                queue,
+                first: *first,
+                entries,
+                restart: sealing.cuts.get(&queue).is_some_and(|cut| cut.restart),
+            })
+            .collect();
+        queues.sort_unstable_by_key(|row| row.queue);
+        let flags = if sealing.cuts.is_empty() { 0 } else { run::CUTS };
+        let written = Run::write(storage, &self.dir, &run::encode(sealing.from, log_to, flags, &queues));
         drop(queues);
         let mut state = self.state.write();
         state.sealing = None;
@@ -454,11 +565,15 @@ impl QueueIndex {
         let bytes = if state.active.queues.is_empty() {
             table::encode(state.active.from, &state.extents)
         } else {
+            // A queue's extent at the active run's start: its row starts at
+            // its end then, unless a cut started it (saved when it was made).
             let mut extents = state.extents.clone();
             for (queue, (first, _)) in &state.active.queues {
                 if let Some(extent) = extents.get_mut(queue) {
-                    extent.end = *first;
-                    extent.min = extent.min.min(*first);
+                    match state.active.before.get(queue) {
+                        Some(before) => *extent = *before,
+                        None => *extent = Extent { min: extent.min.min(*first), end: *first },
+                    }
                 }
             }
             table::encode(state.active.from, &extents)
@@ -470,6 +585,9 @@ impl QueueIndex {
 
     /// Up to `max` of `queue`'s entries from `offset` on (fewer at its end;
     /// none below its first indexed offset or for a queue it does not know).
+    /// Each offset's entry comes from the newest row that holds it: after a
+    /// [`truncate`](Self::truncate), the entries written since, never those
+    /// cut.
     pub fn get(&self, queue: u64, offset: u64, max: usize) -> Vec<Entry> {
         let state = self.state.read();
         let Some(extent) = state.extents.get(&queue).copied() else { return Vec::new() };
@@ -477,69 +595,42 @@ impl QueueIndex {
             return Vec::new();
         }
         let mut out = Vec::with_capacity(max.min(usize::try_from(extent.end - offset).unwrap_or(max)));
+        // The rows in memory, newest first: the active run's, then the one a
+        // seal is writing.
+        let rows = [state.active.row(queue), state.sealing.as_deref().and_then(|s| s.row(queue))];
         let mut at = offset;
-        // The sealed runs holding `at` and after, oldest first: found from the
-        // newest backwards (a consumer near the end looks at one or two).
-        let in_memory = state.sealing.iter().map(|s| &**s).chain(std::iter::once(&state.active));
-        let memory_first = in_memory.filter_map(|a| a.queues.get(&queue).map(|(first, _)| *first)).next();
-        if memory_first.is_none_or(|first| at < first) {
-            // A consumer near the end reads the newest run; an older offset
-            // is found through the queue's list of runs (built once, then
-            // extended by the runs sealed since).
-            let newest = state.runs.last().and_then(|run| run.span(queue).map(|span| (run, span)));
-            match newest {
-                Some((run, span)) if span.first <= at => {
-                    while at < span.end() && out.len() < max {
-                        out.push(run.entry(span, at));
+        while out.len() < max && at < extent.end {
+            // A newer row starting past `at` holds the queue from there on.
+            let mut limit = extent.end;
+            let mut held = None;
+            for (first, entries) in rows.iter().flatten() {
+                let row_end = first + entries.len() as u64;
+                if *first <= at && at < row_end {
+                    held = Some((*first, *entries));
+                    break;
+                }
+                if *first <= at {
+                    // A newer row that ends at or before `at` cut the queue there.
+                    return out;
+                }
+                limit = limit.min(*first);
+            }
+            let before = at;
+            match held {
+                Some((first, entries)) => {
+                    let stop = limit.min(first + entries.len() as u64);
+                    while at < stop && out.len() < max {
+                        out.push(entries[usize::try_from(at - first).unwrap_or(usize::MAX)]);
                         at += 1;
                     }
                 }
-                _ => at = self.read_runs(&state.runs, queue, at, max, &mut out),
+                None => at = self.read_runs(&state.runs, queue, at, limit, max, &mut out),
             }
-        }
-        for active in state.sealing.iter().map(|s| &**s).chain(std::iter::once(&state.active)) {
-            if let Some((first, entries)) = active.queues.get(&queue) {
-                while out.len() < max && at >= *first && at < first + entries.len() as u64 {
-                    out.push(entries[usize::try_from(at - first).unwrap_or(usize::MAX)]);
-                    at += 1;
-                }
+            if at == before {
+                break; // a hole: nothing holds `at`
             }
         }
         out
-    }
-
-    /// Reads `queue`'s entries from `at` out of `runs` through its run list
-    /// into `out` (up to `max` in all); returns the offset after the last.
-    fn read_runs(&self, runs: &[Arc<Run>], queue: u64, mut at: u64, max: usize, out: &mut Vec<Entry>) -> u64 {
-        let Some(front) = runs.first() else { return at };
-        let mut locator = self.locator.lock();
-        if locator.len() >= LOCATED_QUEUES && !locator.contains_key(&queue) {
-            locator.clear();
-        }
-        let located = locator.entry(queue).or_default();
-        // Runs expired since: off the front; runs sealed since: scanned.
-        located.spans.retain(|(from, _)| *from >= front.log_from);
-        let scanned_to = located.scanned_to.max(front.log_from);
-        let new = runs.partition_point(|r| r.log_from < scanned_to);
-        for run in &runs[new..] {
-            if let Some(span) = run.span(queue) {
-                located.spans.push((run.log_from, span));
-            }
-        }
-        located.scanned_to = runs.last().map_or(scanned_to, |r| r.log_to);
-        let first = located.spans.partition_point(|(_, span)| span.end() <= at);
-        for &(from, span) in &located.spans[first..] {
-            let Ok(i) = runs.binary_search_by_key(&from, |r| r.log_from) else { break };
-            at = at.max(span.first);
-            while at < span.end() && out.len() < max {
-                out.push(runs[i].entry(span, at));
-                at += 1;
-            }
-            if out.len() >= max {
-                break;
-            }
-        }
-        at
     }
 
     /// `queue`'s first indexed offset and its end (the offset its next entry
@@ -561,26 +652,30 @@ impl QueueIndex {
         let gone = state.runs.iter().take_while(|r| r.log_to <= log_min).count();
         let expired: Vec<Arc<Run>> = state.runs.drain(..gone).collect();
         let State { extents, runs, active, .. } = &mut *state;
-        for run in &expired {
-            for (queue, span) in run.spans() {
-                if let Some(extent) = extents.get_mut(&queue) {
-                    extent.min = extent.min.max(span.end());
+        if expired.iter().chain(runs.iter()).any(|r| r.cuts) || !active.cuts.is_empty() {
+            raise_firsts_with_cuts(extents, &expired, runs, active, log_min);
+        } else {
+            for run in &expired {
+                for (queue, span) in run.spans() {
+                    if let Some(extent) = extents.get_mut(&queue) {
+                        extent.min = extent.min.max(span.end());
+                    }
                 }
             }
-        }
-        if let Some(front) = runs.first().filter(|r| r.log_from < log_min) {
-            for (queue, span) in front.spans() {
-                let live = front.first_at_or_after(span, log_min);
-                if let Some(extent) = extents.get_mut(&queue) {
-                    extent.min = extent.min.max(live);
+            if let Some(front) = runs.first().filter(|r| r.log_from < log_min) {
+                for (queue, span) in front.spans() {
+                    let live = front.first_at_or_after(span, log_min);
+                    if let Some(extent) = extents.get_mut(&queue) {
+                        extent.min = extent.min.max(live);
+                    }
                 }
             }
-        }
-        if runs.is_empty() {
-            for (queue, (first, entries)) in &active.queues {
-                let below = entries.partition_point(|e| e.log_offset < log_min) as u64;
-                if let Some(extent) = extents.get_mut(queue) {
-                    extent.min = extent.min.max(first + below);
+            if runs.is_empty() {
+                for (queue, (first, entries)) in &active.queues {
+                    let below = entries.partition_point(|e| e.log_offset < log_min) as u64;
+                    if let Some(extent) = extents.get_mut(queue) {
+                        extent.min = extent.min.max(first + below);
+                    }
                 }
             }
         }
@@ -648,6 +743,8 @@ impl QueueIndex {
         let active = &mut state.active;
         let dropped: usize = active.queues.iter().filter(|(q, _)| gone(**q)).map(|(_, (_, e))| e.len()).sum();
         active.queues.retain(|queue, _| !gone(*queue));
+        active.cuts.retain(|queue, _| !gone(*queue));
+        active.before.retain(|queue, _| !gone(*queue));
         active.entries -= dropped;
         self.locator.lock().retain(|queue, _| !gone(*queue));
         if forgotten > 0 {
@@ -673,7 +770,9 @@ impl QueueIndex {
         // hashbrown: a control byte per bucket beside each (key, value).
         let extents = state.extents.capacity() * (size_of::<(u64, Extent)>() + 1);
         let active = state.active.queues.capacity() * (size_of::<(u64, (u64, Vec<Entry>))>() + 1)
-            + state.active.queues.values().map(|(_, e)| e.capacity() * size_of::<Entry>()).sum::<usize>();
+            + state.active.queues.values().map(|(_, e)| e.capacity() * size_of::<Entry>()).sum::<usize>()
+            + state.active.cuts.capacity() * (size_of::<(u64, Cut)>() + 1)
+            + state.active.before.capacity() * (size_of::<(u64, Extent)>() + 1);
         extents + active + state.runs.capacity() * size_of::<Arc<Run>>()
     }
 
@@ -709,76 +808,77 @@ impl QueueIndex {
     }
 }
 
-/// Takes `active`'s entries of records below `log_to` out as the run to seal
-/// (`None`: `log_to` is the active run's start, nothing to seal); `active`
-/// keeps the later ones and starts at `log_to`. Refused, changing nothing,
-/// below the active run's start or through a record.
-fn split_below(active: &mut Active, log_to: u64) -> Result<Option<Active>, IndexError> {
-    let from = active.from;
-    let end = |e: &Entry| e.log_offset.saturating_add(u64::from(e.size));
-    let bad = |last_end| IndexError::BadSeal { log_to, from, last_end };
-    if log_to < from {
-        return Err(bad(active.last_end));
-    }
-    if log_to == from {
-        return Ok(None);
-    }
-    let rest = Active { from: log_to, last_end: log_to, last_log_offset: active.last_log_offset, ..Active::default() };
-    if active.last_log_offset.is_none_or(|last| last < log_to) {
-        if active.last_end > log_to {
-            return Err(bad(active.last_end));
-        }
-        return Ok(Some(std::mem::replace(active, rest)));
-    }
-    // Some entries stay: every queue's are split where log_to falls.
-    let mut straddles = None;
-    for (_, entries) in active.queues.values() {
-        let below = entries.partition_point(|e| e.log_offset < log_to);
-        if let Some(last) = below.checked_sub(1).map(|i| end(&entries[i])).filter(|&e| e > log_to) {
-            straddles = Some(last);
-        }
-    }
-    if let Some(last_end) = straddles {
-        return Err(bad(last_end));
-    }
-    let mut sealed = Active { from, last_end: from, last_log_offset: None, ..Active::default() };
-    let mut kept = rest;
-    kept.last_end = active.last_end;
-    for (queue, (first, mut entries)) in std::mem::take(&mut active.queues) {
-        let below = entries.partition_point(|e| e.log_offset < log_to);
-        if below == entries.len() {
-            sealed.entries += entries.len();
-            sealed.queues.insert(queue, (first, entries));
-        } else if below == 0 {
-            kept.entries += entries.len();
-            kept.queues.insert(queue, (first, entries));
-        } else {
-            let later = entries.split_off(below);
-            sealed.entries += entries.len();
-            kept.entries += later.len();
-            sealed.queues.insert(queue, (first, entries));
-            kept.queues.insert(queue, (first + below as u64, later));
-        }
-    }
-    sealed.last_end = log_to;
-    sealed.last_log_offset = active.last_log_offset;
-    *active = kept;
-    Ok(Some(sealed))
+/// Where a queue's raised first offset comes from, in
+/// [`raise_firsts_with_cuts`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Raised {
+    /// The end of its newest row in an expired run.
+    Expired,
+    /// Its first entry at or past the log's front in the run spanning it.
+    Front,
+    /// Its first entry at or past the log's front in the active run (no run left).
+    Active,
 }
 
-/// `earlier`'s entries followed by `later`'s (a seal that failed gives its
-/// run back to the active run that followed it).
-fn merge(mut earlier: Active, later: Active) -> Active {
-    for (queue, (first, entries)) in later.queues {
-        match earlier.queues.get_mut(&queue) {
-            Some((_, before)) => before.extend(entries),
-            None => {
-                earlier.queues.insert(queue, (first, entries));
+/// [`QueueIndex::expire`]'s raising of first offsets when some queue was
+/// cut: a queue's first offset goes up to where its newest expired row
+/// ended (or to its first live entry in the run spanning the log's new
+/// front, or in the active run when no run is left), but never past a newer
+/// row that cut it lower (that row holds the queue from its start on: only
+/// rows that cut can start below an older row's end), nor past its end.
+fn raise_firsts_with_cuts(
+    extents: &mut HashMap<u64, Extent>,
+    expired: &[Arc<Run>],
+    runs: &[Arc<Run>],
+    active: &mut Active,
+    log_min: u64,
+) {
+    let mut raise: HashMap<u64, (u64, Raised)> = HashMap::new();
+    for run in expired {
+        for (queue, span) in run.spans() {
+            raise.insert(queue, (span.end(), Raised::Expired));
+        }
+    }
+    if let Some(front) = runs.first().filter(|r| r.log_from < log_min) {
+        for (queue, span) in front.spans() {
+            raise.insert(queue, (front.first_at_or_after(span, log_min), Raised::Front));
+        }
+    }
+    // Newer rows that cut their queue lower: in runs that hold cuts (the
+    // front run is newer only than the expired ones), and in the active run.
+    for (i, run) in runs.iter().enumerate().filter(|(_, r)| r.cuts) {
+        for (queue, span) in run.spans() {
+            if let Some((to, from)) = raise.get_mut(&queue) {
+                let newer = *from == Raised::Expired || (*from == Raised::Front && i > 0);
+                if newer && span.first < *to {
+                    *to = span.first;
+                }
             }
         }
     }
-    earlier.entries += later.entries;
-    earlier.last_end = earlier.last_end.max(later.last_end);
-    earlier.last_log_offset = later.last_log_offset.or(earlier.last_log_offset);
-    earlier
+    // What the queue table says of a queue cut in the active run is its
+    // extent at the active run's start: raised as far as the runs say.
+    for (queue, before) in &mut active.before {
+        if let Some((to, _)) = raise.get(queue) {
+            before.min = before.min.max(*to).min(before.end);
+        }
+    }
+    if runs.is_empty() {
+        for (queue, (first, entries)) in &active.queues {
+            let below = entries.partition_point(|e| e.log_offset < log_min) as u64;
+            raise.insert(*queue, (first + below, Raised::Active));
+        }
+    }
+    for (queue, (first, _)) in &active.queues {
+        if let Some((to, from)) = raise.get_mut(queue) {
+            if *from != Raised::Active && *first < *to {
+                *to = *first;
+            }
+        }
+    }
+    for (queue, (to, _)) in raise {
+        if let Some(extent) = extents.get_mut(&queue) {
+            extent.min = extent.min.max(to).min(extent.end);
+        }
+    }
 }

@@ -2,14 +2,20 @@
 //!
 //! ```text
 //! header    64 bytes: magic "QIRUN001" | log_from u64 | log_to u64 | queues u32 |
-//!           entries u64 | body crc32c u32 | reserved | header crc32c u32 (last 4 bytes)
+//!           entries u64 | body crc32c u32 | flags u32 | reserved | header crc32c u32
+//!           (last 4 bytes)
 //! directory queues × 24 bytes, ascending by queue: queue u64 | first offset u64 |
-//!           count u32 | first entry u32 (index into the entries)
+//!           count u32 (bit 31: [`RESTART`]) | first entry u32 (index into the entries)
 //! entries   entries × 20 bytes: log offset u64 | size u32 | tag u64
 //! ```
 //!
 //! Little-endian. The body CRC covers the directory and the entries; the
-//! header's covers the header's first 60 bytes. A run is written whole and
+//! header's covers the header's first 60 bytes. Flags: bit 0 ([`CUTS`]) says
+//! some queue's row starts below the end its queue had before it (a
+//! truncation, or entries written again: see `QueueIndex::truncate`); runs
+//! written before truncations existed hold zeros there, as the bit means. In
+//! such a run, bit 31 of a row's count says the cut left its queue with no
+//! entry: nothing below the row's first offset is the queue's any more. A run is written whole and
 //! synced before anything relies on it, so a run that fails either CRC was
 //! torn by a crash before its sync returned, or damaged since.
 
@@ -26,6 +32,20 @@ pub(crate) const HEADER: usize = 64;
 const DIR_ENTRY: usize = 24;
 /// Bytes per entry.
 pub(crate) const ENTRY: usize = 20;
+/// The flag of a run holding rows that cut their queue.
+pub(crate) const CUTS: u32 = 1;
+/// The bit of a row's count saying its cut emptied the queue (in a run with [`CUTS`]).
+pub(crate) const RESTART: u32 = 1 << 31;
+
+/// One queue's entries, to be written in a run.
+#[derive(Debug)]
+pub(crate) struct Row<'a> {
+    pub(crate) queue: u64,
+    pub(crate) first: u64,
+    pub(crate) entries: &'a [Entry],
+    /// A cut emptied the queue before `first`.
+    pub(crate) restart: bool,
+}
 
 /// One queue's entries in a run: its first queue offset and how many.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +54,8 @@ pub(crate) struct Span {
     pub(crate) count: u32,
     /// Index of its first entry among the run's entries.
     start: u32,
+    /// A cut emptied the queue before `first` ([`RESTART`]).
+    pub(crate) restart: bool,
 }
 
 impl Span {
@@ -43,22 +65,23 @@ impl Span {
     }
 }
 
-/// The bytes of a run of the log range `[log_from, log_to)` holding `queues`:
-/// each (queue, first queue offset, entries), ascending by queue.
-pub(crate) fn encode(log_from: u64, log_to: u64, queues: &[(u64, u64, &[Entry])]) -> Vec<u8> {
-    let entries: usize = queues.iter().map(|(_, _, e)| e.len()).sum();
+/// The bytes of a run of the log range `[log_from, log_to)` holding `rows`,
+/// ascending by queue; `flags` as the header says.
+pub(crate) fn encode(log_from: u64, log_to: u64, flags: u32, rows: &[Row<'_>]) -> Vec<u8> {
+    let entries: usize = rows.iter().map(|r| r.entries.len()).sum();
     let mut bytes = vec![0u8; HEADER];
-    bytes.reserve(queues.len() * DIR_ENTRY + entries * ENTRY);
+    bytes.reserve(rows.len() * DIR_ENTRY + entries * ENTRY);
     let mut start = 0u32;
-    for &(queue, first, e) in queues {
-        bytes.extend_from_slice(&queue.to_le_bytes());
-        bytes.extend_from_slice(&first.to_le_bytes());
-        bytes.extend_from_slice(&(e.len() as u32).to_le_bytes());
+    for row in rows {
+        let count = row.entries.len() as u32 | if row.restart && flags & CUTS != 0 { RESTART } else { 0 };
+        bytes.extend_from_slice(&row.queue.to_le_bytes());
+        bytes.extend_from_slice(&row.first.to_le_bytes());
+        bytes.extend_from_slice(&count.to_le_bytes());
         bytes.extend_from_slice(&start.to_le_bytes());
-        start = start.saturating_add(e.len() as u32);
+        start = start.saturating_add(row.entries.len() as u32);
     }
-    for (_, _, e) in queues {
-        for entry in *e {
+    for row in rows {
+        for entry in row.entries {
             bytes.extend_from_slice(&entry.log_offset.to_le_bytes());
             bytes.extend_from_slice(&entry.size.to_le_bytes());
             bytes.extend_from_slice(&entry.tag.to_le_bytes());
@@ -69,9 +92,10 @@ pub(crate) fn encode(log_from: u64, log_to: u64, queues: &[(u64, u64, &[Entry])]
     h[..8].copy_from_slice(MAGIC);
     h[8..16].copy_from_slice(&log_from.to_le_bytes());
     h[16..24].copy_from_slice(&log_to.to_le_bytes());
-    h[24..28].copy_from_slice(&(queues.len() as u32).to_le_bytes());
+    h[24..28].copy_from_slice(&(rows.len() as u32).to_le_bytes());
     h[28..36].copy_from_slice(&(entries as u64).to_le_bytes());
     h[36..40].copy_from_slice(&body_crc.to_le_bytes());
+    h[40..44].copy_from_slice(&flags.to_le_bytes());
     let header_crc = crc32c::crc32c(&h[..HEADER - 4]);
     h[HEADER - 4..].copy_from_slice(&header_crc.to_le_bytes());
     bytes
@@ -93,6 +117,8 @@ pub(crate) struct Run {
     pub(crate) log_from: u64,
     pub(crate) log_to: u64,
     queues: usize,
+    /// Some row cuts its queue ([`CUTS`]).
+    pub(crate) cuts: bool,
 }
 
 impl Run {
@@ -127,7 +153,8 @@ impl Run {
         let bytes = file.read(0, file.read_position())?;
         let (log_from, log_to) = (u64_at(&bytes, 8), u64_at(&bytes, 16));
         let queues = u32_at(&bytes, 24) as usize;
-        Ok(Run { file, bytes, log_from, log_to, queues })
+        let cuts = u32_at(&bytes, 40) & CUTS != 0;
+        Ok(Run { file, bytes, log_from, log_to, queues, cuts })
     }
 
     fn check(&self) -> Result<(), String> {
@@ -156,7 +183,10 @@ impl Run {
     fn dir_at(&self, i: usize) -> (u64, Span) {
         let at = HEADER + i * DIR_ENTRY;
         let b = &self.bytes;
-        (u64_at(b, at), Span { first: u64_at(b, at + 8), count: u32_at(b, at + 16), start: u32_at(b, at + 20) })
+        let count = u32_at(b, at + 16);
+        let restart = self.cuts && count & RESTART != 0;
+        let count = if self.cuts { count & !RESTART } else { count };
+        (u64_at(b, at), Span { first: u64_at(b, at + 8), count, start: u32_at(b, at + 20), restart })
     }
 
     /// Queues with entries in the run.
