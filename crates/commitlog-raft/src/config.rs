@@ -1,7 +1,6 @@
 //! How a store or an engine is configured, and what it refuses.
 
 use commitlog::{CommitLogConfig, FlushDiskType};
-use consume_queue::ConsumeQueueConfig;
 
 use crate::error::RaftStoreError;
 
@@ -17,19 +16,14 @@ pub struct RaftStoreConfig {
     /// `u64::MAX`) and `clean_file_forcibly_enable` is off; the disk-space guard
     /// stays (appends fail with a storage error at `disk_space_warning_level_ratio`).
     pub log: CommitLogConfig,
-    /// Each group's index. The engine runs no flush service per index (it
-    /// flushes them all from its maintenance thread) and the indexes share one
-    /// storage, whatever `own_flush_service` and `owns_storage` say.
-    pub index: ConsumeQueueConfig,
-    /// How the engine keeps its groups: checkpoints and rewrites.
+    /// How the engine keeps its groups: checkpoints, the index's runs and
+    /// rewrites.
     pub groups: GroupsConfig,
 }
 
 impl Default for RaftStoreConfig {
     /// 64 MiB log segments, 1 MiB bodies at most, no deletion but openraft's
-    /// purge; indexes of 32 Ki entries (640 KiB) a segment, so that a thousand
-    /// groups map 640 MiB of index, not RocketMQ's 6 MB each; the groups'
-    /// defaults.
+    /// purge; the groups' defaults.
     fn default() -> Self {
         let log = CommitLogConfig {
             mapped_file_size_commit_log: 64 << 20,
@@ -42,8 +36,7 @@ impl Default for RaftStoreConfig {
             clean_file_forcibly_enable: false,
             ..CommitLogConfig::default()
         };
-        let index = ConsumeQueueConfig::with_entries_per_segment(32 * consume_queue::ENTRIES_PER_SEGMENT_MULTIPLE);
-        RaftStoreConfig { log, index, groups: GroupsConfig::default() }
+        RaftStoreConfig { log, groups: GroupsConfig::default() }
     }
 }
 
@@ -70,9 +63,9 @@ impl RaftStoreConfig {
                 ),
             });
         }
-        if self.groups.checkpoint_interval_ms == 0 {
+        if self.groups.checkpoint_interval_ms == 0 || self.groups.seal_entries == 0 {
             return Err(RaftStoreError::InvalidConfig {
-                reason: "groups.checkpoint_interval_ms must be positive".into(),
+                reason: "groups.checkpoint_interval_ms and groups.seal_entries must be positive".into(),
             });
         }
         Ok(())
@@ -81,11 +74,18 @@ impl RaftStoreConfig {
 
 /// How a [`RaftLogEngine`](crate::RaftLogEngine) keeps its groups.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct GroupsConfig {
-    /// How often the maintenance thread flushes every group's index and
-    /// advances the dispatch checkpoint (what recovery replays from), then
-    /// reclaims log segments.
+    /// How often the maintenance thread checkpoints (seals the queue index
+    /// at the log's last durable segment boundary and writes the state file
+    /// if a group's state changed: what recovery replays from), then
+    /// reclaims log segments. A group's committed id is written at most this
+    /// long after it changed.
     pub checkpoint_interval_ms: u64,
+    /// Index entries held in memory (the active run) before a checkpoint
+    /// seals them even inside a log segment: what bounds the index's memory
+    /// when records are small. 1,048,576 (about 32 MiB).
+    pub seal_entries: usize,
     /// A group whose oldest live entry is this many bytes or more behind the
     /// log's end, and in a segment that could otherwise go, has its live entries
     /// rewritten at the log's end. Every byte of a group is rewritten at most
@@ -96,9 +96,10 @@ pub struct GroupsConfig {
 }
 
 impl Default for GroupsConfig {
-    /// A checkpoint every second; groups lagging four segments of the default
-    /// log (256 MiB) are rewritten.
+    /// A checkpoint every second; a run at most every 1,048,576 entries;
+    /// groups lagging four segments of the default log (256 MiB) are
+    /// rewritten.
     fn default() -> Self {
-        GroupsConfig { checkpoint_interval_ms: 1000, rewrite_lag_bytes: 256 << 20 }
+        GroupsConfig { checkpoint_interval_ms: 1000, seal_entries: 1 << 20, rewrite_lag_bytes: 256 << 20 }
     }
 }

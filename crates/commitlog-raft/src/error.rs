@@ -3,9 +3,9 @@
 use std::io;
 use std::path::PathBuf;
 
-use consume_queue::CqError;
 #[cfg(doc)]
 use openraft::StorageError;
+use queue_index::IndexError;
 
 /// Errors of opening and running a [`RaftLogStore`](crate::RaftLogStore) or a [`RaftLogEngine`](crate::RaftLogEngine)
 /// (given to openraft as [`StorageError`]s).
@@ -18,9 +18,9 @@ pub enum RaftStoreError {
     /// Records could not be made durable.
     #[error(transparent)]
     Flush(#[from] commitlog::FlushError),
-    /// An index failed.
+    /// The queue index failed.
     #[error(transparent)]
-    Index(#[from] CqError),
+    Index(#[from] IndexError),
     /// The raft directory is held by another store.
     #[error(transparent)]
     Lock(#[from] mapped_file::LockError),
@@ -33,7 +33,8 @@ pub enum RaftStoreError {
         #[source]
         source: io::Error,
     },
-    /// A meta, registry or checkpoint file is damaged.
+    /// The state file (or a file of the earlier layout being converted) is
+    /// damaged.
     #[error("raft state file {} is damaged: {reason}", path.display())]
     Meta {
         /// The file.
@@ -82,6 +83,21 @@ pub enum RaftStoreError {
         next: u64,
         /// The entry the log holds next.
         found: u64,
+    },
+    /// The state file is missing or damaged and the log no longer holds
+    /// every record since the engine was new (segments were reclaimed): the
+    /// groups' votes and purged ids cannot be rebuilt. Restore the node from
+    /// its peers (an empty directory joins as a learner and gets a snapshot).
+    #[error(
+        "raft state file {} is missing or damaged, and the log starts at offset {log_min}: the groups' state \
+         cannot be rebuilt from it; restore this node from its peers (an empty directory joins as a learner)",
+        path.display()
+    )]
+    StateLost {
+        /// The state file.
+        path: PathBuf,
+        /// The log's first offset.
+        log_min: u64,
     },
     /// The engine has no such group.
     #[error("raft group {group} does not exist")]

@@ -75,7 +75,7 @@ impl<C: RaftTypeConfig> Answer<C> {
     fn give(self, result: Result<(), FlushError>) {
         let Answer { group, last, callback } = self;
         if result.is_ok() {
-            group.meta.raise_flushed(last);
+            group.raise_flushed(last);
         }
         callback.log_io_completed(result.map_err(io::Error::other));
         answered_one(&group);
@@ -114,11 +114,7 @@ mod tests {
     use std::io::Cursor;
     use std::time::Duration;
 
-    use mapped_file::{MmapStorage, Storage};
-
     use super::*;
-    use crate::group::open_group_files;
-    use crate::RaftStoreConfig;
 
     openraft::declare_raft_types!(
         /// Entries of strings.
@@ -127,10 +123,7 @@ mod tests {
 
     #[tokio::test]
     async fn drain_waits_until_the_groups_last_callback_is_answered() {
-        let dir = tempfile::tempdir().unwrap();
-        let storage: Arc<dyn Storage> = Arc::new(MmapStorage::lock(dir.path()).unwrap());
-        let config = RaftStoreConfig::default();
-        let group = Arc::new(open_group_files::<Strings>(&storage, dir.path(), 1, &config).unwrap());
+        let group = Arc::new(Group::<Strings>::new(1, 0, 0, crate::state::GroupState::default()));
         drain(&*group).await; // nothing unanswered: at once
         group.unanswered.store(2, Ordering::Release);
         let draining = tokio::spawn({

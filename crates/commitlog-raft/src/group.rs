@@ -1,24 +1,21 @@
-//! One raft group's state on the engine: its index, its meta file, its locks.
+//! One raft group on the engine: its key in the shared queue index, its raft
+//! state, its locks.
 
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::Arc;
 
-use consume_queue::{ConsumeQueue, ConsumeQueueConfig};
-use mapped_file::Storage;
-use openraft::RaftTypeConfig;
-use parking_lot::RwLock;
+use openraft::{LogId, RaftTypeConfig, Vote};
+use parking_lot::{Mutex, RwLock};
 
-use crate::config::RaftStoreConfig;
-use crate::error::RaftStoreError;
-use crate::layout::{group_dir, INDEX_DIR};
-use crate::meta::MetaStore;
+use crate::state::GroupState;
 
 /// One raft group's state on the engine.
 pub(crate) struct Group<C: RaftTypeConfig> {
     pub(crate) id: u64,
-    pub(crate) index: ConsumeQueue,
-    pub(crate) meta: MetaStore<C::NodeId>,
+    /// Its queue in the engine's queue index: raft index → record.
+    pub(crate) key: u64,
+    /// The log offset of its creation record.
+    pub(crate) created: u64,
+    pub(crate) state: Mutex<Live<C::NodeId>>,
     /// One writer (append, truncate, purge, rewrite) at a time.
     pub(crate) write: tokio::sync::Mutex<()>,
     /// Readers against the rewrite's swap of the index to the copies.
@@ -30,41 +27,79 @@ pub(crate) struct Group<C: RaftTypeConfig> {
     pub(crate) answered: tokio::sync::Notify,
 }
 
-impl<C: RaftTypeConfig> Group<C> {
-    /// The first raft index above the group's purged id (0 if none is purged).
-    pub(crate) fn after_purged(&self) -> u64 {
-        self.meta.purged().map_or(0, |p| p.index.saturating_add(1))
-    }
-
-    /// The group's first live entry's index: above the purged id, and held by
-    /// the index (it may keep purged entries while their segments last).
-    pub(crate) fn live_from(&self) -> u64 {
-        self.after_purged().max(self.index.min_index())
-    }
+/// A group's raft state in memory.
+#[derive(Debug, Clone)]
+pub(crate) struct Live<NID: openraft::NodeId> {
+    /// What is durable (the vote and purged id) or will be written with the
+    /// next state file (the committed id, as far as the local log is durable).
+    pub(crate) saved: GroupState<NID>,
+    /// The committed id asked for last (what `read_committed` returns).
+    pub(crate) committed_wanted: Option<LogId<NID>>,
+    /// The last log id known durable in the local log.
+    pub(crate) flushed: Option<LogId<NID>>,
 }
 
-/// Opens (or creates) group `id`'s index and meta file in the store directory `dir`.
-pub(crate) fn open_group_files<C: RaftTypeConfig>(
-    storage: &Arc<dyn Storage>,
-    dir: &Path,
-    id: u64,
-    config: &RaftStoreConfig,
-) -> Result<Group<C>, RaftStoreError> {
-    let group_dir = group_dir(dir, id);
-    storage.create_dir_all(&group_dir).map_err(|source| RaftStoreError::Io { path: group_dir.clone(), source })?;
-    let meta = MetaStore::open(Arc::clone(storage), &group_dir)?;
-    // The engine flushes every index from its maintenance thread, and the
-    // groups share the storage.
-    let index_config = ConsumeQueueConfig { own_flush_service: false, owns_storage: false, ..config.index.clone() };
-    let index = ConsumeQueue::open(Arc::clone(storage), &group_dir.join(INDEX_DIR), index_config)?;
-    Ok(Group {
-        id,
-        index,
-        meta,
-        write: tokio::sync::Mutex::new(()),
-        view: RwLock::new(()),
-        dropped: AtomicBool::new(false),
-        unanswered: AtomicU64::new(0),
-        answered: tokio::sync::Notify::new(),
-    })
+impl<C: RaftTypeConfig> Group<C> {
+    pub(crate) fn new(id: u64, key: u64, created: u64, saved: GroupState<C::NodeId>) -> Self {
+        let live = Live { committed_wanted: saved.committed.clone(), flushed: None, saved };
+        Group {
+            id,
+            key,
+            created,
+            state: Mutex::new(live),
+            write: tokio::sync::Mutex::new(()),
+            view: RwLock::new(()),
+            dropped: AtomicBool::new(false),
+            unanswered: AtomicU64::new(0),
+            answered: tokio::sync::Notify::new(),
+        }
+    }
+
+    pub(crate) fn vote(&self) -> Option<Vote<C::NodeId>> {
+        self.state.lock().saved.vote.clone()
+    }
+
+    pub(crate) fn purged(&self) -> Option<LogId<C::NodeId>> {
+        self.state.lock().saved.purged.clone()
+    }
+
+    pub(crate) fn committed(&self) -> Option<LogId<C::NodeId>> {
+        self.state.lock().committed_wanted.clone()
+    }
+
+    /// The first raft index above the group's purged id (0 if none is purged).
+    pub(crate) fn after_purged(&self) -> u64 {
+        self.purged().map_or(0, |p| p.index.saturating_add(1))
+    }
+
+    /// The local log is durable up to `log_id` (and no further: a truncation
+    /// may lower it).
+    pub(crate) fn set_flushed(&self, log_id: Option<LogId<C::NodeId>>) {
+        self.state.lock().flushed = log_id;
+    }
+
+    /// The local log is durable up to `log_id` at least: an append's flush,
+    /// which never lowers what a later append's flush raised.
+    pub(crate) fn raise_flushed(&self, log_id: LogId<C::NodeId>) {
+        let mut state = self.state.lock();
+        if state.flushed.as_ref().is_none_or(|flushed| flushed.index < log_id.index) {
+            state.flushed = Some(log_id);
+        }
+    }
+
+    /// Takes the committed id asked for, as far as the local log is durable,
+    /// for the next state file; returns whether it changed.
+    pub(crate) fn settle_committed(&self) -> bool {
+        let mut state = self.state.lock();
+        let next = match (&state.committed_wanted, &state.flushed) {
+            (Some(wanted), Some(flushed)) if wanted.index > flushed.index => Some(flushed.clone()),
+            (Some(_), None) => state.saved.committed.clone(), // nothing known durable yet
+            (wanted, _) => wanted.clone(),
+        };
+        if next > state.saved.committed {
+            state.saved.committed = next;
+            return true;
+        }
+        false
+    }
 }

@@ -1,24 +1,26 @@
 //! The commit log as [openraft](https://docs.rs/openraft/0.9)'s log store
 //! ([`RaftLogStorage`]), as raft-engine is TiKV's: entries are records in a
-//! [`CommitLog`] under sync flush, a [`ConsumeQueue`] per raft group maps each
-//! raft index to its record, and `append`'s callback fires when group commit
-//! has made the entries durable, so concurrent appends share one sync and none
-//! pays an extra one.
+//! [`CommitLog`] under sync flush, one [`QueueIndex`](queue_index::QueueIndex)
+//! maps each group's raft indexes to their records, and `append`'s callback
+//! fires when group commit has made the entries durable, so concurrent
+//! appends share one sync and none pays an extra one.
 //!
 //! Many groups can share one log: a [`RaftLogEngine`] holds the log and hands
 //! out a [`RaftLogStore`] per group ([`RaftLogEngine::open_group`]), as TiKV
 //! keeps every region's raft log in one raft-engine and RocketMQ every queue in
-//! one commit log; appends of every group go through the one group commit.
-//! [`RaftLogStore::open`] is the one-group case (group [`SINGLE_GROUP`]).
+//! one commit log; appends of every group go through the one group commit. A
+//! group costs no file, no mapping and no system call of its own: its
+//! entries are a queue of the shared index, its vote and purged id records
+//! of the shared log. [`RaftLogStore::open`] is the one-group case (group
+//! [`SINGLE_GROUP`]).
 //!
 //! ```text
-//! <dir>/log/                      the commit log: records of every group, each a
-//!                                 17-byte header (kind, group, raft index) and a JSON entry
-//! <dir>/raft/groups.json          the groups, each with the log offset it was created at
-//! <dir>/raft/dispatched           the dispatch checkpoint: every record below it is in its group's index
-//! <dir>/raft/groups/<id>/index/   a group's index: entry i at byte 20 i (offset, size)
-//! <dir>/raft/groups/<id>/meta     a group's vote, committed and last purged log id
-//! <dir>/raft/lock                 the raft directory's lock
+//! <dir>/log/               the commit log: records of every group, each a 17-byte
+//!                          header (kind, group, raft index or key) and a JSON body
+//! <dir>/raft/queueindex/   the queue index of every group's entries: one run file per
+//!                          sealed log range, and a queue table
+//! <dir>/raft/state         every group's id, key, vote, committed and purged ids, as of a log offset
+//! <dir>/raft/lock          the raft directory's lock
 //! ```
 //!
 //! What each guarantee rests on (the repository's docs/replication.md says
@@ -28,20 +30,23 @@
 //!   covering it; callbacks fire in the order of the appends.
 //! - **Truncation** (a conflicting suffix of one group) waits for every
 //!   callback in flight, appends a truncation record and waits for it to be
-//!   durable, then cuts the group's index. The shared log is never cut: after a
-//!   crash, the replay meets the truncation record after the entries it
-//!   removes.
-//! - **Purge** writes the group's purged id durably, then drops its index below
-//!   it. Log segments go once no group has a live entry in them; a group
-//!   lagging [`GroupsConfig::rewrite_lag_bytes`] behind the log's end has its
-//!   live entries copied forward first, so one idle group never pins the log
+//!   durable, then cuts the group's queue in the index. The shared log is
+//!   never cut: after a crash, the replay meets the truncation record after
+//!   the entries it removes.
+//! - **Purge** appends the group's purged id and waits for it to be durable.
+//!   Log segments go once no group has a live entry in them, with the
+//!   index's runs below them; a group lagging
+//!   [`GroupsConfig::rewrite_lag_bytes`] behind the log's end has its live
+//!   entries copied forward first, so one idle group never pins the log
 //!   ([`RaftLogEngine::reclaim`]).
-//! - **Recovery** replays the log from the dispatch checkpoint into every
-//!   group's index in one pass, whatever the number of groups; index entries
-//!   past the checkpoint are cut first, so an index never names a record a
-//!   power cut took.
-//! - **The vote** is durable before `save_vote` returns; the committed id is
-//!   written in the background, never ahead of the local durable log.
+//! - **Recovery** reads the index's sealed runs and the state file, and
+//!   replays the log from the lower of their points into every group in one
+//!   pass, whatever the number of groups. A run is sealed only below what
+//!   the log has made durable and every writer has indexed, so it never
+//!   names a record a power cut took.
+//! - **The vote** is a record, durable before `save_vote` returns; the
+//!   committed id is written with the state file at the next checkpoint,
+//!   never ahead of the local durable log.
 //!
 //! Used as openraft uses it (`Raft::new(.., log_store, state_machine)` takes it
 //! as the log store; `examples/raft-node` runs a sharded 3-node cluster of
@@ -94,11 +99,12 @@ mod error;
 mod flushed;
 mod group;
 mod layout;
-mod meta;
+mod legacy;
 #[cfg(planted_bugs)]
 pub mod planted;
 mod record;
 mod recovery;
+mod state;
 
 use std::fmt::Debug;
 use std::io;
@@ -108,7 +114,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use commitlog::{CommitLog, DurabilityHandle};
-use consume_queue::ConsumeQueue;
 use mapped_file::Storage;
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{
@@ -122,8 +127,7 @@ use engine::Owner;
 pub use engine::{RaftLogEngine, ReclaimStats};
 pub use error::RaftStoreError;
 use group::Group;
-pub use layout::{group_dir, DISPATCHED_FILE, GROUPS_DIR, GROUPS_FILE, INDEX_DIR, LOG_DIR, RAFT_DIR, SINGLE_GROUP};
-pub use meta::META_FILE;
+pub use layout::{LOG_DIR, QUEUE_INDEX_DIR, RAFT_DIR, SINGLE_GROUP, STATE_FILE};
 pub use recovery::EngineRecovery;
 
 /// openraft's log store for one raft group: over its own commit log
@@ -146,7 +150,7 @@ impl<C: RaftTypeConfig> Debug for RaftLogStore<C> {
         f.debug_struct("RaftLogStore")
             .field("group", &self.group.id)
             .field("log", &self.engine.log)
-            .field("index", &self.group.index)
+            .field("key", &self.group.key)
             .finish()
     }
 }
@@ -179,7 +183,7 @@ where
     }
 
     /// As [`open`](Self::open), with the commit log on `log_storage` and the
-    /// indexes and meta files on `raft_storage`
+    /// raft directory (the queue index and the state file) on `raft_storage`
     /// ([`RaftLogEngine::open_with_storage`]).
     pub fn open_with_storage(
         dir: impl AsRef<Path>,
@@ -205,9 +209,17 @@ where
         &self.engine.log
     }
 
-    /// The group's index.
-    pub fn index(&self) -> &ConsumeQueue {
-        &self.group.index
+    /// The raft indexes the group's queue holds: from its first entry still
+    /// indexed (purged entries stay indexed while their log segment lasts)
+    /// to one past its last.
+    pub fn indexed(&self) -> std::ops::Range<u64> {
+        self.engine.index.extent(self.group.key).map_or(0..0, |(min, end)| min..end)
+    }
+
+    /// The log offset of the record holding the group's entry at raft index
+    /// `i`, if its queue holds it.
+    pub fn entry_offset(&self, i: u64) -> Option<u64> {
+        self.engine.index.get(self.group.key, i, 1).first().map(|e| e.log_offset)
     }
 
     /// Shuts the whole engine down ([`RaftLogEngine::shutdown`]): every group
@@ -271,6 +283,14 @@ where
             .map_err(RaftStoreError::Encode)?;
         let _in_flight = self.engine.in_flight();
         let first = entries[0].get_log_id().index;
+        if let Some((min, end)) = self.engine.index.extent(self.group.key) {
+            if end > min && first > end && end <= self.group.after_purged() {
+                // Everything the queue holds is purged (a snapshot past its
+                // last entry): it starts over at these entries, cut by the
+                // first of them (the replay does the same there).
+                self.engine.index.truncate(self.group.key, 0, self.engine.log.max_offset())?;
+            }
+        }
         Ok(self.engine.write_records(&self.group, first, &bodies, true)?.1)
     }
 }
@@ -285,25 +305,33 @@ where
         range: RB,
     ) -> Result<Vec<C::Entry>, StorageError<C::NodeId>> {
         self.check_live().map_err(read_err::<C>)?;
-        let index = &self.group.index;
         let _view = self.group.view.read();
+        let Some((min, next)) = self.engine.index.extent(self.group.key) else { return Ok(Vec::new()) };
         let start = match range.start_bound() {
             Bound::Included(&s) => s,
             Bound::Excluded(&s) => s.saturating_add(1),
             Bound::Unbounded => 0,
         }
-        .max(self.group.live_from());
+        .max(self.group.after_purged())
+        .max(min);
         let end = match range.end_bound() {
             Bound::Included(&e) => e.saturating_add(1),
             Bound::Excluded(&e) => e,
             Bound::Unbounded => u64::MAX,
         }
-        .min(index.next_index());
-        let mut entries = Vec::with_capacity(usize::try_from(end.saturating_sub(start)).unwrap_or(0).min(4096));
-        for i in start..end {
-            match self.engine.entry(&self.group, i).map_err(read_err::<C>)? {
-                Some(entry) => entries.push(entry),
-                None => break,
+        .min(next);
+        let want = usize::try_from(end.saturating_sub(start)).unwrap_or(usize::MAX);
+        let mut entries = Vec::with_capacity(want.min(4096));
+        let mut i = start;
+        // The positions a batch at a time, then each record.
+        while i < end {
+            let positions = self.engine.index.get(self.group.key, i, (end - i).min(4096) as usize);
+            if positions.is_empty() {
+                break;
+            }
+            for at in positions {
+                entries.push(self.engine.entry_at(&self.group, i, at).map_err(read_err::<C>)?);
+                i += 1;
             }
         }
         Ok(entries)
@@ -320,7 +348,7 @@ where
     async fn get_log_state(&mut self) -> Result<LogState<C>, StorageError<C::NodeId>> {
         self.check_live().map_err(read_err::<C>)?;
         Ok(LogState {
-            last_purged_log_id: self.group.meta.purged(),
+            last_purged_log_id: self.group.purged(),
             last_log_id: self.last_log_id().map_err(read_err::<C>)?,
         })
     }
@@ -330,21 +358,36 @@ where
     }
 
     async fn save_vote(&mut self, vote: &Vote<C::NodeId>) -> Result<(), StorageError<C::NodeId>> {
-        self.check_live().map_err(|e| StorageIOError::write_vote(&e))?;
-        self.group.meta.save_vote(vote).map_err(|e| StorageIOError::write_vote(&e).into())
+        let err = |e: RaftStoreError| StorageError::from(StorageIOError::write_vote(&e));
+        self.check_live().map_err(err)?;
+        let payload = serde_json::to_vec(vote).map_err(|e| err(RaftStoreError::Encode(e)))?;
+        // A record of the log, synced (the sync shared with other groups'
+        // appends) before the vote counts.
+        let _in_flight = self.engine.in_flight();
+        let (_, durable) = self.engine.append_state(record::Kind::Vote, self.group.id, 0, &payload).map_err(err)?;
+        #[cfg(planted_bugs)]
+        let awaited = !planted::is_active(planted::Bug::VoteNotAwaited);
+        #[cfg(not(planted_bugs))]
+        let awaited = true;
+        if awaited {
+            durable.await.map_err(|e| err(e.into()))?;
+        }
+        self.group.state.lock().saved.vote = Some(vote.clone());
+        self.engine.state_changed();
+        Ok(())
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<C::NodeId>>, StorageError<C::NodeId>> {
-        Ok(self.group.meta.vote())
+        Ok(self.group.vote())
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<C::NodeId>>) -> Result<(), StorageError<C::NodeId>> {
-        self.group.meta.save_committed(committed);
+        self.group.state.lock().committed_wanted = committed;
         Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<C::NodeId>>, StorageError<C::NodeId>> {
-        Ok(self.group.meta.committed())
+        Ok(self.group.committed())
     }
 
     async fn append<I>(&mut self, entries: I, callback: LogFlushed<C>) -> Result<(), StorageError<C::NodeId>>
@@ -363,31 +406,22 @@ where
         // Every callback in flight fires first: none may report entries that
         // the cut removes as durable after new ones take their place.
         flushed::drain(&self.group).await;
-        let index = &self.group.index;
-        let i = log_id.index.max(index.min_index());
-        if i < index.next_index() {
+        let (min, next) = self.engine.index.extent(self.group.key).unwrap_or_default();
+        let i = log_id.index.max(min);
+        if i < next {
             // The truncation record is durable before the index is cut: a crash
             // after the cut must not bring the entries back at the replay.
             let body = record::Header { kind: record::Kind::Truncation, group: self.group.id, index: i }.encode(&[]);
             let _in_flight = self.engine.in_flight();
             let appended = self.engine.log.append(&body).map_err(storage_err::<C>)?;
-            #[cfg(planted_bugs)]
-            let awaited = !planted::is_active(planted::Bug::TruncationNotAwaited);
-            #[cfg(not(planted_bugs))]
-            let awaited = true;
-            if awaited {
-                appended.durability.await.map_err(storage_err::<C>)?;
-            }
-            if i <= self.group.after_purged() {
-                // Only purged entries would be left: the index starts over at
-                // the next append, as after a purge of everything.
-                index.clear().map_err(storage_err::<C>)?;
-            } else {
-                index.truncate_from(i).map_err(storage_err::<C>)?;
-            }
+            appended.durability.await.map_err(storage_err::<C>)?;
+            // Only purged entries would be left: the queue is emptied and
+            // starts over at the next append, as after a purge of everything.
+            let from = if i <= self.group.after_purged() { 0 } else { i };
+            self.engine.index.truncate(self.group.key, from, appended.wrote_offset).map_err(storage_err::<C>)?;
         }
         let last = self.last_log_id().map_err(storage_err::<C>)?;
-        self.group.meta.set_flushed(last);
+        self.group.set_flushed(last);
         Ok(())
     }
 
@@ -396,16 +430,19 @@ where
         self.check_live().map_err(storage_err::<C>)?;
         // Durable first: after a crash, the entries up to here are purged even if
         // their records are still in the log.
-        self.group.meta.save_purged(log_id.clone()).map_err(storage_err::<C>)?;
-        let index = &self.group.index;
-        let keep = log_id.index.saturating_add(1);
-        if keep >= index.next_index() {
-            // Everything is purged (a snapshot beyond the last entry): the index
-            // starts over at the next append.
+        let payload = serde_json::to_vec(&log_id).map_err(|e| storage_err::<C>(RaftStoreError::Encode(e)))?;
+        let _in_flight = self.engine.in_flight();
+        let (at, durable) =
+            self.engine.append_state(record::Kind::Purged, self.group.id, 0, &payload).map_err(storage_err::<C>)?;
+        durable.await.map_err(storage_err::<C>)?;
+        self.group.state.lock().saved.purged = Some(log_id.clone());
+        self.engine.state_changed();
+        let (min, next) = self.engine.index.extent(self.group.key).unwrap_or_default();
+        if next > min && log_id.index.saturating_add(1) >= next {
+            // Everything is purged (a snapshot beyond the last entry): the
+            // queue is emptied and starts over at the next append.
             flushed::drain(&self.group).await;
-            index.clear().map_err(storage_err::<C>)?;
-        } else {
-            index.delete_before(keep).map_err(storage_err::<C>)?;
+            self.engine.index.truncate(self.group.key, 0, at).map_err(storage_err::<C>)?;
         }
         // The log's segments go once no group needs them.
         self.engine.wake_maintenance(true);
@@ -431,7 +468,6 @@ mod tests {
         config.log.disk_max_used_space_ratio = 100;
         config.log.mapped_file_size_commit_log = 64 << 10;
         config.log.max_message_size = 16 << 10;
-        config.index = consume_queue::ConsumeQueueConfig::with_entries_per_segment(1024);
         config
     }
 
@@ -460,7 +496,7 @@ mod tests {
         store.engine.begin_shutdown();
         let err = store.blocking_append(vec![entry(2)]).await.unwrap_err();
         assert!(err.to_string().contains("shut down"), "the callback was dropped unanswered: {err}");
-        assert_eq!(store.index().next_index(), 2, "nothing written after the shutdown began");
+        assert_eq!(store.indexed(), 1..2, "nothing written after the shutdown began");
         store.shutdown().unwrap();
     }
 }

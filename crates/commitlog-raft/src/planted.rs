@@ -8,10 +8,11 @@ use std::sync::atomic::{AtomicU16, Ordering};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u16)]
 pub enum Bug {
-    /// A truncation cuts the group's index without waiting for its record to
-    /// be durable: a power cut that takes the record back brings the cut
-    /// entries back at the replay.
-    TruncationNotAwaited = 1,
+    /// A checkpoint seals the queue index to the log's end, not to what the
+    /// log has made durable: a run then names records (and holds cuts) a
+    /// power cut can take back. (An open also trusts such a run then: it
+    /// would otherwise rebuild the index, which hides the first fault.)
+    SealPastDurable = 1,
     /// A rewrite moves the group's index to the copies without waiting for
     /// them to be durable: a power cut that takes the copies leaves an index
     /// naming records that are gone, and the originals below the checkpoint
@@ -21,6 +22,9 @@ pub enum Bug {
     /// written, before the sync: openraft counts them durable, and a power cut
     /// takes them.
     AnsweredBeforeDurable = 4,
+    /// `save_vote` returns before the vote's record is durable: a power cut
+    /// takes back a vote the node acted on.
+    VoteNotAwaited = 8,
 }
 
 static ACTIVE: AtomicU16 = AtomicU16::new(0);

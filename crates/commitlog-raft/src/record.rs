@@ -2,15 +2,18 @@
 //! raft group and index, then (for entries) the entry, JSON-encoded.
 //!
 //! ```text
-//! byte 0       kind: 1 entry, 2 truncation, 3 rewritten entry
+//! byte 0       kind: 1 entry, 2 truncation, 3 rewritten entry, 4 vote,
+//!              5 purged id, 6 group created, 7 group dropped
 //! bytes 1..9   the group's id, u64 little-endian
 //! bytes 9..17  the raft index, u64 little-endian (for a truncation: the first
-//!              index it removes)
-//! bytes 17..   the entry (kinds 1 and 3); nothing (kind 2)
+//!              index it removes; for a creation or a drop: the group's key in
+//!              the queue index; 0 for a vote or a purged id)
+//! bytes 17..   the entry (kinds 1 and 3), the vote or the purged log id (kinds
+//!              4 and 5), as JSON; nothing (kinds 2, 6 and 7)
 //! ```
 //!
-//! The header lets recovery route every record to its group's index without
-//! decoding an entry.
+//! The header lets recovery route every record to its group without decoding
+//! an entry.
 
 use crate::error::RaftStoreError;
 
@@ -28,6 +31,14 @@ pub(crate) enum Kind {
     /// An entry copied forward by the purge so that an old segment can go
     /// (the group's index moves to the copy; nothing after it is removed).
     Rewritten,
+    /// The group's vote.
+    Vote,
+    /// The group's last purged log id.
+    Purged,
+    /// The group was created, with the key in the header's index field.
+    Created,
+    /// The group was dropped (the key of the one dropped in the index field).
+    Dropped,
 }
 
 impl Kind {
@@ -36,6 +47,10 @@ impl Kind {
             Kind::Entry => 1,
             Kind::Truncation => 2,
             Kind::Rewritten => 3,
+            Kind::Vote => 4,
+            Kind::Purged => 5,
+            Kind::Created => 6,
+            Kind::Dropped => 7,
         }
     }
 
@@ -44,6 +59,10 @@ impl Kind {
             1 => Some(Kind::Entry),
             2 => Some(Kind::Truncation),
             3 => Some(Kind::Rewritten),
+            4 => Some(Kind::Vote),
+            5 => Some(Kind::Purged),
+            6 => Some(Kind::Created),
+            7 => Some(Kind::Dropped),
             _ => None,
         }
     }
@@ -92,7 +111,9 @@ mod tests {
 
     #[test]
     fn a_header_reads_back_and_foreign_bodies_are_not_taken_for_one() {
-        for kind in [Kind::Entry, Kind::Truncation, Kind::Rewritten] {
+        for kind in
+            [Kind::Entry, Kind::Truncation, Kind::Rewritten, Kind::Vote, Kind::Purged, Kind::Created, Kind::Dropped]
+        {
             let header = Header { kind, group: u64::MAX - 3, index: 1 << 40 };
             let body = header.encode(b"{\"x\":1}");
             assert_eq!(Header::decode(&body), Some((header, &b"{\"x\":1}"[..])));

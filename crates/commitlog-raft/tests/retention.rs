@@ -30,7 +30,6 @@ fn config() -> RaftStoreConfig {
     config.log.mapped_file_size_commit_log = SEGMENT;
     config.log.max_message_size = 16 << 10;
     config.log.clean_resource_interval_ms = 2;
-    config.index = consume_queue::ConsumeQueueConfig::with_entries_per_segment(1024);
     config
 }
 

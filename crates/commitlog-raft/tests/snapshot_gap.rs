@@ -5,7 +5,7 @@
 
 mod kv;
 
-use commitlog_raft::{group_dir, RaftLogStore, INDEX_DIR, SINGLE_GROUP};
+use commitlog_raft::{RaftLogStore, QUEUE_INDEX_DIR, RAFT_DIR};
 use kv::TypeConfig;
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftLogReader};
@@ -21,7 +21,7 @@ fn entry(term: u64, index: u64) -> Entry<TypeConfig> {
 
 /// Files and bytes of the index directory.
 fn index_files(dir: &std::path::Path) -> (usize, u64) {
-    let index = group_dir(dir, SINGLE_GROUP).join(INDEX_DIR);
+    let index = dir.join(RAFT_DIR).join(QUEUE_INDEX_DIR);
     std::fs::read_dir(index)
         .unwrap()
         .map(|e| e.unwrap().metadata().unwrap())
@@ -41,17 +41,18 @@ async fn a_snapshot_a_billion_entries_ahead_costs_every_open_nothing_for_the_gap
     let snapshot = 50 + GAP;
     store.purge(log_id(2, snapshot)).await.unwrap();
     store.blocking_append((snapshot + 1..=snapshot + 20).map(|i| entry(2, i)).collect::<Vec<_>>()).await.unwrap();
-    let segment_bytes = config.index.mapped_file_size_consume_queue as u64;
+    // A run of a few entries is a few hundred bytes, whatever the gap.
+    let small = 4096;
     let after_appends = index_files(dir.path());
-    assert!(after_appends.0 <= 2, "the index materialised the gap: {after_appends:?}");
+    assert!(after_appends.1 <= small, "the index materialised the gap: {after_appends:?}");
     store.shutdown().unwrap();
     drop(store);
 
     for round in 0..2 {
         let mut store = RaftLogStore::<TypeConfig>::open(dir.path(), config.clone()).unwrap();
         let files = index_files(dir.path());
-        assert!(files.0 <= 2 && files.1 <= 2 * segment_bytes, "open {round} rewrote the gap: {files:?}");
-        assert_eq!(store.index().min_index(), snapshot + 1, "open {round}");
+        assert!(files.0 <= 4 && files.1 <= small, "open {round} wrote the gap: {files:?}");
+        assert_eq!(store.indexed().start, snapshot + 1, "open {round}");
         let state = store.get_log_state().await.unwrap();
         assert_eq!(state.last_purged_log_id, Some(log_id(2, snapshot)));
         let last = snapshot + 20 + round;

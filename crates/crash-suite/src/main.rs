@@ -133,7 +133,7 @@ fn main() -> ExitCode {
         let seeds = run.seeds(7000, 4 * scale as u64);
         let runs = seeds.len() as u64;
         for s in seeds {
-            let t = raft_power_loss::run_seed(s, 2, false);
+            let t = raft_power_loss::run_seed(s, 6, false);
             run.check("raft-power-loss", s, t.violations(), || raft_line(&t, 1, t0));
             r.add(t);
         }
@@ -379,7 +379,7 @@ fn power_loss_line(p: &power_loss::Tally, runs: u64, t0: Instant) -> String {
 
 fn raft_line(r: &power_loss::Tally, runs: u64, t0: Instant) -> String {
     format!(
-        "raft-power-loss (commitlog-raft: two groups on one log, entries, indexes, vote, purges, truncations, rewrites of the lagging group on one simulated disk): {} crash states over {runs} runs, {} entries acked, {} rewritten, {} acked lost, {} garbage, {} failed opens ({:.1?})",
+        "raft-power-loss (commitlog-raft: three groups on one log and one queue index, a group created and dropped midway, entries, votes, purges, truncations, rewrites of the lagging group, all on one simulated disk): {} crash states over {runs} runs, {} entries acked, {} rewritten, {} acked lost, {} garbage, {} failed opens ({:.1?})",
         r.states,
         r.acked,
         r.rewritten,

@@ -48,14 +48,15 @@ pub fn run(seed: u64, only: Option<&str>) -> ExitCode {
     use message_store::planted::Bug as S;
     use segment_queue::planted::Bug as Q;
     let t0 = Instant::now();
-    let cases: [Case; 22] = [
+    let cases: [Case; 23] = [
         (Bug::File(F::AckBeforeSync), "power-loss", power_loss_catches),
         (Bug::File(F::AckBeforeSync), "raft-power-loss", raft_power_loss_catches),
         (Bug::File(F::RetryAfterFailedSync), "power-loss", power_loss_catches),
         (Bug::Log(L::RecoveryWithoutCrc), "power-loss", power_loss_catches),
         (Bug::Log(L::CheckpointAheadOfData), "power-loss", power_loss_catches),
         (Bug::File(F::TruncateLeavesTail), "generations", generations_catches),
-        (Bug::Raft(R::TruncationNotAwaited), "raft-power-loss", raft_power_loss_catches),
+        (Bug::Raft(R::SealPastDurable), "raft-power-loss", raft_power_loss_catches),
+        (Bug::Raft(R::VoteNotAwaited), "raft-power-loss", raft_power_loss_catches),
         (Bug::Raft(R::RewriteNotAwaited), "raft-power-loss", raft_power_loss_catches),
         (Bug::Raft(R::AnsweredBeforeDurable), "raft-power-loss", raft_power_loss_catches),
         (Bug::Log(L::TruncateKeepsCheckpoint), "races", races_catches),
@@ -84,7 +85,7 @@ pub fn run(seed: u64, only: Option<&str>) -> ExitCode {
         }
     }
     println!(
-        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync, callback answered before the sync, truncation not awaited, rewrite not awaited; generations: truncation leaves the tail; segment-dirs: front recorded after deletion, segments unchecked at open, new segment unrecorded; races: checkpoint unclamped, truncation keeping the checkpoint; message-store: dispatch before durable, queue-index entries durable before their records, a checkpoint taken for the queue index it does not cover, the queue index expired before its log segment, offset outside the put lock, key index not flushed before the dispatch point, a consumer-offset commit returned before its sync; message-damage: offset reuse after index loss (puts before the replay)) ({:.1?})",
+        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync, callback answered before the sync, the queue index sealed past the durable log, a vote returned before its sync, rewrite not awaited; generations: truncation leaves the tail; segment-dirs: front recorded after deletion, segments unchecked at open, new segment unrecorded; races: checkpoint unclamped, truncation keeping the checkpoint; message-store: dispatch before durable, queue-index entries durable before their records, a checkpoint taken for the queue index it does not cover, the queue index expired before its log segment, offset outside the put lock, key index not flushed before the dispatch point, a consumer-offset commit returned before its sync; message-damage: offset reuse after index loss (puts before the replay)) ({:.1?})",
         cases.len() - missed.len(),
         cases.len(),
         t0.elapsed()

@@ -1,6 +1,6 @@
 //! Layer 2c: simulated power loss under the replicated log's store
-//! (`commitlog-raft`). The store's commit log, index and meta file all live on
-//! one `SimStorage`; a writer appends entries through openraft's interface
+//! (`commitlog-raft`). The store's commit log, queue index and state file all
+//! live on one `SimStorage`; a writer appends entries through openraft's interface
 //! (`blocking_append`: an append counts once its durability callback fired),
 //! saves a vote, purges a prefix now and then, and now and then truncates a
 //! suffix and goes on in a new term (a follower that meets a new leader). After
@@ -16,6 +16,9 @@
 //! every fifth round and after each purge, rewriting groups three segments
 //! behind) copies its entries forward again and again while the first group's
 //! purges free segments. Every entry of it acknowledged by a crash must be there too.
+//! A third group is created, takes entries and is dropped midway: once its
+//! drop returned, it never comes back (created again, it is empty). Each new
+//! leader saves its vote: a crash keeps the last vote saved, or a later one.
 
 use std::io::Cursor;
 use std::sync::mpsc;
@@ -49,10 +52,6 @@ fn config() -> RaftStoreConfig {
     config.log.preallocate_next_segment = false;
     config.log.checkpoint_interval_ms = 1;
     config.log.flush = FlushConfig { flush_interval_commit_log_ms: 3_600_000, ..FlushConfig::default() };
-    config.index = consume_queue::ConsumeQueueConfig {
-        preallocate_next_segment: false,
-        ..consume_queue::ConsumeQueueConfig::with_entries_per_segment(1024)
-    };
     // Checkpoints and reclaims come from the run itself (and after each purge),
     // at the same points whatever the machine's speed.
     config.groups.checkpoint_interval_ms = 3_600_000;
@@ -62,6 +61,8 @@ fn config() -> RaftStoreConfig {
 
 /// The group that shares the log and never purges.
 const LAGGING: u64 = 9;
+/// The group created and dropped midway.
+const EPHEMERAL: u64 = 11;
 
 fn log_id(term: u64, index: u64) -> LogId<u64> {
     LogId::new(CommittedLeaderId::new(term, 1), index)
@@ -95,8 +96,12 @@ enum Op {
 struct Acked {
     /// In order, each with the event count when it returned.
     ops: Vec<(Op, u64)>,
-    /// Event at which the vote was saved.
-    vote: Option<u64>,
+    /// Votes saved (their terms), each with the event count when it returned.
+    votes: Vec<(u64, u64)>,
+    /// The dropped group's last acknowledged index, with the event count then.
+    ephemeral: Vec<(u64, u64)>,
+    /// Events at which the dropped group's drop began and returned.
+    dropped: (Option<u64>, Option<u64>),
     /// The lagging group's last acknowledged index, with the event count then.
     lagging: Vec<(u64, u64)>,
 }
@@ -118,6 +123,22 @@ impl Acked {
     /// The lagging group's entries owed in a crash image of `event`.
     fn lagging_at(&self, event: u64) -> u64 {
         self.lagging.iter().filter(|(_, e)| *e <= event).map(|(last, _)| *last).max().unwrap_or(0)
+    }
+
+    /// The term of the last vote saved by `event`.
+    fn vote_at(&self, event: u64) -> Option<u64> {
+        self.votes.iter().filter(|(_, e)| *e <= event).map(|(term, _)| *term).max()
+    }
+
+    /// What the dropped group owes in a crash image of `event`: `None` once
+    /// its drop returned (it must be gone), else its entries `1..=n`.
+    /// (Between the two, it may be gone or whole: `Some` with `true`.)
+    fn ephemeral_at(&self, event: u64) -> Option<(u64, bool)> {
+        if self.dropped.1.is_some_and(|e| e <= event) {
+            return None;
+        }
+        let dropping = self.dropped.0.is_some_and(|e| e <= event);
+        Some((self.ephemeral.iter().filter(|(_, e)| *e <= event).map(|(last, _)| *last).max().unwrap_or(0), dropping))
     }
 
     fn entries_acked(&self) -> u64 {
@@ -151,15 +172,16 @@ pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tall
                 if stop_at_first && tally.violations() > 0 {
                     continue; // drain so the writer never blocks
                 }
-                let (expected, vote_acked, lagging) = {
+                let (expected, vote, lagging, ephemeral) = {
                     let acked = acked.lock().expect("acked");
                     (
                         acked.expected_at(snapshot.event),
-                        acked.vote.is_some_and(|e| e <= snapshot.event),
+                        acked.vote_at(snapshot.event),
                         acked.lagging_at(snapshot.event),
+                        acked.ephemeral_at(snapshot.event),
                     )
                 };
-                let owed = Owed { entries: &expected, vote: vote_acked, lagging };
+                let owed = Owed { entries: &expected, vote, lagging, ephemeral };
                 tally.add(crash_states(&rt, &snapshot, &owed, images_per_point, &mut rng, path));
             }
             tally
@@ -175,9 +197,35 @@ pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tall
         // The event count first: never ask the storage while holding `acked`
         // (a storage event may be waiting on the checker, which waits on `acked`).
         let event = sim.event_count();
-        acked.lock().expect("acked").vote = Some(event);
+        acked.lock().expect("acked").votes.push((3, event));
         let (mut next, mut term, mut purged) = (1u64, 3u64, 0u64);
+        let mut ephemeral = None;
+        let mut ephemeral_next = 1u64;
         for round in 0..40u64 {
+            if round == 8 {
+                ephemeral = Some(store.engine().open_group(EPHEMERAL).expect("the dropped group"));
+            }
+            if let Some(group) = ephemeral.as_mut().filter(|_| round < 24) {
+                let entries = vec![Entry {
+                    log_id: log_id(1, ephemeral_next),
+                    payload: EntryPayload::Normal(payload(1, ephemeral_next, 100)),
+                }];
+                if group.blocking_append(entries).await.is_err() {
+                    break;
+                }
+                let event = sim.event_count();
+                acked.lock().expect("acked").ephemeral.push((ephemeral_next, event));
+                ephemeral_next += 1;
+            }
+            if round == 24 {
+                // From its first storage event on, a crash may find it gone.
+                let event = sim.event_count() + 1;
+                acked.lock().expect("acked").dropped.0 = Some(event);
+                store.engine().drop_group(EPHEMERAL).await.expect("drop");
+                let event = sim.event_count();
+                acked.lock().expect("acked").dropped.1 = Some(event);
+                ephemeral = None;
+            }
             let n = rng.range(1, 9);
             let entries: Vec<Entry<TypeConfig>> = (next..next + n)
                 .map(|i| Entry {
@@ -196,7 +244,20 @@ pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tall
             let entries: Vec<Entry<TypeConfig>> = (lagging_next..lagging_next + n)
                 .map(|i| Entry { log_id: log_id(1, i), payload: EntryPayload::Normal(payload(1, i, 200)) })
                 .collect();
-            if lagging.blocking_append(entries).await.is_err() {
+            let appended = if round % 5 == 3 {
+                // A checkpoint and reclaim while these entries are written but
+                // not yet durable: the index must not be sealed past them.
+                let engine = store.engine();
+                let (appended, reclaimed) = tokio::join!(
+                    lagging.blocking_append(entries),
+                    tokio::task::spawn_blocking(move || engine.reclaim())
+                );
+                reclaimed.expect("reclaim").expect("reclaim");
+                appended
+            } else {
+                lagging.blocking_append(entries).await
+            };
+            if appended.is_err() {
                 break;
             }
             lagging_next += n;
@@ -221,6 +282,9 @@ pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tall
                 store.truncate(log_id(cut_term, at)).await.expect("truncate");
                 next = at;
                 term += 1;
+                store.save_vote(&Vote::new(term, 1)).await.expect("vote");
+                let event = sim.event_count();
+                acked.lock().expect("acked").votes.push((term, event));
             }
         }
         let rewritten = store.engine().reclaim_stats().rewritten_entries;
@@ -245,10 +309,13 @@ async fn term_of(store: &mut RaftLogStore<TypeConfig>, index: u64) -> u64 {
 struct Owed<'a> {
     /// The first group's entries: index → term.
     entries: &'a std::collections::BTreeMap<u64, u64>,
-    /// The vote.
-    vote: bool,
+    /// The term of the last vote saved (a later one may be there too).
+    vote: Option<u64>,
     /// The lagging group's entries `1..=lagging`.
     lagging: u64,
+    /// The dropped group's entries `1..=n` (or none at all, with `true`: its
+    /// drop had begun), or `None`: it must be gone.
+    ephemeral: Option<(u64, bool)>,
 }
 
 fn crash_states(
@@ -288,8 +355,11 @@ fn crash_states(
                 tally.open_errors += 1;
                 return;
             };
-            if owed.vote && store.read_vote().await.ok().flatten() != Some(Vote::new(3, 1)) {
-                tally.lost += 1;
+            if let Some(term) = owed.vote {
+                let held = store.read_vote().await.ok().flatten();
+                if held.is_none_or(|v| v.leader_id().term < term || v.leader_id().node_id != 1) {
+                    tally.lost += 1;
+                }
             }
             let entries = match store.try_get_log_entries(0..u64::MAX).await {
                 Ok(entries) => entries,
@@ -336,6 +406,28 @@ fn crash_states(
                 }
             }
             tally.lost += owed.lagging.saturating_sub(entries.len() as u64);
+            // The dropped group: gone once its drop returned (created again
+            // here, it must be empty), else every entry acknowledged there.
+            let Ok(mut dropped) = store.engine().open_group(EPHEMERAL) else {
+                tally.open_errors += 1;
+                return;
+            };
+            let Ok(entries) = dropped.try_get_log_entries(0..u64::MAX).await else {
+                tally.garbage += 1;
+                return;
+            };
+            match owed.ephemeral {
+                None if !entries.is_empty() => tally.garbage += 1,
+                None => {}
+                Some((_, true)) if entries.is_empty() => {}
+                Some((owed, _)) => {
+                    let intact = entries.iter().enumerate().all(|(k, e)| e.log_id == log_id(1, k as u64 + 1));
+                    if !intact {
+                        tally.garbage += 1;
+                    }
+                    tally.lost += owed.saturating_sub(entries.len() as u64);
+                }
+            }
         });
         drop(store);
     }

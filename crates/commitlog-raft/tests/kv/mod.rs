@@ -25,7 +25,6 @@ pub fn small_config(segment_bytes: usize) -> commitlog_raft::RaftStoreConfig {
     config.log.clean_file_forcibly_enable = false;
     config.log.mapped_file_size_commit_log = segment_bytes;
     config.log.max_message_size = 16 << 10;
-    config.index = consume_queue::ConsumeQueueConfig::with_entries_per_segment(1024);
     config
 }
 
