@@ -13,7 +13,7 @@ use std::io::Cursor; // the default snapshot data of `declare_raft_types!`
 use std::time::Instant;
 
 use commitlog_raft::{RaftLogEngine, RaftStoreConfig, QUEUE_INDEX_DIR, RAFT_DIR};
-use openraft::storage::RaftLogStorageExt;
+use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
 
 openraft::declare_raft_types!(
@@ -30,6 +30,13 @@ fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> Result<
     }
 }
 
+/// Files under `dir`, recursively.
+fn files_under(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries.filter_map(Result::ok).map(|e| if e.path().is_dir() { files_under(&e.path()) } else { 1 }).sum()
+    })
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -40,7 +47,20 @@ async fn main() -> Result<(), Error> {
     let config = RaftStoreConfig::default();
 
     let engine = RaftLogEngine::<Strings>::open(dir, config.clone())?;
+    // Every group created and its vote saved (an election), all at once.
+    let created = Instant::now();
     let stores = (0..groups).map(|g| engine.open_group(g)).collect::<Result<Vec<_>, _>>()?;
+    let create_ms = created.elapsed().as_secs_f64() * 1e3;
+    let voted = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for store in &stores {
+        let mut store = store.clone();
+        tasks.spawn(async move { store.save_vote(&openraft::Vote::new(1, 1)).await });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    let vote_ms = voted.elapsed().as_secs_f64() * 1e3;
     let started = Instant::now();
     // Ten entries per group per round, every group at once: group commit
     // shares the syncs.
@@ -63,10 +83,13 @@ async fn main() -> Result<(), Error> {
         }
     }
     let bytes = engine.commit_log().max_offset();
-    eprintln!(
-        "wrote {groups} groups x {entries} entries ({:.1} MiB of log) in {:.1?}",
+    let write_ms = started.elapsed().as_secs_f64() * 1e3;
+    let dir_str = dir.to_string_lossy().into_owned();
+    let mappings = std::fs::read_to_string("/proc/self/maps")?.lines().filter(|l| l.contains(&dir_str)).count();
+    println!(
+        "{{\"case\": \"write\", \"groups\": {groups}, \"entries\": {entries}, \"log_mib\": {:.1}, \"create_ms\": {create_ms:.1}, \"vote_ms\": {vote_ms:.1}, \"write_ms\": {write_ms:.1}, \"raft_files\": {}, \"mappings\": {mappings}}}",
         bytes as f64 / (1 << 20) as f64,
-        started.elapsed()
+        files_under(&dir.join("raft")),
     );
     engine.shutdown()?;
     drop((engine, stores));

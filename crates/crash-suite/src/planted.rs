@@ -48,7 +48,7 @@ pub fn run(seed: u64, only: Option<&str>) -> ExitCode {
     use message_store::planted::Bug as S;
     use segment_queue::planted::Bug as Q;
     let t0 = Instant::now();
-    let cases: [Case; 23] = [
+    let cases: [Case; 24] = [
         (Bug::File(F::AckBeforeSync), "power-loss", power_loss_catches),
         (Bug::File(F::AckBeforeSync), "raft-power-loss", raft_power_loss_catches),
         (Bug::File(F::RetryAfterFailedSync), "power-loss", power_loss_catches),
@@ -68,6 +68,7 @@ pub fn run(seed: u64, only: Option<&str>) -> ExitCode {
         (Bug::Store(S::IndexBeforeRecords), "message-store", message_store_catches),
         (Bug::Store(S::CheckpointBeforeIndex), "message-store", message_store_catches),
         (Bug::Store(S::IndexExpiredEarly), "message-store", message_store_catches),
+        (Bug::Store(S::IndexKeptAfterSegment), "message-store", message_store_catches),
         (Bug::Store(S::ReplayLeftToBackground), "message-damage", message_damage_catches),
         (Bug::Store(S::OffsetOutsidePutLock), "message-store", message_store_catches),
         (Bug::Store(S::IndexNotFlushed), "message-store", message_store_catches),
@@ -85,7 +86,7 @@ pub fn run(seed: u64, only: Option<&str>) -> ExitCode {
         }
     }
     println!(
-        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync, callback answered before the sync, the queue index sealed past the durable log, a vote returned before its sync, rewrite not awaited; generations: truncation leaves the tail; segment-dirs: front recorded after deletion, segments unchecked at open, new segment unrecorded; races: checkpoint unclamped, truncation keeping the checkpoint; message-store: dispatch before durable, queue-index entries durable before their records, a checkpoint taken for the queue index it does not cover, the queue index expired before its log segment, offset outside the put lock, key index not flushed before the dispatch point, a consumer-offset commit returned before its sync; message-damage: offset reuse after index loss (puts before the replay)) ({:.1?})",
+        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync, callback answered before the sync, the queue index sealed past the durable log, a vote returned before its sync, rewrite not awaited; generations: truncation leaves the tail; segment-dirs: front recorded after deletion, segments unchecked at open, new segment unrecorded; races: checkpoint unclamped, truncation keeping the checkpoint; message-store: dispatch before durable, queue-index entries durable before their records, a checkpoint taken for the queue index it does not cover, the queue index expired before its log segment, the queue index kept after its log segment, offset outside the put lock, key index not flushed before the dispatch point, a consumer-offset commit returned before its sync; message-damage: offset reuse after index loss (puts before the replay)) ({:.1?})",
         cases.len() - missed.len(),
         cases.len(),
         t0.elapsed()
@@ -135,7 +136,8 @@ fn races_catches(seed: u64, _: Bug) -> bool {
 /// Queue-index entries sealed before their records shows only under async
 /// flush (entries that reached the disk before the records they name, which
 /// the log lost): it gets 24 async runs. A queue index expired early shows
-/// only in the runs whose log deletes its first segment (one seed in three).
+/// (or kept after it) only in the runs whose log deletes its first segment
+/// (one seed in three).
 /// The others get 24 runs, and each shows within the first few.
 fn message_store_catches(seed: u64, bug: Bug) -> bool {
     use message_store::planted::Bug as S;
@@ -143,7 +145,7 @@ fn message_store_catches(seed: u64, bug: Bug) -> bool {
         Bug::Store(S::IndexBeforeRecords) => (24, Some(3)),
         _ => (24, None),
     };
-    let expiring = matches!(bug, Bug::Store(S::IndexExpiredEarly));
+    let expiring = matches!(bug, Bug::Store(S::IndexExpiredEarly | S::IndexKeptAfterSegment));
     let caught = (seed + 17_000..)
         .filter(|s| async_only.is_none_or(|r| s % 4 == r) && (!expiring || s.is_multiple_of(3)))
         .take(runs)

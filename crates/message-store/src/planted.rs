@@ -38,6 +38,9 @@ pub enum Bug {
     /// before; a put then takes its queue's end from an index that lost
     /// entries (a run dropped, the index deleted), an offset given before.
     ReplayLeftToBackground = 128,
+    /// The queue index keeps its runs after the log deleted their segments:
+    /// each queue's first offset stays on messages that are gone.
+    IndexKeptAfterSegment = 256,
 }
 
 static ACTIVE: AtomicU16 = AtomicU16::new(0);

@@ -278,7 +278,13 @@ impl MessageStore {
             (queue_index, index_report) = QueueIndex::open_with(&*storage, &dir, index_config)?;
             rebuilt_all = Some(why);
         }
-        queue_index.expire(&*storage, log.min_offset())?;
+        #[cfg(planted_bugs)]
+        let kept = crate::planted::is_active(crate::planted::Bug::IndexKeptAfterSegment);
+        #[cfg(not(planted_bugs))]
+        let kept = false;
+        if !kept {
+            queue_index.expire(&*storage, log.min_offset())?;
+        }
         let queue_index = Arc::new(queue_index);
         // The key index keeps what the checkpoint says was flushed below its
         // point; dispatch starts at the lower of that point and the queue
@@ -990,7 +996,13 @@ impl Core {
         } else {
             log_min
         };
-        self.dispatcher.queue_index.expire(&*self.storage, log_min)?;
+        #[cfg(planted_bugs)]
+        let kept = crate::planted::is_active(crate::planted::Bug::IndexKeptAfterSegment);
+        #[cfg(not(planted_bugs))]
+        let kept = false;
+        if !kept {
+            self.dispatcher.queue_index.expire(&*self.storage, log_min)?;
+        }
         if let Some(index) = &self.dispatcher.index {
             index.delete_expired(log_min)?;
         }

@@ -1,8 +1,8 @@
 //! Criterion, side by side in one process on a real disk (a temporary
 //! directory): the dispatch path's cost of a message for a queue never seen
 //! before, in the queue index (a table row) and as a consume queue of its own
-//! (a directory and a preallocated, mapped file: the message store's layout
-//! before the index); a message for a known queue; a seal of a run of 65,536
+//! would (a directory and a preallocated, mapped file: the message store's
+//! layout before the index); a message for a known queue; a seal of a run of 65,536
 //! entries over 50,000 queues; and a read at an old offset (the queue's run
 //! found among 1,000 runs). It also prints the resident memory per queue after
 //! 1,000,000 queues (`QI_QUEUES` to change).
@@ -10,11 +10,8 @@
 // criterion_group! makes an undocumented public function.
 #![allow(missing_docs)]
 
-use std::sync::Arc;
-
-use consume_queue::{ConsumeQueue, ConsumeQueueConfig, CqEntry};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use mapped_file::{MmapStorage, Storage};
+use mapped_file::{MappedFile, MmapStorage, Storage};
 use queue_index::{Entry, QueueIndex};
 
 fn entry(log_offset: u64) -> Entry {
@@ -56,25 +53,24 @@ fn new_queue(c: &mut Criterion) {
             log += 1100;
         })
     });
-    let storage: Arc<dyn Storage> = Arc::new(storage);
-    let config = ConsumeQueueConfig {
-        own_flush_service: false,
-        owns_storage: false,
-        preallocate_next_segment: false,
-        ..ConsumeQueueConfig::with_entries_per_segment(4096)
-    };
+    // What a consume queue per queue costs a new queue (the message store's
+    // layout before the index): a directory, and a preallocated, mapped
+    // segment of 4,096 entries holding its first one.
     let mut next = 0u64;
     group.sample_size(20);
-    group.bench_function("consume queue per queue", |b| {
+    group.bench_function("a directory and a mapped file per queue", |b| {
         b.iter_batched(
             || {
                 next += 1;
                 (scratch.path().join("consumequeue").join("t").join(next.to_string()), next * 1100)
             },
             |(dir, offset)| {
-                let cq = ConsumeQueue::open(Arc::clone(&storage), &dir, config.clone()).expect("open");
-                cq.put(0, CqEntry { offset, size: 1100, tag: 7 }).expect("put");
-                cq
+                storage.create_dir_all(&dir).expect("directory");
+                let file = MappedFile::create(&storage, &dir, 0, 4096 * 20).expect("segment");
+                let mut bytes = [0u8; 20];
+                bytes[..8].copy_from_slice(&offset.to_le_bytes());
+                file.append_bytes(0, &bytes).expect("entry");
+                file
             },
             BatchSize::PerIteration,
         )
