@@ -33,14 +33,25 @@ impl Queue {
     }
 }
 
+/// The most queues in use [`Queues::reserve`] makes room for.
+const LIVE_RESERVED: usize = 65_536;
+
 /// The topics (by name: queue count, id) and the queues in use.
 #[derive(Debug, Default)]
 pub(crate) struct Queues {
     topics: RwLock<HashMap<String, TopicEntry>>,
-    live: RwLock<HashMap<u64, Arc<Queue>>>,
+    /// By key, under foldhash: a fast, seeded hash for the `u64` keys.
+    live: RwLock<HashMap<u64, Arc<Queue>, foldhash::fast::RandomState>>,
 }
 
 impl Queues {
+    /// Makes room for `queues` more queues in use (up to 65,536), so that
+    /// the table does not grow, rehashing every queue in it under its write
+    /// lock, on the path of a put.
+    pub(crate) fn reserve(&self, queues: usize) {
+        self.live.write().reserve(queues.min(LIVE_RESERVED));
+    }
+
     /// Adds (or replaces) `topic`.
     pub(crate) fn add_topic(&self, topic: &str, entry: TopicEntry) {
         self.topics.write().insert(topic.to_string(), entry);

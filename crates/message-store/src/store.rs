@@ -285,6 +285,10 @@ impl MessageStore {
         if !kept {
             queue_index.expire(&*storage, log.min_offset())?;
         }
+        // Room for every queue of every topic, and for the queues in use.
+        let queue_count: usize = registry.topics().map(|(_, e)| e.queues as usize).sum();
+        queue_index.reserve(queue_count.saturating_sub(queue_index.queue_count()));
+        queues.reserve(queue_count);
         let queue_index = Arc::new(queue_index);
         // The key index keeps what the checkpoint says was flushed below its
         // point; dispatch starts at the lower of that point and the queue
@@ -497,6 +501,10 @@ impl MessageStore {
         let mut registry = self.core.registry.lock();
         let entry = registry.create(&*self.core.storage, topic, queues, self.core.log.max_offset())?;
         self.core.queues.add_topic(topic, entry);
+        // Room in the tables now, not by growing them on the put and
+        // dispatch paths as the queues are first used.
+        self.core.queues.reserve(queues as usize);
+        self.core.dispatcher.queue_index.reserve(queues as usize);
         Ok(())
     }
 

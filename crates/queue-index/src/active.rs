@@ -1,9 +1,7 @@
 //! The active run: the entries of the log's newest records, in memory, one
 //! row per queue, and how a seal takes the part of it below a log offset.
 
-use std::collections::HashMap;
-
-use crate::{Entry, Extent, IndexError};
+use crate::{Entry, Extent, IndexError, QueueMap};
 
 /// A cut that starts a queue's row ([`crate::QueueIndex::truncate`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,15 +24,15 @@ pub(crate) struct Active {
     /// must follow it).
     pub(crate) last_log_offset: Option<u64>,
     /// Each queue's row: its first queue offset and its entries from there.
-    pub(crate) queues: HashMap<u64, (u64, Vec<Entry>)>,
+    pub(crate) queues: QueueMap<(u64, Vec<Entry>)>,
     /// Queues whose row starts with a cut ([`crate::QueueIndex::truncate`]),
     /// with the log offset of the record that made it: such a row holds the
     /// queue from its first offset on whatever older rows say, even with no
     /// entry, and is sealed with the run that holds that record.
-    pub(crate) cuts: HashMap<u64, Cut>,
+    pub(crate) cuts: QueueMap<Cut>,
     /// The extent at this run's start of each queue in `cuts` (what the
     /// queue table says of it: the cut is made again by the record).
-    pub(crate) before: HashMap<u64, Extent>,
+    pub(crate) before: QueueMap<Extent>,
     /// Cuts that dropped entries of this run: the lowest log offset of the
     /// entries dropped, and the cut's. A seal between the two would write
     /// the queue without entries its range holds and before the record that
@@ -88,6 +86,9 @@ pub(crate) fn split_below(active: &mut Active, log_to: u64) -> Result<Option<Act
         return Ok(None);
     }
     let mut rest = Active { last_log_offset: active.last_log_offset, ..Active::starting_at(log_to) };
+    // As many rows as the last run had, from the start: a table that grows
+    // rehashes every row it holds, on the path of an append.
+    rest.queues.reserve(active.queues.len());
     rest.drops = active.drops.iter().copied().filter(|(_, cut)| *cut >= log_to).collect();
     let cuts_below = active.cuts.values().all(|cut| cut.at < log_to);
     if active.last_log_offset.is_none_or(|last| last < log_to) && cuts_below {

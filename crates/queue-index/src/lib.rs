@@ -74,6 +74,11 @@ use mapped_file::{MappedFileError, Storage};
 use parking_lot::RwLock;
 
 use active::{merge, seal_point, split_below, Active, Cut};
+
+/// A table keyed by queue: `u64` keys under foldhash (fast and seeded per
+/// table; std's SipHash took about twice as long per lookup here, and a
+/// growing table rehashes every queue it holds on the path of an append).
+pub(crate) type QueueMap<V> = HashMap<u64, V, foldhash::fast::RandomState>;
 use read::Located;
 use run::Run;
 
@@ -184,7 +189,7 @@ pub(crate) struct Extent {
 
 #[derive(Debug, Default)]
 struct State {
-    extents: HashMap<u64, Extent>,
+    extents: QueueMap<Extent>,
     active: Active,
     /// The run being written by a seal: read from here until it is mapped.
     sealing: Option<Arc<Active>>,
@@ -227,6 +232,9 @@ impl IndexConfig {
     }
 }
 
+/// The most rows [`QueueIndex::reserve`] makes room for in the active run.
+const ACTIVE_ROWS_RESERVED: usize = 65_536;
+
 fn table_path(dir: &Path) -> PathBuf {
     dir.join("table")
 }
@@ -239,7 +247,7 @@ pub struct QueueIndex {
     /// One seal at a time.
     sealer: parking_lot::Mutex<()>,
     /// Queues read at old offsets: the runs holding each.
-    locator: parking_lot::Mutex<HashMap<u64, Located>>,
+    locator: parking_lot::Mutex<QueueMap<Located>>,
     state: RwLock<State>,
 }
 
@@ -435,6 +443,17 @@ impl QueueIndex {
         active.last_log_offset = active.last_log_offset.max(Some(entry.log_offset));
         active.last_end = active.last_end.max(entry.log_offset.saturating_add(u64::from(entry.size)));
         Ok(())
+    }
+
+    /// Makes room for `queues` more queues (a topic of that many made), so
+    /// that the tables do not grow, rehashing every queue they hold, on the
+    /// path of an append as the queues get their first entries: the table of
+    /// extents for all of them, the active run's for up to 65,536 (at each
+    /// seal it keeps room for as many rows as the last run held).
+    pub fn reserve(&self, queues: usize) {
+        let mut state = self.state.write();
+        state.extents.reserve(queues);
+        state.active.queues.reserve(queues.min(ACTIVE_ROWS_RESERVED));
     }
 
     /// Cuts `queue` back to `from`: its entries from `from` on are gone and
@@ -827,13 +846,13 @@ enum Raised {
 /// row that cut it lower (that row holds the queue from its start on: only
 /// rows that cut can start below an older row's end), nor past its end.
 fn raise_firsts_with_cuts(
-    extents: &mut HashMap<u64, Extent>,
+    extents: &mut QueueMap<Extent>,
     expired: &[Arc<Run>],
     runs: &[Arc<Run>],
     active: &mut Active,
     log_min: u64,
 ) {
-    let mut raise: HashMap<u64, (u64, Raised)> = HashMap::new();
+    let mut raise: QueueMap<(u64, Raised)> = QueueMap::default();
     for run in expired {
         for (queue, span) in run.spans() {
             raise.insert(queue, (span.end(), Raised::Expired));

@@ -8,16 +8,14 @@
 //! queues × 24 bytes, ascending: queue u64 | first offset u64 | end u64
 //! ```
 
-use std::collections::HashMap;
-
-use crate::Extent;
+use crate::{Extent, QueueMap};
 
 const MAGIC: &[u8; 8] = b"QITABLE1";
 const HEADER: usize = 32;
 const ROW: usize = 24;
 
 /// The file's bytes: `extents` as of log offset `point`.
-pub(crate) fn encode(point: u64, extents: &HashMap<u64, Extent>) -> Vec<u8> {
+pub(crate) fn encode(point: u64, extents: &QueueMap<Extent>) -> Vec<u8> {
     let mut rows: Vec<(&u64, &Extent)> = extents.iter().collect();
     rows.sort_unstable_by_key(|(q, _)| **q);
     let mut bytes = vec![0u8; HEADER];
@@ -41,7 +39,7 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 /// The point and extents of a table file; `Err` says what is damaged.
-pub(crate) fn decode(bytes: &[u8]) -> Result<(u64, HashMap<u64, Extent>), String> {
+pub(crate) fn decode(bytes: &[u8]) -> Result<(u64, QueueMap<Extent>), String> {
     if bytes.len() < HEADER || &bytes[..8] != MAGIC {
         return Err("not a queue table (bad header)".into());
     }
@@ -53,7 +51,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<(u64, HashMap<u64, Extent>), String
     if crc32c::crc32c(&bytes[HEADER..]) != crc {
         return Err("CRC mismatch".into());
     }
-    let mut extents = HashMap::with_capacity(rows);
+    let mut extents = QueueMap::with_capacity_and_hasher(rows, Default::default());
     for row in bytes[HEADER..].chunks_exact(ROW) {
         let extent = Extent { min: u64_at(row, 8), end: u64_at(row, 16) };
         if extent.min > extent.end {

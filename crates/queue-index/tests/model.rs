@@ -592,3 +592,25 @@ fn a_seal_stops_below_entries_a_later_record_cut() {
     index.seal(&sim, 500).unwrap();
     assert_eq!(index.sealed_to(), 500, "past the cut, it seals all");
 }
+
+#[test]
+fn room_reserved_for_new_queues_takes_them_without_growing_a_table() {
+    let sim = SimStorage::new();
+    let index = open(&sim, &Log::default());
+    index.reserve(10_000);
+    let before = index.heap_bytes();
+    for queue in 0..10_000u64 {
+        index.append(queue, 0, Entry { log_offset: queue * 100, size: 100, tag: 0 }).unwrap();
+    }
+    // Each queue's entry vector is new (room for one entry); the tables of
+    // extents and of the active run's rows are as they were.
+    let vectors = 10_000 * std::mem::size_of::<Entry>();
+    assert_eq!(index.heap_bytes(), before + vectors, "a table grew (rehashing every queue on an append)");
+    // A seal keeps room for as many rows as the run had.
+    index.seal(&sim, 10_000 * 100).unwrap();
+    let sealed = index.heap_bytes();
+    for queue in 0..10_000u64 {
+        index.append(queue, 1, Entry { log_offset: 1_000_000 + queue * 100, size: 100, tag: 0 }).unwrap();
+    }
+    assert_eq!(index.heap_bytes(), sealed + vectors, "the next run's table grew");
+}
