@@ -1,6 +1,7 @@
 //! Workload (d): many queues on one store. 1 KiB messages, 4 producers spread
 //! round-robin over N queues (producer `p`'s `i`-th message goes to queue
-//! `(p + 4 i) mod N`), under async flush (a put returns when written) and sync
+//! `(p + 4 i) mod N`; one in four instead goes to one of the [`HOT`] first
+//! queues, round-robin over them), under async flush (a put returns when written) and sync
 //! flush (it returns when durable, every producer waiting for its own message).
 //!
 //! Measured per run: messages/s (messages over the time until the last put
@@ -9,9 +10,12 @@
 //! shows it) and the end-to-end latency (a put's start until a consumer has the
 //! message), sampled on every 8th message of producer 0 by one consumer thread,
 //! and the drain (the last put's return until every message is in its queue);
-//! the growth of resident memory, open files and mappings while the system was
-//! open.
+//! a consumer tailing the hot queues (the first [`HOT`]): every message put on
+//! them, from a put's start until the consumer has read it, reading up to 64 at
+//! a time as a tailing consumer does; the growth of resident memory, open files
+//! and mappings while the system was open.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -24,6 +28,13 @@ pub const QUEUE_COUNTS: [u32; 6] = [1, 64, 1_024, 16_384, 50_000, 200_000];
 pub const PRODUCERS: usize = 4;
 /// Every how many messages of producer 0 one is sampled for the lag.
 const SAMPLE_EVERY: usize = 8;
+/// The hot queues: the first this many (all of them below this count),
+/// which a tailing consumer follows.
+pub const HOT: u32 = 128;
+/// One message in this many goes to a hot queue.
+pub const HOT_SHARE: usize = 4;
+/// Messages a tailing consumer reads at a time.
+const TAIL_BATCH: usize = 64;
 
 /// The flush mode of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +82,12 @@ pub struct DLine {
     pub lag: Vec<u64>,
     /// A put's start until a consumer has the message, ns, sorted.
     pub e2e: Vec<u64>,
+    /// Every message of the hot queues: a put's start until the tailing
+    /// consumer read it, ns, sorted (empty: the system has no tailing reader).
+    pub tail: Vec<u64>,
+    /// The tailing consumer's time in the system's reads (waits included),
+    /// per message read, ns.
+    pub tail_read_ns: f64,
     /// The last put's return until every message was in its queue (s).
     pub drain: Option<f64>,
     /// Growth of the process's resident memory while the system was open (MiB).
@@ -115,6 +132,63 @@ pub trait Target: Sync {
     fn drain(&self) -> Result<(), String> {
         Ok(())
     }
+    /// Whether [`tail`](Self::tail) is there.
+    fn tails(&self) -> bool {
+        false
+    }
+    /// Blocks until `queue` holds message `offset`, then reads it and up to
+    /// `max - 1` messages after it; returns how many it read.
+    fn tail(&self, _queue: u32, _offset: u64, _max: usize) -> Result<u64, String> {
+        Err("no tailing reader".into())
+    }
+}
+
+/// The queue of producer `p`'s `i`-th message: one in [`HOT_SHARE`] goes to
+/// one of the `hot` queues (round-robin over them), the others round-robin
+/// over all `queues`.
+fn queue_of(p: usize, i: usize, queues: u32, hot: u32) -> u32 {
+    if i % HOT_SHARE == HOT_SHARE - 1 {
+        ((p + PRODUCERS * (i / HOT_SHARE)) % hot as usize) as u32
+    } else {
+        ((p + PRODUCERS * i) % queues as usize) as u32
+    }
+}
+
+/// The tailing consumer: reads every message of the hot queues as it comes
+/// (told of each by its producer), up to [`TAIL_BATCH`] at a time; returns
+/// each message's put start to read, ns.
+fn tail_consumer(
+    target: &dyn Target,
+    base: Instant,
+    rx: mpsc::Receiver<(u32, u64, u64)>,
+) -> Result<(Vec<u64>, f64), String> {
+    let mut latencies = Vec::new();
+    let (mut reading, mut read) = (Duration::ZERO, 0u64);
+    // Per queue: read up to here, and when each message read ahead was read.
+    let mut read_to: HashMap<u32, u64> = HashMap::new();
+    let mut read_at: HashMap<(u32, u64), u64> = HashMap::new();
+    for (queue, offset, started) in rx {
+        let at = match read_at.remove(&(queue, offset)) {
+            Some(at) => at,
+            None => {
+                let fresh = offset >= read_to.get(&queue).copied().unwrap_or(0);
+                let began = Instant::now();
+                let n = target.tail(queue, offset, if fresh { TAIL_BATCH } else { 1 })?;
+                reading += began.elapsed();
+                read += n;
+                let now = base.elapsed().as_nanos() as u64;
+                if fresh {
+                    for k in 1..n {
+                        read_at.insert((queue, offset + k), now);
+                    }
+                    read_to.insert(queue, offset + n);
+                }
+                now
+            }
+        };
+        latencies.push(at.saturating_sub(started));
+    }
+    Ok((latencies, reading.as_nanos() as f64 / read.max(1) as f64))
 }
 
 /// A system of workload (d): its name and how to run it.
@@ -149,6 +223,8 @@ pub fn drive(
 ) -> Result<DLine, String> {
     let base = Instant::now();
     let (tx, rx) = mpsc::channel::<(u32, u64, u64, u64)>();
+    let (hot_tx, hot_rx) = mpsc::channel::<(u32, u64, u64)>();
+    let hot = HOT.min(queues);
     let last_ack = AtomicU64::new(0);
     let outcome = std::thread::scope(|scope| -> Result<DLine, String> {
         let consumer = scope.spawn(move || -> Result<(Vec<u64>, Vec<u64>), String> {
@@ -161,16 +237,18 @@ pub fn drive(
             }
             Ok((lag, e2e))
         });
+        let tailing = target.tails().then(|| scope.spawn(move || tail_consumer(target, base, hot_rx)));
         let started = Instant::now();
         let producers: Vec<_> = (0..PRODUCERS)
             .map(|p| {
                 let tx = (p == 0 && target.dispatches()).then(|| tx.clone());
+                let hot_tx = target.tails().then(|| hot_tx.clone());
                 let last_ack = &last_ack;
                 scope.spawn(move || -> Result<Vec<u64>, String> {
                     let mut body = vec![p as u8; RECORD];
                     let mut acks = Vec::with_capacity(per_producer);
                     for i in 0..per_producer {
-                        let queue = ((p + PRODUCERS * i) % queues as usize) as u32;
+                        let queue = queue_of(p, i, queues, hot);
                         body[..8].copy_from_slice(&(i as u64).to_le_bytes());
                         let t = base.elapsed().as_nanos() as u64;
                         let offset = target.put(p, queue, &body)?;
@@ -182,12 +260,16 @@ pub fn drive(
                                 let _ = tx.send((queue, offset, t, done));
                             }
                         }
+                        if let Some(hot_tx) = hot_tx.as_ref().filter(|_| queue < hot) {
+                            let _ = hot_tx.send((queue, offset, t));
+                        }
                     }
                     Ok(acks)
                 })
             })
             .collect();
         drop(tx);
+        drop(hot_tx);
         let mut acks = Vec::new();
         let mut failed = None;
         for p in producers {
@@ -199,6 +281,11 @@ pub fn drive(
         let seconds = started.elapsed().as_secs_f64();
         let now = resources();
         let (lag, e2e) = consumer.join().map_err(|_| "consumer panicked".to_string())??;
+        let (mut tail, tail_read_ns) = match tailing {
+            Some(t) => t.join().map_err(|_| "tailing consumer panicked".to_string())??,
+            None => (Vec::new(), f64::NAN),
+        };
+        tail.sort_unstable();
         if let Some(e) = failed {
             return Err(e);
         }
@@ -219,6 +306,8 @@ pub fn drive(
             acks,
             lag,
             e2e,
+            tail,
+            tail_read_ns,
             drain,
             rss_mib: now.0.saturating_sub(before.0) as f64 / 1024.0,
             files: now.1.saturating_sub(before.1),

@@ -43,6 +43,22 @@ impl Target for Ours {
         Ok(())
     }
 
+    fn tails(&self) -> bool {
+        true
+    }
+
+    fn tail(&self, queue: u32, offset: u64, max: usize) -> Result<u64, String> {
+        let err = |e: message_store::StoreError| e.to_string();
+        if !self.store.wait_for(TOPIC, queue, offset, Duration::from_secs(60)).map_err(err)? {
+            return Err(format!("queue {queue} offset {offset} not dispatched within 60 s"));
+        }
+        let got = self.store.get_messages("tail", TOPIC, queue, offset, max, u64::MAX, &TagFilter::All).map_err(err)?;
+        match got.messages.first() {
+            Some(m) if m.queue_offset == offset => Ok(got.messages.len() as u64),
+            _ => Err(format!("queue {queue} offset {offset}: {:?}", got.status)),
+        }
+    }
+
     fn drain(&self) -> Result<(), String> {
         wait_until(Duration::from_secs(300), || {
             let stats = self.store.stats();

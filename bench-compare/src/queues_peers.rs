@@ -36,6 +36,29 @@ impl Target for Regions {
         self.engine.write(&mut batch, self.sync).map_err(|e| e.to_string())?;
         Ok(offset)
     }
+
+    fn tails(&self) -> bool {
+        true
+    }
+
+    /// A consumer polling the region: a message is there once its put
+    /// returned; until then it looks again every 20 µs.
+    fn tail(&self, queue: u32, offset: u64, max: usize) -> Result<u64, String> {
+        let region = u64::from(queue) + 1;
+        let get = |o: u64| self.engine.get(region, &o.to_be_bytes());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while get(offset).is_none() {
+            if std::time::Instant::now() > deadline {
+                return Err(format!("region {region} key {offset} not there within 60 s"));
+            }
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+        let mut n = 1;
+        while n < max as u64 && get(offset + n).is_some() {
+            n += 1;
+        }
+        Ok(n)
+    }
 }
 
 fn raft_engine(queues: u32, flush: Flush, per_producer: usize) -> Result<DLine, String> {

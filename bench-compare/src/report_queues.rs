@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::queues::{pct_us, DLine, DSizes, Flush, QueueSystem, PRODUCERS, QUEUE_COUNTS};
+use crate::queues::{pct_us, DLine, DSizes, Flush, QueueSystem, HOT, HOT_SHARE, PRODUCERS, QUEUE_COUNTS};
 
 /// The runs of one system at one (flush, queue count).
 #[derive(Default)]
@@ -77,6 +77,8 @@ impl Results {
                         detail: serde_json::json!({
                             "e2e_p99_us": pct_us(&m.e2e, 0.99),
                             "dispatch_lag_p99_us": pct_us(&m.lag, 0.99),
+                            "hot_tail_p99_us": pct_us(&m.tail, 0.99),
+                            "hot_tail_read_ns_per_message": m.tail_read_ns,
                             "failed_runs": cell.failed.len(),
                         }),
                     });
@@ -113,8 +115,8 @@ fn table(md: &mut String, results: &Results, flush: Flush) {
     let _ = writeln!(md, "### (d) {}\n", flush.name());
     md.push_str(
         "| queues | system | messages/s median (min - max) | ack p50 / p99 (µs) | dispatch lag p50 / p99 (µs) | \
-         end-to-end p50 / p99 (µs) | drain (ms) | RSS growth (MiB) | files | mappings | this / that |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|\n",
+         end-to-end p50 / p99 (µs) | hot tail p50 / p99 (µs) | drain (ms) | RSS growth (MiB) | files | mappings | this / that |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let ours = results.ours();
     for &n in &QUEUE_COUNTS {
@@ -132,7 +134,7 @@ fn table(md: &mut String, results: &Results, flush: Flush) {
             };
             let Some(m) = cell.median() else {
                 if !failures.is_empty() {
-                    let _ = writeln!(md, "| {n} | {name} | n/a{failures} | | | | | | | | |");
+                    let _ = writeln!(md, "| {n} | {name} | n/a{failures} | | | | | | | | | |");
                 }
                 continue; // not run (`--only`)
             };
@@ -142,13 +144,14 @@ fn table(md: &mut String, results: &Results, flush: Flush) {
             };
             let _ = writeln!(
                 md,
-                "| {n} | {name} | {:.0} ({:.0} - {:.0}){failures} | {} | {} | {} | {} | {:.0} | {} | {} | {ratio} |",
+                "| {n} | {name} | {:.0} ({:.0} - {:.0}){failures} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {ratio} |",
                 m.rate(),
                 cell.min(),
                 cell.max(),
                 pair(&m.acks),
                 pair(&m.lag),
                 pair(&m.e2e),
+                pair(&m.tail),
                 m.drain.map_or("n/a".into(), |d| format!("{:.0}", d * 1e3)),
                 m.rss_mib,
                 m.files,
@@ -174,13 +177,17 @@ pub fn markdown(results: &Results, sizes: &DSizes, rounds: usize) -> String {
     let _ = writeln!(
         md,
         "The same run, {rounds} rounds interleaved (every system at every queue count once per round, the order \
-         rotated). {PRODUCERS} producers put 1 KiB messages, producer p's i-th on queue (p + {PRODUCERS} i) mod N: \
+         rotated). {PRODUCERS} producers put 1 KiB messages, producer p's i-th on queue (p + {PRODUCERS} i) mod N, \
+         except one in {HOT_SHARE}, which goes to one of the first {HOT} queues (all of them below that count; \
+         round-robin over them): the hot queues: \
          {} messages per producer under async flush (a put returns when written), {} under sync flush (it returns \
          when durable; every producer waits for its own message). messages/s: the messages over the time until the \
          last put returned. Dispatch lag: a put's return until its queue shows it; end-to-end: a put's start until a \
          consumer has read it; both sampled on every 8th message of producer 0 by one consumer (this project: long \
          polling with `wait_for`; rocketmq-store has no long polling in its store, its consumer polls the queue's end \
-         every 20 µs). Drain: the last put's return until every message is in its queue. Systems without dispatch \
+         every 20 µs). Hot tail: one more consumer reads every message of the hot queues as it comes, up to 64 at a time, from the message's put start until it has read it (this \
+         project: `wait_for` and `get_messages`; raft-engine: its regions polled every 20 µs until the message is \
+         there; the others: not measured). Drain: the last put's return until every message is in its queue. Systems without dispatch \
          (raft-engine, the file per queue) show a message as soon as its put returns. RSS growth, files and mappings: \
          what the process held at the end of the puts beyond what it held before the system opened.\n",
         sizes.async_per_producer, sizes.sync_per_producer
@@ -263,6 +270,17 @@ pub fn markdown(results: &Results, sizes: &DSizes, rounds: usize) -> String {
                 md,
                 "| sync flush, {n} queues: end-to-end p99 ≤ 2x ack p99 | {r:.2}x | {} |",
                 verdict(r <= 2.0)
+            );
+        }
+    }
+    for &n in &QUEUE_COUNTS {
+        let tail = |prefix| results.cell(Flush::Async, n, prefix).and_then(Cell::median).map(|m| pct_us(&m.tail, 0.99));
+        if let (Some(o), Some(p)) = (tail(ours), tail("raft-engine")) {
+            let _ = writeln!(
+                md,
+                "| async flush, {n} queues: hot-tail p99 ≤ raft-engine's (a consumer polling its regions) | {o:.0} vs {p:.0} µs ({:.2}x) | {} |",
+                o / p,
+                verdict(o <= p)
             );
         }
     }

@@ -30,7 +30,9 @@ fn arg(args: &[String], name: &str, default: u64) -> u64 {
 fn written_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/io")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("write_bytes:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("write_bytes:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
         .unwrap_or(0)
 }
 
@@ -72,7 +74,7 @@ fn ours(dir: &Path, items: &[(u64, u64, Entry)], ends: &[u64]) -> Figures {
     let t0 = Instant::now();
     for (i, &(q, offset, entry)) in items.iter().enumerate() {
         index.append(q, offset, entry).expect("append");
-        if (i as u64 + 1) % SEAL_EVERY == 0 {
+        if (i as u64 + 1).is_multiple_of(SEAL_EVERY) {
             index.seal(&storage, entry.log_offset + 1100).expect("seal");
         }
     }
@@ -102,7 +104,7 @@ fn lsm(dir: &Path, items: &[(u64, u64, Entry)], ends: &[u64]) -> Figures {
             batch.insert(&cq, key, value);
         }
         batch.commit().expect("commit");
-        if ((round + 1) * ROUND) as u64 % SEAL_EVERY == 0 {
+        if (((round + 1) * ROUND) as u64).is_multiple_of(SEAL_EVERY) {
             keyspace.persist(PersistMode::SyncAll).expect("persist");
         }
     }

@@ -173,12 +173,23 @@ impl Dispatcher {
             return self.index_keys(&header, record);
         }
         let entry = entry_of(record, header.tags_code);
-        match self.queue_index.append(key, header.queue_offset, entry) {
-            Ok(()) => {}
-            // Appended before, by a round that failed after it (the keys).
-            Err(IndexError::NotInOrder { .. })
+        let held = self.queue_index.extent(key).is_some_and(|(_, end)| end > header.queue_offset);
+        match if held { None } else { Some(self.queue_index.append(key, header.queue_offset, entry)) } {
+            Some(Ok(())) => {}
+            // Appended before: by its put (dispatch by the written end), or
+            // by a round that failed after it (the keys). It must be this one.
+            None | Some(Err(IndexError::NotInOrder { .. }))
                 if self.queue_index.get(key, header.queue_offset, 1).first() == Some(&entry) => {}
-            Err(err) => return Err(err.into()),
+            Some(Err(err)) => return Err(err.into()),
+            None => {
+                return Err(StoreError::from(IndexError::NotInOrder {
+                    queue: key,
+                    offset: header.queue_offset,
+                    expected: self.queue_index.extent(key).map_or(0, |(_, end)| end),
+                    log_offset: record.offset,
+                    last_log_offset: record.offset,
+                }))
+            }
         }
         // Keys first: a consumer woken finds the message by its key too.
         self.index_keys(&header, record)?;

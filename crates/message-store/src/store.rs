@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use commitlog::{CommitLog, DurabilityHandle, Storage};
 use flush_service::{ServiceState, ServiceThread};
 use parking_lot::Mutex;
-use queue_index::QueueIndex;
+use queue_index::{Entry, QueueIndex};
 
 use crate::checkpoint::{self, Loaded, Recorded};
 use crate::config::{DispatchLimit, MessageStoreConfig};
@@ -70,8 +70,8 @@ pub struct QueueStats {
 }
 
 /// What the store's services have done.
-/// What the store's services have done.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StoreStats {
     /// Where dispatch stands in the log.
     pub dispatch_point: u64,
@@ -105,6 +105,10 @@ pub struct StoreStats {
     /// Syncs of the consumer-offsets journal since open: commits that arrive
     /// together share one.
     pub consumer_offset_syncs: u64,
+    /// Entries the put path put into the queue index itself since open
+    /// (dispatch by the written end: a message is readable once its put
+    /// returned; dispatch found them there).
+    pub entries_indexed_on_put: u64,
 }
 
 /// What recovery did at open.
@@ -151,6 +155,10 @@ pub(crate) struct Core {
     sealing: Mutex<()>,
     dispatch_wake: Arc<ServiceState>,
     shut_down: AtomicBool,
+    /// The put path indexes its own message (dispatch by the written end).
+    index_on_put: bool,
+    /// Entries it did.
+    indexed_on_put: AtomicU64,
 }
 
 /// RocketMQ's `DefaultMessageStore`: topics of queues over one commit log.
@@ -241,7 +249,14 @@ impl MessageStore {
             tracing::warn!(why, "rebuilding the whole queue index from the log");
             remove_files(&*storage, &dir)?;
         }
-        let index_config = queue_index::IndexConfig::default();
+        // Dispatch by the written end: each put indexes its own message (under
+        // its queue's put lock, so queues are appended to out of log order).
+        let index_on_put = limit == DispatchLimit::Written;
+        let index_config = if index_on_put {
+            queue_index::IndexConfig::concurrent_appends()
+        } else {
+            queue_index::IndexConfig::default()
+        };
         let (mut queue_index, mut index_report) = QueueIndex::open_with(&*storage, &dir, index_config.clone())?;
         #[cfg(planted_bugs)]
         let trust_ahead = crate::planted::is_active(crate::planted::Bug::IndexBeforeRecords);
@@ -360,6 +375,8 @@ impl MessageStore {
             sealing: Mutex::new(()),
             dispatch_wake: ServiceState::new(),
             shut_down: AtomicBool::new(false),
+            index_on_put,
+            indexed_on_put: AtomicU64::new(0),
         });
         if recovery.first_version {
             core.registry.lock().persist(&*core.storage)?; // with the ids the index now uses
@@ -568,6 +585,9 @@ impl MessageStore {
             set_queue_offset(&mut encoded, offset);
             let appended = self.core.log.append(&encoded)?;
             *next = Some(offset.saturating_add(1));
+            let size = u32::try_from(appended.wrote_bytes).unwrap_or(u32::MAX);
+            let entry = Entry { log_offset: appended.wrote_offset, size, tag: message.tags_code() };
+            self.core.index_on_put(&queue, offset, entry);
             (offset, appended)
         };
         self.after_put();
@@ -599,6 +619,12 @@ impl MessageStore {
             }
             let appended = self.core.log.append_batch(&encoded)?;
             *next = Some(offset.saturating_add(messages.len() as u64));
+            let ends = appended.offsets.iter().skip(1).copied().chain([appended.offsets[0] + appended.wrote_bytes]);
+            for (k, (m, (&at, end))) in messages.iter().zip(appended.offsets.iter().zip(ends)).enumerate() {
+                let size = u32::try_from(end - at).unwrap_or(u32::MAX);
+                let entry = Entry { log_offset: at, size, tag: m.tags_code() };
+                self.core.index_on_put(&queue, offset.saturating_add(k as u64), entry);
+            }
             (offset, appended)
         };
         self.after_put();
@@ -804,6 +830,7 @@ impl MessageStore {
             dispatch_error: dispatcher.error(),
             consumer_offsets: self.core.offsets.len(),
             consumer_offset_syncs: self.core.offsets.syncs(),
+            entries_indexed_on_put: self.core.indexed_on_put.load(Ordering::Relaxed),
         }
     }
 
@@ -914,6 +941,21 @@ impl Core {
         closed?;
         log?;
         Ok(())
+    }
+
+    /// Puts a message's entry into the queue index from the put path, under
+    /// its queue's put lock, and wakes the queue's waiters: with dispatch by
+    /// the written end, a consumer reads a message as soon as its put
+    /// returned, not once dispatch reached it (as a raft-engine region is
+    /// read once written). Dispatch still passes every record (its keys, the
+    /// dispatch point, what a seal covers) and finds the entry there; where
+    /// the put path could not append it (dispatch did first), dispatch's own
+    /// append stands, so this is an early copy, never the only one.
+    fn index_on_put(&self, queue: &Queue, offset: u64, entry: Entry) {
+        if self.index_on_put && self.dispatcher.queue_index.append(queue.key, offset, entry).is_ok() {
+            self.indexed_on_put.fetch_add(1, Ordering::Relaxed);
+            queue.signal.arrive(offset.saturating_add(1));
+        }
     }
 
     fn dispatcher_limit(&self) -> DispatchLimit {
