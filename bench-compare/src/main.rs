@@ -240,6 +240,9 @@ fn wanted_letter(system: &str, letter: char) -> bool {
 /// Where `cargo xtask raft-bench` keeps its section of docs/benchmarks.md.
 const RAFT_START: &str = "<!-- raft-bench:start -->";
 const RAFT_END: &str = "<!-- raft-bench:end -->";
+/// Where its storage-API section is.
+const RAFT_API_START: &str = "<!-- raft-api:start -->";
+const RAFT_API_END: &str = "<!-- raft-api:end -->";
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
@@ -356,14 +359,16 @@ fn main() {
     }
     println!("{md}");
     if let Some(path) = out_path {
-        // The replicated-log section comes from its own run (`cargo xtask
-        // raft-bench`) and stays as it was.
+        // The replicated-log sections come from their own run (`cargo xtask
+        // raft-bench`: the cluster, and the storage API) and stay as they were.
         let mut md = md;
         if let Ok(old) = std::fs::read_to_string(&path) {
-            if let (Some(start), Some(end)) = (old.find(RAFT_START), old.find(RAFT_END)) {
-                md.push('\n');
-                md.push_str(&old[start..end + RAFT_END.len()]);
-                md.push('\n');
+            for (start, end) in [(RAFT_START, RAFT_END), (RAFT_API_START, RAFT_API_END)] {
+                if let (Some(a), Some(b)) = (old.find(start), old.find(end)) {
+                    md.push('\n');
+                    md.push_str(&old[a..b + end.len()]);
+                    md.push('\n');
+                }
             }
         }
         std::fs::write(&path, &md).expect("write results");

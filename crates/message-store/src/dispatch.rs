@@ -96,6 +96,13 @@ impl Dispatcher {
         }
     }
 
+    /// Holds dispatch off while the guard lives (a test's window: records
+    /// written and not dispatched).
+    #[cfg(test)]
+    pub(crate) fn hold(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.running.lock()
+    }
+
     /// Why dispatch is stopped, if it is.
     pub(crate) fn error(&self) -> Option<String> {
         self.error.lock().clone()

@@ -28,6 +28,11 @@ struct SignalState {
     wakers: Vec<(u64, Waker)>,
     /// [`Signal::publish`] moved the end and [`Signal::wake`] has not run since.
     wake_owed: bool,
+    /// Threads blocked in [`Signal::wait_past`].
+    blocked: usize,
+    /// The tokens of futures waiting, until they take their registration
+    /// back (a wake takes their wakers, not their interest).
+    interested: Vec<u64>,
 }
 
 /// Tokens of futures waiting on signals.
@@ -97,6 +102,7 @@ impl Signal {
     /// `deadline` (`None`: no deadline); returns whether it passed.
     pub(crate) fn wait_past(&self, offset: u64, deadline: Option<Instant>) -> bool {
         let mut state = self.state.lock();
+        state.blocked += 1;
         while state.dispatched <= offset && !state.closed {
             match deadline {
                 Some(deadline) => {
@@ -107,7 +113,16 @@ impl Signal {
                 None => self.arrived.wait(&mut state),
             }
         }
+        state.blocked -= 1;
         state.dispatched > offset
+    }
+
+    /// Whether a thread is blocked on the signal or a future waits on it
+    /// (woken or not since it last looked): someone waits for the queue's
+    /// next message now.
+    pub(crate) fn waited_on(&self) -> bool {
+        let state = self.state.lock();
+        state.blocked > 0 || !state.interested.is_empty()
     }
 
     /// Polls for the dispatched end passing `offset`: `Some(passed)` when it did
@@ -117,6 +132,9 @@ impl Signal {
         let mut state = self.state.lock();
         if state.dispatched > offset || state.closed {
             return Some(state.dispatched > offset);
+        }
+        if !state.interested.contains(&token) {
+            state.interested.push(token);
         }
         match state.wakers.iter_mut().find(|(t, _)| *t == token) {
             Some((_, w)) if w.will_wake(waker) => {}
@@ -128,7 +146,9 @@ impl Signal {
 
     /// Takes back what `token` registered.
     pub(crate) fn forget(&self, token: u64) {
-        self.state.lock().wakers.retain(|(t, _)| *t != token);
+        let mut state = self.state.lock();
+        state.wakers.retain(|(t, _)| *t != token);
+        state.interested.retain(|t| *t != token);
     }
 
     /// Futures registered now.

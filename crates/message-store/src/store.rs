@@ -944,16 +944,40 @@ impl Core {
     }
 
     /// Puts a message's entry into the queue index from the put path, under
-    /// its queue's put lock, and wakes the queue's waiters: with dispatch by
-    /// the written end, a consumer reads a message as soon as its put
-    /// returned, not once dispatch reached it (as a raft-engine region is
-    /// read once written). Dispatch still passes every record (its keys, the
-    /// dispatch point, what a seal covers) and finds the entry there; where
-    /// the put path could not append it (dispatch did first), dispatch's own
+    /// its queue's put lock, and wakes the queue's waiters, if someone waits
+    /// on the queue: with dispatch by the written end, a consumer waiting for
+    /// the next message reads it as soon as its put returned, not once
+    /// dispatch reached it (as a raft-engine region is read once written).
+    /// With no one waiting the put leaves it to dispatch, which runs beside
+    /// the producers (a lone producer of a million queues put 0.72x as fast
+    /// indexing every message itself). Dispatch still passes every record
+    /// (its keys, the dispatch point, what a seal covers) and finds the entry
+    /// there; where the put could not append it (dispatch did first, or an
+    /// earlier message of the queue is not indexed yet), dispatch's own
     /// append stands, so this is an early copy, never the only one.
     fn index_on_put(&self, queue: &Queue, offset: u64, entry: Entry) {
-        if self.index_on_put && self.dispatcher.queue_index.append(queue.key, offset, entry).is_ok() {
-            self.indexed_on_put.fetch_add(1, Ordering::Relaxed);
+        if !self.index_on_put || !queue.signal.waited_on() {
+            return;
+        }
+        let index = &self.dispatcher.queue_index;
+        let end = index.extent(queue.key).map_or(0, |(_, end)| end);
+        // Only the queue's next entry: where one before it is not indexed
+        // yet (dispatch behind), it is dispatch's to put, and a queue never
+        // starts, nor goes on, past an entry it has not got (the index would
+        // take either, as it does a queue's first entry after expiry).
+        let indexed = if end != offset {
+            end > offset
+        } else {
+            match index.append(queue.key, offset, entry) {
+                Ok(()) => {
+                    self.indexed_on_put.fetch_add(1, Ordering::Relaxed);
+                    true
+                }
+                // Dispatch got there first: it is readable all the same.
+                Err(_) => index.extent(queue.key).is_some_and(|(_, end)| end > offset),
+            }
+        };
+        if indexed {
             queue.signal.arrive(offset.saturating_add(1));
         }
     }
@@ -1197,4 +1221,53 @@ fn born_or_now(born: u64) -> u64 {
         return born;
     }
     store_io::epoch_ms(std::time::SystemTime::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Waker};
+
+    use commitlog::{CommitLogConfig, FlushDiskType};
+
+    use super::*;
+    use crate::Message;
+
+    #[test]
+    fn a_put_indexes_only_its_queues_next_entry_never_one_past_what_dispatch_has_not_put() {
+        let sim = store_io::sim::SimStorage::new();
+        let log = CommitLogConfig::builder()
+            .mapped_file_size_commit_log(64 << 10)
+            .max_message_size(4096)
+            .flush_disk_type(FlushDiskType::AsyncFlush)
+            .build()
+            .unwrap();
+        let log = CommitLogConfig { disk_space_warning_level_ratio: 100, disk_max_used_space_ratio: 100, ..log };
+        let store = MessageStore::open_with_storage("/s", MessageStoreConfig::new(log), Arc::new(sim)).unwrap();
+        store.create_topic("t", 1).unwrap();
+        let mut cx = Context::from_waker(Waker::noop());
+        {
+            let _held = store.core.dispatcher.hold();
+            // Offset 0 with no one waiting: left to dispatch, which is held.
+            store.put_message(&Message::new("t", 0, &b"0"[..])).unwrap();
+            // Offset 1 with a consumer waiting: offset 0 is not indexed, so
+            // the put must not start the queue at 1 (dispatch would then
+            // meet offset 0 past the queue's end and stop).
+            let mut arrival = store.arrival("t", 0, 1).unwrap();
+            assert!(Pin::new(&mut arrival).poll(&mut cx).is_pending());
+            store.put_message(&Message::new("t", 0, &b"1"[..])).unwrap();
+            assert_eq!(store.stats().entries_indexed_on_put, 0);
+            assert_eq!(store.queue_range("t", 0).unwrap(), (0, 0));
+        }
+        store.dispatch_now().unwrap();
+        assert_eq!((store.stats().dispatch_error, store.queue_range("t", 0).unwrap()), (None, (0, 2)));
+        // Caught up, the next put with a consumer waiting indexes itself.
+        let mut arrival = store.arrival("t", 0, 2).unwrap();
+        assert!(Pin::new(&mut arrival).poll(&mut cx).is_pending());
+        store.put_message(&Message::new("t", 0, &b"2"[..])).unwrap();
+        assert!(Pin::new(&mut arrival).poll(&mut cx).is_ready());
+        assert_eq!(store.queue_range("t", 0).unwrap(), (0, 3));
+        store.shutdown().unwrap();
+    }
 }
