@@ -80,7 +80,9 @@ impl MessageStore {
     /// is touched.
     fn watched(&self, topic: &str, queue_id: u32) -> Result<Arc<Queue>, StoreError> {
         self.check_open()?;
-        self.queue(topic, queue_id)
+        let queue = self.queue(topic, queue_id)?;
+        queue.tailed.store(true, std::sync::atomic::Ordering::Relaxed);
+        Ok(queue)
     }
 }
 

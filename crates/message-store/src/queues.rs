@@ -6,6 +6,7 @@
 //! no one uses costs no memory here at all.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -25,11 +26,20 @@ pub(crate) struct Queue {
     /// is appended, so the log holds a queue's messages in offset order.
     pub(crate) next_offset: Mutex<Option<u64>>,
     pub(crate) signal: Signal,
+    /// A consumer has waited on the queue since it came into use: it is
+    /// tailed, and (under async flush) its puts index their own messages.
+    pub(crate) tailed: AtomicBool,
 }
 
 impl Queue {
     pub(crate) fn new(key: u64) -> Self {
-        Queue { key, next_offset: Mutex::new(None), signal: Signal::default() }
+        Queue { key, next_offset: Mutex::new(None), signal: Signal::default(), tailed: AtomicBool::new(false) }
+    }
+
+    /// Whether a consumer waits on the queue now or has since it came into
+    /// use.
+    pub(crate) fn is_tailed(&self) -> bool {
+        self.tailed.load(Ordering::Relaxed) || self.signal.waited_on()
     }
 }
 
