@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use commitlog::{CommitLogConfig, FlushDiskType};
-use message_store::{Message, MessageStore, MessageStoreConfig, TagFilter};
+use message_store::{GetRequest, Message, MessageStore, MessageStoreConfig};
 
 use crate::queues::{drive, resources, wait_until, DLine, Flush, QueueSystem, Target};
 use crate::{scratch, SEGMENT};
@@ -33,10 +33,10 @@ impl Target for Ours {
 
     fn consume(&self, queue: u32, offset: u64) -> Result<(), String> {
         let err = |e: message_store::StoreError| e.to_string();
-        if !self.store.wait_for(TOPIC, queue, offset, Duration::from_secs(60)).map_err(err)? {
+        if !self.store.wait_for(TOPIC, queue, offset, Duration::from_secs(60)).map_err(err)?.arrived() {
             return Err(format!("queue {queue} offset {offset} not dispatched within 60 s"));
         }
-        let got = self.store.get_messages("bench", TOPIC, queue, offset, 1, u64::MAX, &TagFilter::All).map_err(err)?;
+        let got = self.store.get_messages(&GetRequest::new(TOPIC, queue, offset).max_count(1).max_bytes(u64::MAX)).map_err(err)?;
         if got.messages.len() != 1 {
             return Err(format!("queue {queue} offset {offset}: {:?}", got.status));
         }
@@ -49,10 +49,10 @@ impl Target for Ours {
 
     fn tail(&self, queue: u32, offset: u64, max: usize) -> Result<u64, String> {
         let err = |e: message_store::StoreError| e.to_string();
-        if !self.store.wait_for(TOPIC, queue, offset, Duration::from_secs(60)).map_err(err)? {
+        if !self.store.wait_for(TOPIC, queue, offset, Duration::from_secs(60)).map_err(err)?.arrived() {
             return Err(format!("queue {queue} offset {offset} not dispatched within 60 s"));
         }
-        let got = self.store.get_messages("tail", TOPIC, queue, offset, max, u64::MAX, &TagFilter::All).map_err(err)?;
+        let got = self.store.get_messages(&GetRequest::new(TOPIC, queue, offset).max_count(max).max_bytes(u64::MAX)).map_err(err)?;
         match got.messages.first() {
             Some(m) if m.queue_offset == offset => Ok(got.messages.len() as u64),
             _ => Err(format!("queue {queue} offset {offset}: {:?}", got.status)),

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 
 use clap::Args;
-use message_store::{inspect, Message, MessageStore, MessageStoreConfig, TagFilter};
+use message_store::{inspect, GetRequest, Message, MessageStore, MessageStoreConfig, TagFilter};
 
 use crate::{io, log_config, CliError, FlushArg};
 
@@ -218,13 +218,19 @@ pub fn receive(args: ReceiveArgs) -> Result<(), CliError> {
 fn receive_messages(store: &MessageStore, args: &ReceiveArgs) -> Result<(), CliError> {
     let filter = TagFilter::parse(&args.tags);
     let (topic, queue) = (&args.queue.topic, args.queue.queue);
-    let (min, _) = store.queue_range(topic, queue)?;
+    let std::ops::Range { start: min, end: _ } = store.queue_range(topic, queue)?;
     let mut offset = args.from.or_else(|| store.committed_offset(&args.group, topic, queue)).unwrap_or(min);
     let mut left = args.max.unwrap_or(usize::MAX);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     while left > 0 {
-        let got = store.get_messages(&args.group, topic, queue, offset, left.min(256), 4 << 20, &filter)?;
+        let got = store.get_messages(
+            &GetRequest::new(topic, queue, offset)
+                .max_count(left.min(256))
+                .max_bytes(4 << 20)
+                .filter(filter.clone())
+                .group(&args.group),
+        )?;
         use message_store::GetStatus as S;
         match got.status {
             S::Found | S::NoMatchedMessage => {}
@@ -235,6 +241,7 @@ fn receive_messages(store: &MessageStore, args: &ReceiveArgs) -> Result<(), CliE
             S::OffsetOverflow => {
                 return Err(CliError::Usage(format!("offset {offset} is past the queue's end {}", got.max_offset)))
             }
+            _ => {} // a status of a later version: go on from next_offset
         }
         for message in &got.messages {
             print_message(&mut out, args.json, message).map_err(io("writing to stdout"))?;

@@ -152,7 +152,7 @@ impl CommitLogConfig {
 
     /// A builder starting from the defaults.
     pub fn builder() -> CommitLogConfigBuilder {
-        CommitLogConfigBuilder { config: CommitLogConfig::default() }
+        CommitLogConfigBuilder { config: CommitLogConfig::default(), max_message_size_set: false }
     }
 
     /// Checks the configuration; [`CommitLog::open`](crate::CommitLog::open) calls it.
@@ -238,9 +238,14 @@ impl CommitLogConfig {
 }
 
 /// Builds a [`CommitLogConfig`]; [`build`](Self::build) validates it.
+///
+/// Unless [`max_message_size`](Self::max_message_size) is set, it follows the
+/// segment size: the smaller of 4 MiB and a quarter of a segment (so a
+/// builder given only 1 MiB segments builds, with 256 KiB records at most).
 #[derive(Debug, Clone)]
 pub struct CommitLogConfigBuilder {
     config: CommitLogConfig,
+    max_message_size_set: bool,
 }
 
 impl CommitLogConfigBuilder {
@@ -265,9 +270,11 @@ impl CommitLogConfigBuilder {
         self.config.transient_store_pool_size = size;
         self
     }
-    /// Largest record body.
+    /// Largest record body (default: the smaller of 4 MiB and a quarter of
+    /// the segment size).
     pub fn max_message_size(mut self, bytes: usize) -> Self {
         self.config.max_message_size = bytes;
+        self.max_message_size_set = true;
         self
     }
     /// Segment directories (`store_path_commit_log`) and the read-only ones
@@ -357,7 +364,11 @@ impl CommitLogConfigBuilder {
         self
     }
     /// Validates and returns the configuration.
-    pub fn build(self) -> Result<CommitLogConfig, Error> {
+    pub fn build(mut self) -> Result<CommitLogConfig, Error> {
+        if !self.max_message_size_set {
+            let default = CommitLogConfig::default().max_message_size;
+            self.config.max_message_size = default.min(self.config.mapped_file_size_commit_log / 4).max(1);
+        }
         self.config.validate()?;
         Ok(self.config)
     }
@@ -380,5 +391,20 @@ mod tests {
         let ok =
             CommitLogConfig::builder().mapped_file_size_commit_log(1 << 20).max_message_size((1 << 20) - 64).build();
         assert!(ok.is_ok(), "the largest body that fits with two headers is valid");
+    }
+
+    #[test]
+    fn an_unset_max_message_size_follows_the_segment_size() {
+        let small =
+            CommitLogConfig::builder().mapped_file_size_commit_log(1 << 20).build().expect("1 MiB segments build");
+        assert_eq!(small.max_message_size, 256 << 10, "a quarter of the segment");
+        let large = CommitLogConfig::builder().mapped_file_size_commit_log(1 << 30).build().unwrap();
+        assert_eq!(large.max_message_size, 4 << 20, "RocketMQ's 4 MiB where it fits");
+        let either_order =
+            CommitLogConfig::builder().max_message_size(1000).mapped_file_size_commit_log(1 << 20).build().unwrap();
+        assert_eq!(either_order.max_message_size, 1000, "a size set explicitly stays");
+        let too_large =
+            CommitLogConfig::builder().mapped_file_size_commit_log(1 << 20).max_message_size(4 << 20).build();
+        assert!(matches!(too_large, Err(Error::InvalidConfig { .. })), "and is still checked");
     }
 }

@@ -46,6 +46,17 @@ impl CommitLog {
         }
     }
 
+    /// Whether the `len` bytes of the log from `offset` are in memory now
+    /// (the page cache), so reading them takes no disk I/O: RocketMQ's
+    /// `checkInMemByCommitOffset`. False where the range is not in the log
+    /// (expired, past the end, across a segment's end) or the kernel cannot
+    /// say. A snapshot, for choosing where to read from, not a promise.
+    pub fn is_resident(&self, offset: u64, len: u64) -> bool {
+        let Some(file) = self.inner.queue.find_mapped_file_by_offset(offset, false) else { return false };
+        let (Some(pos), Ok(len)) = (file.position_of(offset), usize::try_from(len)) else { return false };
+        pos.checked_add(len).is_some_and(|end| end <= file.read_position()) && file.is_resident(pos, len)
+    }
+
     pub(crate) fn no_record(&self, offset: u64) -> Error {
         Error::NoRecord { offset, min: self.min_offset(), max: self.max_offset() }
     }

@@ -133,7 +133,11 @@ fn sync_flush_confirm_offset_is_the_flushed_offset() {
 fn bad_configs_are_rejected_clearly() {
     let bad = commitlog::CommitLogConfig::builder().mapped_file_size_commit_log(1000).build().unwrap_err();
     assert!(bad.to_string().contains("multiple of 4096"), "{bad}");
-    let bad = commitlog::CommitLogConfig::builder().mapped_file_size_commit_log(1 << 20).build().unwrap_err();
+    let bad = commitlog::CommitLogConfig::builder()
+        .mapped_file_size_commit_log(1 << 20)
+        .max_message_size(4 << 20)
+        .build()
+        .unwrap_err();
     assert!(bad.to_string().contains("max_message_size"), "{bad}");
 }
 

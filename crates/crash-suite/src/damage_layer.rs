@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use commitlog::{CommitLogConfig, FlushDiskType};
 use mapped_file::{SimStorage, Storage};
-use message_store::{Message, MessageStore, MessageStoreConfig, TagFilter};
+use message_store::{GetRequest, Message, MessageStore, MessageStoreConfig};
 
 use crate::common::*;
 
@@ -80,14 +80,13 @@ impl Tally {
 
 fn store_config() -> MessageStoreConfig {
     let log = CommitLogConfig { checkpoint_interval_ms: 1, ..config(16 * 1024, FlushDiskType::SyncFlush) };
-    MessageStoreConfig {
-        flush_interval_consume_queue_ms: 3_600_000,
-        flush_consume_queue_thorough_interval_ms: 3_600_000,
-        // Small index files: several sealed ones and a live one.
-        index: message_store::IndexConfig { hash_slots: 16, max_items: 32 },
-        consumer_offsets_journal_size: 64 << 10,
-        ..MessageStoreConfig::new(log)
-    }
+    let mut config = MessageStoreConfig::new(log);
+    config.flush_interval_consume_queue_ms = 3_600_000;
+    config.flush_consume_queue_thorough_interval_ms = 3_600_000;
+    // Small index files: several sealed ones and a live one.
+    config.index = message_store::IndexConfig::new(16, 32);
+    config.consumer_offsets_journal_size = 64 << 10;
+    config
 }
 
 /// The base store: what was acknowledged, and the consumer's committed offsets.
@@ -124,7 +123,9 @@ fn base(rng: &mut Rng, crash: bool) -> Base {
         acked.push((queue, put.queue_offset, b, key));
         if rng.next().is_multiple_of(16) {
             let offset = acked.iter().filter(|a| a.0 == queue).count() as u64;
-            if store.wait_for(TOPIC, queue, offset - 1, std::time::Duration::from_secs(10)).unwrap_or(false)
+            if store
+                .wait_for(TOPIC, queue, offset - 1, std::time::Duration::from_secs(10))
+                .is_ok_and(message_store::Waited::arrived)
                 && store.commit_offset("g", TOPIC, queue, offset).is_ok()
             {
                 committed.push((queue, offset));
@@ -142,7 +143,9 @@ fn base(rng: &mut Rng, crash: bool) -> Base {
     for queue in 0..QUEUES {
         let n = acked.iter().filter(|a| a.0 == queue).count() as u64;
         if n > 0 {
-            assert!(store.wait_for(TOPIC, queue, n - 1, std::time::Duration::from_secs(10)).unwrap_or(false));
+            assert!(store
+                .wait_for(TOPIC, queue, n - 1, std::time::Duration::from_secs(10))
+                .is_ok_and(message_store::Waited::arrived));
         }
     }
     let image = if crash {
@@ -315,14 +318,14 @@ fn check(base: &Base, storage: SimStorage, done: &Damaged) -> Tally {
     };
     let report = store.open_report();
     for queue in 0..QUEUES {
-        let Ok((min, max)) = store.queue_range(TOPIC, queue) else {
+        let Ok(std::ops::Range { start: min, end: max }) = store.queue_range(TOPIC, queue) else {
             tally.garbage += 1;
             continue;
         };
         let mut found = Vec::new();
         let mut offset = min;
         while offset < max {
-            match store.get_messages("check", TOPIC, queue, offset, 64, u64::MAX, &TagFilter::All) {
+            match store.get_messages(&GetRequest::new(TOPIC, queue, offset).max_count(64).max_bytes(u64::MAX)) {
                 Ok(got) if !got.messages.is_empty() => {
                     for m in got.messages {
                         if m.queue_offset != offset || !is_self_consistent(&m.body) {

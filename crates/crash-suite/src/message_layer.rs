@@ -34,7 +34,7 @@ use std::time::Duration;
 use commitlog::{CommitLogConfig, FlushDiskType};
 use mapped_file::sim::SimSnapshot;
 use mapped_file::Storage;
-use message_store::{Message, MessageStore, MessageStoreConfig, TagFilter};
+use message_store::{GetRequest, Message, MessageStore, MessageStoreConfig};
 
 use crate::common::*;
 
@@ -115,16 +115,15 @@ struct Seen {
 fn store_config(flush: FlushDiskType, seal_entries: usize) -> MessageStoreConfig {
     // The log's own read limit off: dispatch's durable limit must hold by itself.
     let log = CommitLogConfig { checkpoint_interval_ms: 1, read_limit_to_flushed: false, ..config(SEGMENT, flush) };
-    MessageStoreConfig {
-        flush_interval_consume_queue_ms: 2,
-        flush_consume_queue_thorough_interval_ms: 5,
-        // Small index files (a simulated disk copies every file at each event),
-        // two slots (chains long and shared), rolled every 32 keys.
-        index: message_store::IndexConfig { hash_slots: 2, max_items: 32 },
-        queue_index_seal_entries: seal_entries,
-        consumer_offsets_journal_size: 64 << 10,
-        ..MessageStoreConfig::new(log)
-    }
+    let mut config = MessageStoreConfig::new(log);
+    config.flush_interval_consume_queue_ms = 2;
+    config.flush_consume_queue_thorough_interval_ms = 5;
+    // Small index files (a simulated disk copies every file at each event),
+    // two slots (chains long and shared), rolled every 32 keys.
+    config.index = message_store::IndexConfig::new(2, 32);
+    config.queue_index_seal_entries = seal_entries;
+    config.consumer_offsets_journal_size = 64 << 10;
+    config
 }
 
 /// One workload under one seed; `stop_at_first` ends at the first violation.
@@ -229,7 +228,9 @@ pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tall
                 let mut progressed = false;
                 for queue in 0..QUEUES {
                     let q = queue as usize;
-                    let Ok(got) = store.get_messages("g", "t", queue, next[q], 16, u64::MAX, &TagFilter::All) else {
+                    let Ok(got) =
+                        store.get_messages(&GetRequest::new("t", queue, next[q]).max_count(16).max_bytes(u64::MAX))
+                    else {
                         return (consumed, 1);
                     };
                     let event = sim.event_count();
@@ -314,14 +315,14 @@ fn check_image(
         || report.index_runs_dropped.len() > 1;
     let log_min = store.log().min_offset();
     for queue in 0..QUEUES {
-        let Ok((min, max)) = store.queue_range("t", queue) else {
+        let Ok(std::ops::Range { start: min, end: max }) = store.queue_range("t", queue) else {
             tally.garbage += 1;
             continue;
         };
         let mut found = Vec::new();
         let mut offset = min;
         while offset < max {
-            match store.get_messages("check", "t", queue, offset, 64, u64::MAX, &TagFilter::All) {
+            match store.get_messages(&GetRequest::new("t", queue, offset).max_count(64).max_bytes(u64::MAX)) {
                 Ok(got) if !got.messages.is_empty() => {
                     for m in got.messages {
                         if m.queue_offset != offset || !is_self_consistent(&m.body) {

@@ -103,7 +103,7 @@ pub struct DurabilityHandle {
 
 #[derive(Debug)]
 enum Inner {
-    Ready(Option<FlushResult>),
+    Ready(FlushResult),
     Pending(Arc<Completion>),
 }
 
@@ -115,7 +115,7 @@ const WAIT_SLICE: Duration = Duration::from_millis(100);
 impl DurabilityHandle {
     /// A handle that is already resolved (async flush, or an immediate rejection).
     pub fn resolved(result: FlushResult) -> Self {
-        DurabilityHandle { inner: Inner::Ready(Some(result)) }
+        DurabilityHandle { inner: Inner::Ready(result) }
     }
 
     pub(crate) fn pending(completion: Arc<Completion>) -> Self {
@@ -133,16 +133,19 @@ impl DurabilityHandle {
     /// The result, if known, without waiting.
     pub fn try_result(&self) -> Option<FlushResult> {
         match &self.inner {
-            Inner::Ready(r) => r.clone(),
+            Inner::Ready(r) => Some(r.clone()),
             Inner::Pending(c) => lock(&c.state).result.clone(),
         }
     }
 
     /// Blocks until the request completes: durable, failed, stopped, or timed out
-    /// at its deadline (`sync_flush_timeout_ms` after it was submitted).
-    pub fn wait(self) -> FlushResult {
-        match self.inner {
-            Inner::Ready(r) => r.expect("a ready handle holds its result until consumed"),
+    /// at its deadline (`sync_flush_timeout_ms` after it was submitted). Takes
+    /// the handle by reference: the result it returns stays the handle's answer
+    /// (waiting again, or polling it, gives the same), and a struct holding the
+    /// handle (a put's result) stays whole.
+    pub fn wait(&self) -> FlushResult {
+        match &self.inner {
+            Inner::Ready(r) => r.clone(),
             Inner::Pending(c) => {
                 c.spin_for_result(Duration::MAX);
                 let mut state = lock(&c.state);
@@ -160,7 +163,7 @@ impl DurabilityHandle {
     /// stays pending: this is a bound on waiting, not a deadline for the flush).
     pub fn wait_timeout(&self, timeout: Duration) -> Option<FlushResult> {
         match &self.inner {
-            Inner::Ready(r) => r.clone(),
+            Inner::Ready(r) => Some(r.clone()),
             Inner::Pending(c) => {
                 // A timeout too large for an `Instant` means no bound at all.
                 let deadline = std::time::Instant::now().checked_add(timeout);
@@ -188,7 +191,7 @@ impl Future for DurabilityHandle {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<FlushResult> {
         match &mut self.get_mut().inner {
-            Inner::Ready(r) => Poll::Ready(r.take().expect("DurabilityHandle polled after completion")),
+            Inner::Ready(r) => Poll::Ready(r.clone()),
             Inner::Pending(c) => {
                 let mut state = lock(&c.state);
                 match state.result.clone() {
@@ -224,6 +227,22 @@ mod tests {
         assert!(c.complete(Err(FlushError::Timeout { offset: 1, timeout_ms: 5 })));
         assert!(!c.complete(Ok(())), "a late success does not overwrite the timeout");
         assert!(matches!(handle.wait(), Err(FlushError::Timeout { offset: 1, .. })));
+    }
+
+    #[test]
+    fn waiting_borrows_the_handle_and_its_answer_stays() {
+        struct Put {
+            offset: u64,
+            durability: DurabilityHandle,
+        }
+        let c = Completion::new();
+        let put = Put { offset: 7, durability: DurabilityHandle::pending(Arc::clone(&c)) };
+        c.complete(Err(FlushError::Timeout { offset: 7, timeout_ms: 5 }));
+        assert!(matches!(put.durability.wait(), Err(FlushError::Timeout { offset: 7, .. })));
+        assert!(matches!(put.durability.wait(), Err(FlushError::Timeout { .. })), "the same answer again");
+        assert_eq!(put.offset, 7, "the holder is still whole");
+        let ready = DurabilityHandle::resolved(Ok(()));
+        assert!(ready.wait().is_ok() && ready.wait().is_ok() && matches!(ready.try_result(), Some(Ok(()))));
     }
 
     #[test]

@@ -558,6 +558,14 @@ impl MappedFile {
         }
     }
 
+    /// Whether the bytes `[pos, pos + len)` (file-relative) are in memory now,
+    /// so reading them takes no disk I/O (RocketMQ's `MappedFile.isLoaded`,
+    /// by `mincore`). False for a range past the file, or if the kernel
+    /// cannot say: the answer is advice, never a reason to fail a read.
+    pub fn is_resident(&self, pos: usize, len: usize) -> bool {
+        self.region.memory().is_resident(pos, len).unwrap_or(false)
+    }
+
     /// Everything from `pos` to the read position (RocketMQ's `selectMappedBuffer(pos)`).
     pub fn read_from(&self, pos: usize) -> Result<Bytes, MappedFileError> {
         let end = self.read_position();

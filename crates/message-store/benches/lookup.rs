@@ -31,7 +31,7 @@ fn build(keys: u64) -> (tempfile::TempDir, MessageStore) {
     }
     let last = keys.div_ceil(u64::from(QUEUES)).saturating_sub(1);
     for queue in 0..QUEUES {
-        assert!(store.wait_for("t", queue, last.saturating_sub(1), Duration::from_secs(600)).expect("wait"));
+        assert!(store.wait_for("t", queue, last.saturating_sub(1), Duration::from_secs(600)).expect("wait").arrived());
     }
     (dir, store)
 }

@@ -41,7 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let put_secs = started.elapsed().as_secs_f64();
     let last_offset = keys.div_ceil(8).saturating_sub(1);
     for queue in 0..8 {
-        if !store.wait_for("t", queue, last_offset.saturating_sub(1), Duration::from_secs(600))? {
+        if !store.wait_for("t", queue, last_offset.saturating_sub(1), Duration::from_secs(600))?.arrived() {
             return Err("dispatch did not catch up in 10 minutes".into());
         }
     }

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use commitlog::{CommitLogConfig, FlushDiskType};
-use message_store::{Message, MessageStore, MessageStoreConfig, TagFilter};
+use message_store::{GetRequest, Message, MessageStore, MessageStoreConfig};
 
 const QUEUES: u32 = 4;
 
@@ -53,10 +53,11 @@ fn run(flush: FlushDiskType, rate: Option<u64>, seconds: u64) -> Result<Measured
                 let mut next = 0u64;
                 let mut seen = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
-                    if !store.wait_for("t", queue, next, Duration::from_millis(100))? {
+                    if !store.wait_for("t", queue, next, Duration::from_millis(100))?.arrived() {
                         continue;
                     }
-                    let got = store.get_messages("g", "t", queue, next, 256, u64::MAX, &TagFilter::All)?;
+                    let got =
+                        store.get_messages(&GetRequest::new("t", queue, next).max_count(256).max_bytes(u64::MAX))?;
                     let now = base.elapsed();
                     for m in &got.messages {
                         let sent = u64::from_le_bytes(m.body[..8].try_into().unwrap_or_default());

@@ -20,7 +20,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use commitlog::{CommitLogConfig, FlushDiskType};
-use message_store::{Message, MessageStore, MessageStoreConfig, TagFilter};
+use message_store::{GetRequest, Message, MessageStore, MessageStoreConfig};
 
 fn arg(args: &[String], name: &str, default: u64) -> u64 {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -111,7 +111,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let put_secs = started.elapsed().as_secs_f64();
     let started = Instant::now();
     for queue in (0..queues).rev() {
-        if !store.wait_for("wide", queue, rounds - 1, std::time::Duration::from_secs(60))? {
+        if !store.wait_for("wide", queue, rounds - 1, std::time::Duration::from_secs(60))?.arrived() {
             return Err(format!("queue {queue} was not dispatched within a minute").into());
         }
     }
@@ -121,7 +121,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for queue in 0..queues {
         let mut offset = 0;
         while offset < rounds {
-            let got = store.get_messages("g", "wide", queue, offset, 64, u64::MAX, &TagFilter::All)?;
+            let got = store.get_messages(&GetRequest::new("wide", queue, offset).max_count(64).max_bytes(u64::MAX))?;
             if got.messages.is_empty() {
                 return Err(format!("queue {queue}: nothing read at offset {offset} ({:?})", got.status).into());
             }
@@ -196,7 +196,7 @@ fn killed_child(dir: &Path, args: &[String]) -> Result<(), Box<dyn std::error::E
         }
     }
     for queue in 0..queues {
-        if !store.wait_for("wide", queue, rounds - 1, std::time::Duration::from_secs(60))? {
+        if !store.wait_for("wide", queue, rounds - 1, std::time::Duration::from_secs(60))?.arrived() {
             return Err(format!("queue {queue} was not dispatched within a minute").into());
         }
     }
@@ -235,7 +235,7 @@ fn killed(dir: &Path, queues: u32, rounds: u64) -> Result<(), Box<dyn std::error
         replayed >> 20
     );
     for queue in [0, queues / 2, queues - 1] {
-        let (min, max) = reopened.queue_range("wide", queue)?;
+        let std::ops::Range { start: min, end: max } = reopened.queue_range("wide", queue)?;
         if (min, max) != (0, rounds) {
             return Err(format!("queue {queue} reopened with offsets {min}..{max}, not 0..{rounds}").into());
         }
@@ -247,7 +247,11 @@ fn killed(dir: &Path, queues: u32, rounds: u64) -> Result<(), Box<dyn std::error
 /// The store's config: room for a topic of `queues` queues (at least the default).
 fn store_config(queues: u32) -> Result<MessageStoreConfig, commitlog::Error> {
     let config = MessageStoreConfig::new(store_log()?);
-    Ok(MessageStoreConfig { max_queues_per_topic: queues.max(config.max_queues_per_topic), ..config })
+    Ok({
+        let mut config = config;
+        config.max_queues_per_topic = queues.max(config.max_queues_per_topic);
+        config
+    })
 }
 
 fn store_log() -> Result<CommitLogConfig, commitlog::Error> {

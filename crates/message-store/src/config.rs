@@ -8,6 +8,7 @@ use crate::message::MessageLimits;
 
 /// How far the dispatcher may read the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DispatchLimit {
     /// Only what is durable: consumers never see a message a crash can take
     /// back (RocketMQ #8239). Required under sync flush.
@@ -19,7 +20,26 @@ pub enum DispatchLimit {
 }
 
 /// Configuration of a [`MessageStore`](crate::MessageStore).
+///
+/// Made with [`builder`](Self::builder) (which checks it), [`new`](Self::new)
+/// over a commit-log configuration, or [`Default`] (the defaults over
+/// [`CommitLogConfig::default`]); its fields can be changed after, and
+/// [`MessageStore::open`](crate::MessageStore::open) checks them. New fields
+/// may come in minor releases (`#[non_exhaustive]`).
+///
+/// ```
+/// use commitlog::{CommitLogConfig, FlushDiskType};
+/// use message_store::MessageStoreConfig;
+///
+/// let config = MessageStoreConfig::builder()
+///     .log(CommitLogConfig::builder().mapped_file_size_commit_log(1 << 20).flush_disk_type(FlushDiskType::SyncFlush).build()?)
+///     .auto_create_topics(true)
+///     .build()?;
+/// assert_eq!(config.log.max_message_size, 256 << 10, "a quarter of a segment, unless set");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct MessageStoreConfig {
     /// The commit log's configuration (flush mode, segment size, retention, …).
     pub log: CommitLogConfig,
@@ -65,9 +85,29 @@ pub struct MessageStoreConfig {
     /// snapshot when that is larger, so compactions stay rare at any number of
     /// offsets. At least 64 KiB, a multiple of 4 KiB.
     pub consumer_offsets_journal_size: usize,
+    /// How long a commit of an offset the queue's puts reached but dispatch
+    /// has not (a commit right after a put) waits for dispatch to catch up
+    /// before it is refused with
+    /// [`StoreError::OffsetBeyondQueue`](crate::StoreError::OffsetBeyondQueue)
+    /// (5,000 ms; 0: refused at once).
+    pub commit_dispatch_wait_ms: u64,
+}
+
+impl Default for MessageStoreConfig {
+    /// The defaults over [`CommitLogConfig::default`] (64 MiB segments, async
+    /// flush).
+    fn default() -> Self {
+        MessageStoreConfig::new(CommitLogConfig::default())
+    }
 }
 
 impl MessageStoreConfig {
+    /// A builder starting from the defaults; [`build`](MessageStoreConfigBuilder::build)
+    /// checks the result.
+    pub fn builder() -> MessageStoreConfigBuilder {
+        MessageStoreConfigBuilder { config: MessageStoreConfig::default(), limits_set: false }
+    }
+
     /// The defaults over the commit log configured as `log`.
     pub fn new(log: CommitLogConfig) -> Self {
         MessageStoreConfig {
@@ -82,6 +122,7 @@ impl MessageStoreConfig {
             max_queues_per_topic: 65_536,
             max_filter_entries: 800,
             consumer_offsets_journal_size: 4 << 20,
+            commit_dispatch_wait_ms: 5000,
             queue_index_seal_entries: 1 << 20,
             message_index_enable: true,
             index: IndexConfig::default(),
@@ -96,7 +137,9 @@ impl MessageStoreConfig {
         })
     }
 
-    pub(crate) fn validate(&self) -> Result<(), StoreError> {
+    /// Checks the configuration ([`MessageStore::open`](crate::MessageStore::open)
+    /// does too): every error says which knob and why.
+    pub fn validate(&self) -> Result<(), StoreError> {
         let bad = |reason: String| Err(StoreError::InvalidConfig { reason });
         if self.log.flush_disk_type == FlushDiskType::SyncFlush && self.dispatch_limit == Some(DispatchLimit::Written) {
             return bad("dispatch_limit Written under sync flush would show consumers messages a crash can take back (RocketMQ #8239)".into());
@@ -130,5 +173,81 @@ impl MessageStoreConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// Builds a [`MessageStoreConfig`]; [`build`](Self::build) checks it. Each
+/// setter is named as the field (and RocketMQ's knob) it sets.
+#[derive(Debug, Clone)]
+pub struct MessageStoreConfigBuilder {
+    config: MessageStoreConfig,
+    limits_set: bool,
+}
+
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {$(
+        $(#[$doc])*
+        pub fn $name(mut self, value: $ty) -> Self {
+            self.config.$name = value;
+            self
+        }
+    )*};
+}
+
+impl MessageStoreConfigBuilder {
+    /// The commit log's configuration. Unless [`limits`](Self::limits) is
+    /// set, the message limits follow its `max_message_size`.
+    pub fn log(mut self, log: CommitLogConfig) -> Self {
+        self.config.log = log;
+        self
+    }
+
+    /// How far dispatch reads (default: by the flush mode).
+    pub fn dispatch_limit(mut self, limit: DispatchLimit) -> Self {
+        self.config.dispatch_limit = Some(limit);
+        self
+    }
+
+    /// Limits on each message (default: within the log's `max_message_size`).
+    pub fn limits(mut self, limits: MessageLimits) -> Self {
+        self.config.limits = limits;
+        self.limits_set = true;
+        self
+    }
+
+    setters! {
+        /// Sets [`auto_create_topics`](MessageStoreConfig::auto_create_topics).
+        auto_create_topics: bool,
+        /// Sets [`default_topic_queue_nums`](MessageStoreConfig::default_topic_queue_nums).
+        default_topic_queue_nums: u32,
+        /// Sets [`max_queues_per_topic`](MessageStoreConfig::max_queues_per_topic).
+        max_queues_per_topic: u32,
+        /// Sets [`message_index_enable`](MessageStoreConfig::message_index_enable).
+        message_index_enable: bool,
+        /// Sets [`index`](MessageStoreConfig::index).
+        index: IndexConfig,
+        /// Sets [`max_filter_entries`](MessageStoreConfig::max_filter_entries).
+        max_filter_entries: u64,
+        /// Sets [`queue_index_seal_entries`](MessageStoreConfig::queue_index_seal_entries).
+        queue_index_seal_entries: usize,
+        /// Sets [`consumer_offsets_journal_size`](MessageStoreConfig::consumer_offsets_journal_size).
+        consumer_offsets_journal_size: usize,
+        /// Sets [`commit_dispatch_wait_ms`](MessageStoreConfig::commit_dispatch_wait_ms).
+        commit_dispatch_wait_ms: u64,
+        /// Sets [`flush_interval_consume_queue_ms`](MessageStoreConfig::flush_interval_consume_queue_ms).
+        flush_interval_consume_queue_ms: u64,
+        /// Sets [`flush_consume_queue_least_pages`](MessageStoreConfig::flush_consume_queue_least_pages).
+        flush_consume_queue_least_pages: usize,
+        /// Sets [`flush_consume_queue_thorough_interval_ms`](MessageStoreConfig::flush_consume_queue_thorough_interval_ms).
+        flush_consume_queue_thorough_interval_ms: u64,
+    }
+
+    /// Checks and returns the configuration.
+    pub fn build(mut self) -> Result<MessageStoreConfig, StoreError> {
+        if !self.limits_set {
+            self.config.limits = MessageLimits::within(self.config.log.max_message_size);
+        }
+        self.config.validate()?;
+        Ok(self.config)
     }
 }

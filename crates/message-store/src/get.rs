@@ -7,6 +7,7 @@ use crate::{MessageStore, StoreError};
 
 /// What a consumer wants of a queue's messages.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TagFilter {
     /// Every message (RocketMQ's `*`).
     #[default]
@@ -45,6 +46,7 @@ impl TagFilter {
 
 /// RocketMQ's `GetMessageStatus`, for a queue that exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum GetStatus {
     /// Messages were found.
     Found,
@@ -66,6 +68,7 @@ pub enum GetStatus {
 
 /// The answer to [`MessageStore::get_messages`].
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct GetResult {
     /// What happened.
     pub status: GetStatus,
@@ -79,6 +82,80 @@ pub struct GetResult {
     pub messages: Vec<StoredMessage>,
 }
 
+/// What [`MessageStore::get_messages`] reads: a queue, where to start, how
+/// much, and which messages (RocketMQ's `getMessage` arguments, named).
+///
+/// ```
+/// use message_store::{GetRequest, TagFilter};
+///
+/// let request = GetRequest::new("orders", 2, 0).max_count(64).filter(TagFilter::parse("new || paid"));
+/// assert_eq!((request.topic.as_str(), request.queue_id, request.max_count), ("orders", 2, 64));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GetRequest {
+    /// The topic.
+    pub topic: String,
+    /// The queue of the topic.
+    pub queue_id: u32,
+    /// The queue offset to read from.
+    pub offset: u64,
+    /// The most messages returned (default 32, RocketMQ's pull batch).
+    pub max_count: usize,
+    /// The most bytes of log records returned, at least one message (default
+    /// 256 KiB, RocketMQ's `maxTransferBytesOnMessageInMemory`).
+    pub max_bytes: u64,
+    /// Which messages pass (default: all).
+    pub filter: TagFilter,
+    /// Who reads, for tracing only (default: none).
+    pub group: Option<String>,
+}
+
+impl GetRequest {
+    /// Reads `topic`'s queue `queue_id` from `offset`, with the defaults.
+    pub fn new(topic: impl Into<String>, queue_id: u32, offset: u64) -> Self {
+        GetRequest {
+            topic: topic.into(),
+            queue_id,
+            offset,
+            max_count: 32,
+            max_bytes: 256 << 10,
+            filter: TagFilter::All,
+            group: None,
+        }
+    }
+
+    /// Sets [`max_count`](Self::max_count).
+    pub fn max_count(mut self, max_count: usize) -> Self {
+        self.max_count = max_count;
+        self
+    }
+
+    /// Sets [`max_bytes`](Self::max_bytes).
+    pub fn max_bytes(mut self, max_bytes: u64) -> Self {
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    /// Sets [`filter`](Self::filter).
+    pub fn filter(mut self, filter: TagFilter) -> Self {
+        self.filter = filter;
+        self
+    }
+
+    /// Sets [`group`](Self::group).
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+
+    /// Sets [`offset`](Self::offset): the same request further on.
+    pub fn offset(mut self, offset: u64) -> Self {
+        self.offset = offset;
+        self
+    }
+}
+
 /// Which end of equal store times [`MessageStore::offset_by_time`] picks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimeBound {
@@ -89,21 +166,15 @@ pub enum TimeBound {
 }
 
 impl MessageStore {
-    /// Reads up to `max_count` messages (and `max_bytes` of log records, at
-    /// least one message) of `topic`'s queue from `offset` that pass `filter`,
-    /// scanning at most `max(max_filter_entries, max_count)` entries. `group`
-    /// names the reader in tracing only.
-    #[allow(clippy::too_many_arguments)] // RocketMQ's signature, one name each
-    pub fn get_messages(
-        &self,
-        group: &str,
-        topic: &str,
-        queue_id: u32,
-        offset: u64,
-        max_count: usize,
-        max_bytes: u64,
-        filter: &TagFilter,
-    ) -> Result<GetResult, StoreError> {
+    /// Reads up to `request.max_count` messages (and `max_bytes` of log
+    /// records, at least one message) of the request's queue from its offset
+    /// that pass its filter, scanning at most `max(max_filter_entries,
+    /// max_count)` entries. The status says what was found (RocketMQ's
+    /// `GetMessageStatus`); `next_offset` is where to read next.
+    pub fn get_messages(&self, request: &GetRequest) -> Result<GetResult, StoreError> {
+        let GetRequest { topic, queue_id, offset, max_count, max_bytes, filter, group } = request;
+        let (topic, queue_id, offset, max_count, max_bytes) =
+            (topic.as_str(), *queue_id, *offset, *max_count, *max_bytes);
         let key = self.queue_key_of(topic, queue_id)?;
         let index = &self.core.dispatcher.queue_index;
         let (min, max) = index.extent(key).unwrap_or((0, 0));
@@ -168,7 +239,14 @@ impl MessageStore {
         if !result.messages.is_empty() {
             result.status = GetStatus::Found;
         }
-        tracing::trace!(group, topic, queue_id, offset, found = result.messages.len(), "get_messages");
+        tracing::trace!(
+            group = group.as_deref(),
+            topic,
+            queue_id,
+            offset,
+            found = result.messages.len(),
+            "get_messages"
+        );
         Ok(result)
     }
 
@@ -208,6 +286,58 @@ impl MessageStore {
             TimeBound::Lower => low,
             TimeBound::Upper => low.saturating_sub(1).max(min),
         })
+    }
+
+    /// About how many messages of `topic`'s queue in `[from, to)` pass
+    /// `filter` (RocketMQ's `estimateMessageCount`): exact for
+    /// [`TagFilter::All`] (the range clamped to the queue's); otherwise by the
+    /// tag hashes of up to 20,000 entries from `from`, scaled to the range
+    /// (a hash shared by another tag counts as a match). Reads only the
+    /// queue index, never the log.
+    pub fn estimate_message_count(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        from: u64,
+        to: u64,
+        filter: &TagFilter,
+    ) -> Result<u64, StoreError> {
+        const SAMPLE: u64 = 20_000;
+        let key = self.queue_key_of(topic, queue_id)?;
+        let index = &self.core.dispatcher.queue_index;
+        let (min, max) = index.extent(key).unwrap_or((0, 0));
+        let (from, to) = (from.max(min), to.min(max));
+        let Some(total) = to.checked_sub(from).filter(|&n| n > 0) else { return Ok(0) };
+        if *filter == TagFilter::All {
+            return Ok(total);
+        }
+        let sample = total.min(SAMPLE);
+        let entries = index.get(key, from, usize::try_from(sample).unwrap_or(usize::MAX));
+        let scanned = entries.len() as u64;
+        if scanned == 0 {
+            return Ok(0);
+        }
+        let matched = entries.iter().filter(|entry| filter.passes_code(entry.tag)).count() as u64;
+        // total * matched / scanned, without overflow: matched <= scanned.
+        Ok(u64::try_from(u128::from(total) * u128::from(matched) / u128::from(scanned)).unwrap_or(total))
+    }
+
+    /// Whether the records of `topic`'s queue from `offset` (`batch` of them,
+    /// at least one) are all in memory now, so reading them takes no disk I/O
+    /// (RocketMQ's `checkInMemByConsumeOffset`, by `mincore` on the log's
+    /// mapping). False for an offset the queue does not hold. A snapshot:
+    /// advice for a broker choosing how to serve a read, not a promise.
+    pub fn check_in_mem_by_consume_offset(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+        batch: usize,
+    ) -> Result<bool, StoreError> {
+        let key = self.queue_key_of(topic, queue_id)?;
+        let entries = self.core.dispatcher.queue_index.get(key, offset, batch.max(1));
+        Ok(!entries.is_empty()
+            && entries.iter().all(|entry| self.core.log.is_resident(entry.log_offset, u64::from(entry.size))))
     }
 
     /// The store time of entry `index`'s message; `None` if its record is gone.

@@ -39,6 +39,7 @@ const END_MAGIC: &[u8; 8] = b"MSIDXEND";
 
 /// The index's shape: slots and items per file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct IndexConfig {
     /// Hash slots per file (RocketMQ's `maxHashSlotNum`, 5,000,000; here 200,000).
     pub hash_slots: u32,
@@ -54,6 +55,11 @@ impl Default for IndexConfig {
 }
 
 impl IndexConfig {
+    /// `hash_slots` slots and `max_items` items per file.
+    pub fn new(hash_slots: u32, max_items: u32) -> Self {
+        IndexConfig { hash_slots, max_items }
+    }
+
     /// Bytes of one index file.
     fn file_size(&self) -> usize {
         let raw = HEADER + ITEM * self.max_items as usize + 4 * self.hash_slots as usize + FOOTER;

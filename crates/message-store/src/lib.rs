@@ -25,24 +25,26 @@
 //!   log, read-only. The repository's `docs/message-store.md` has the details.
 //!
 //! ```
+//! use std::time::Duration;
+//!
 //! use commitlog::{CommitLogConfig, FlushDiskType};
-//! use message_store::{GetStatus, Message, MessageStore, MessageStoreConfig, TagFilter};
+//! use message_store::{GetRequest, GetStatus, Message, MessageStore, MessageStoreConfig, TagFilter};
 //!
 //! let dir = tempfile::tempdir()?;
-//! let log = CommitLogConfig::builder()
-//!     .mapped_file_size_commit_log(1 << 20)
-//!     .max_message_size(64 << 10)
-//!     .flush_disk_type(FlushDiskType::SyncFlush)
+//! let config = MessageStoreConfig::builder()
+//!     .log(CommitLogConfig::builder().mapped_file_size_commit_log(1 << 20).flush_disk_type(FlushDiskType::SyncFlush).build()?)
 //!     .build()?;
-//! let store = MessageStore::open(dir.path(), MessageStoreConfig::new(log))?;
+//! let store = MessageStore::open(dir.path(), config)?;
 //! store.create_topic("orders", 4)?;
-//! let put = store.put_message(&Message::new("orders", 2, &b"hello"[..]).with_tags("new"))?;
+//! let put = store.put_message(&Message::new("orders", 2, "hello").with_tags("new"))?;
 //! put.durability.wait()?; // durable, and soon dispatched
-//! assert!(store.wait_for("orders", 2, 0, std::time::Duration::from_secs(5))?);
-//! let got = store.get_messages("readers", "orders", 2, 0, 32, 1 << 20, &TagFilter::parse("new"))?;
+//! assert!(store.wait_for("orders", 2, put.queue_offset, Duration::from_secs(5))?.arrived());
+//! let got = store.get_messages(&GetRequest::new("orders", 2, 0).filter(TagFilter::parse("new")).group("readers"))?;
 //! assert_eq!(got.status, GetStatus::Found);
 //! assert_eq!(&got.messages[0].body[..], b"hello");
 //! store.commit_offset("readers", "orders", 2, got.next_offset)?;
+//! assert_eq!(store.queue_range("orders", 2)?, 0..1);
+//! drop(got); // its bodies hold the log's mapping, and the store's lock
 //! store.shutdown()?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -76,16 +78,25 @@ mod store;
 mod textfile;
 mod topic;
 
-pub use config::{DispatchLimit, MessageStoreConfig};
+pub use bytes::Bytes;
+pub use config::{DispatchLimit, MessageStoreConfig, MessageStoreConfigBuilder};
 pub use error::{MessageError, NameError, StoreError};
-pub use get::{GetResult, GetStatus, TagFilter, TimeBound};
+pub use get::{GetRequest, GetResult, GetStatus, TagFilter, TimeBound};
 pub use index::IndexConfig;
 pub use message::{tags_code, Message, MessageLimits, StoredMessage};
-pub use poll::{Arrival, Arrivals};
-pub use store::{BatchPutResult, MessageStore, OpenReport, PutResult, QueueStats, StoreStats};
+pub use poll::{Arrival, Arrivals, Waited};
+pub use store::{
+    BatchPutResult, CommittedOffset, MessageStore, OpenReport, PutResult, QueueStats, ResetTo, StoreStats,
+};
 pub use topic::{validate_group, validate_topic, MAX_GROUP_LEN, MAX_TOPIC_LEN};
 
 /// The README's example, compiled and run as a doctest.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The examples of the repository's docs/message-store.md, compiled and run
+/// as doctests.
+#[doc = include_str!("../../../docs/message-store.md")]
+#[cfg(doctest)]
+pub struct DocsDoctests;

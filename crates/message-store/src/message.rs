@@ -34,6 +34,7 @@ const FIXED: usize = 26;
 
 /// Limits a message is checked against before anything is appended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MessageLimits {
     /// The largest body (RocketMQ's `maxMessageSize` is 4 MiB for the whole
     /// message; here the body, the rest being bounded below).
@@ -63,7 +64,21 @@ impl Default for MessageLimits {
 }
 
 /// A message to put: its topic and queue, body, tags, keys and properties.
+///
+/// The body is anything that converts into [`Bytes`](crate::Bytes) without a
+/// copy (`Vec<u8>`, `String`, `&'static [u8]`, `Bytes`); a borrowed slice is
+/// copied once with `Bytes::copy_from_slice`:
+///
+/// ```
+/// use message_store::{Bytes, Message};
+///
+/// let line = String::from("hello");
+/// let owned = Message::new("orders", 0, line.clone()); // moved, not copied
+/// let borrowed = Message::new("orders", 0, Bytes::copy_from_slice(line.as_bytes()));
+/// assert_eq!(owned.body, borrowed.body);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Message {
     /// The topic.
     pub topic: String,
@@ -208,7 +223,18 @@ pub fn tags_code(tags: &str) -> u64 {
 }
 
 /// A message as stored: what was put, plus where and when it was stored.
+///
+/// **Its body holds the log's mapping.** [`body`](Self::body) is a zero-copy
+/// view of the segment it was read from, and keeps that segment mapped, and
+/// the store's directory lock held, while any clone of it lives, even after
+/// [`MessageStore::shutdown`](crate::MessageStore::shutdown): opening the
+/// store again in the same process fails with `Locked { holder:
+/// ThisProcess }` until the bodies are dropped (another store must not cut
+/// or reuse a file a view still reads). Keep a body past the store's life
+/// by copying it (`Bytes::copy_from_slice(&message.body)`, or
+/// [`into_owned`](Self::into_owned)).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StoredMessage {
     /// The topic.
     pub topic: String,
@@ -234,6 +260,15 @@ pub struct StoredMessage {
     pub properties: Vec<(String, String)>,
     /// The payload: a zero-copy view of the log, valid while held.
     pub body: Bytes,
+}
+
+impl StoredMessage {
+    /// The message with its body copied out of the log: it no longer holds
+    /// the log's mapping or the store's lock.
+    pub fn into_owned(mut self) -> Self {
+        self.body = Bytes::copy_from_slice(&self.body);
+        self
+    }
 }
 
 /// A cursor over an encoded message.

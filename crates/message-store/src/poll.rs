@@ -16,19 +16,49 @@ use crate::queues::Queue;
 use crate::signal::new_token;
 use crate::{MessageStore, StoreError};
 
+/// How a wait for a queue's message ended ([`MessageStore::wait_for`],
+/// [`MessageStore::arrival`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Waited {
+    /// The queue holds a message at the offset waited for: read it.
+    Arrived,
+    /// The timeout passed first.
+    TimedOut,
+    /// The store shut down, or the queue's topic was deleted.
+    Closed,
+}
+
+impl Waited {
+    /// True for [`Waited::Arrived`].
+    pub fn arrived(self) -> bool {
+        self == Waited::Arrived
+    }
+
+    fn of(passed: bool, closed: bool) -> Self {
+        match (passed, closed) {
+            (true, _) => Waited::Arrived,
+            (false, true) => Waited::Closed,
+            (false, false) => Waited::TimedOut,
+        }
+    }
+}
+
 impl MessageStore {
     /// Blocks until `topic`'s queue holds a message at `offset` or later (its
-    /// end passes `offset`), the store shuts down, or `timeout` passes (a
-    /// timeout too long to add to now, `Duration::MAX` say, waits without
-    /// one). Returns whether a message is there to read.
-    pub fn wait_for(&self, topic: &str, queue_id: u32, offset: u64, timeout: Duration) -> Result<bool, StoreError> {
+    /// end passes `offset`), the store shuts down or the topic is deleted, or
+    /// `timeout` passes (a timeout too long to add to now, `Duration::MAX`
+    /// say, waits without one).
+    pub fn wait_for(&self, topic: &str, queue_id: u32, offset: u64, timeout: Duration) -> Result<Waited, StoreError> {
         let queue = self.watched(topic, queue_id)?;
-        Ok(queue.signal.wait_past(offset, Instant::now().checked_add(timeout)))
+        let passed = queue.signal.wait_past(offset, Instant::now().checked_add(timeout));
+        Ok(Waited::of(passed, queue.signal.is_closed()))
     }
 
     /// A future that resolves when `topic`'s queue holds a message at `offset`
-    /// or later (`true`), or the store shuts down (`false`). It has no timer of
-    /// its own: wrap it in the runtime's timeout (`tokio::time::timeout`).
+    /// or later ([`Waited::Arrived`]), or the store shuts down or the topic is
+    /// deleted ([`Waited::Closed`]). It has no timer of its own: wrap it in
+    /// the runtime's timeout (`tokio::time::timeout`).
     pub fn arrival(&self, topic: &str, queue_id: u32, offset: u64) -> Result<Arrival, StoreError> {
         Ok(Arrival { queue: self.watched(topic, queue_id)?, offset, token: new_token() })
     }
@@ -108,11 +138,11 @@ pub struct Arrival {
 }
 
 impl Future for Arrival {
-    type Output = bool;
+    type Output = Waited;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Waited> {
         match self.queue.signal.poll_past(self.offset, self.token, cx.waker()) {
-            Some(passed) => Poll::Ready(passed),
+            Some(passed) => Poll::Ready(Waited::of(passed, true)),
             None => Poll::Pending,
         }
     }

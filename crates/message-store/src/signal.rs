@@ -117,6 +117,12 @@ impl Signal {
         state.dispatched > offset
     }
 
+    /// Whether the signal is closed (the store shut down, or the queue's
+    /// topic was deleted).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.state.lock().closed
+    }
+
     /// Whether a thread is blocked on the signal or a future waits on it
     /// (woken or not since it last looked): someone waits for the queue's
     /// next message now.

@@ -1,6 +1,7 @@
 //! The store: open and recover, topics, puts, consumer offsets, the background
 //! services, shutdown.
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -31,6 +32,7 @@ pub(crate) fn queue_index_dir(root: &Path) -> PathBuf {
 
 /// Where a message went.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct PutResult {
     /// Its offset in its queue.
     pub queue_offset: u64,
@@ -45,6 +47,7 @@ pub struct PutResult {
 
 /// Where a batch went: consecutive queue offsets from `first_queue_offset`.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct BatchPutResult {
     /// The first message's queue offset; the others follow.
     pub first_queue_offset: u64,
@@ -56,8 +59,45 @@ pub struct BatchPutResult {
     pub durability: DurabilityHandle,
 }
 
+/// A consumer group's committed offset in a queue
+/// ([`MessageStore::committed_offsets`], [`inspect::consumer_offsets`](crate::inspect::consumer_offsets)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CommittedOffset {
+    /// The group.
+    pub group: String,
+    /// The topic.
+    pub topic: String,
+    /// The queue.
+    pub queue_id: u32,
+    /// The next offset it consumes.
+    pub offset: u64,
+}
+
+impl CommittedOffset {
+    pub(crate) fn new(((group, topic, queue_id), offset): ((String, String, u32), u64)) -> Self {
+        CommittedOffset { group, topic, queue_id, offset }
+    }
+}
+
+/// Where [`MessageStore::reset_consumer_offsets`] moves a group's offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ResetTo {
+    /// Each queue's first offset (RocketMQ's `CONSUME_FROM_FIRST_OFFSET`).
+    Earliest,
+    /// Each queue's end: only messages put from now on are consumed.
+    Latest,
+    /// This offset, clamped to each queue's `[min, end]`.
+    Offset(u64),
+    /// The first message stored at or after this time (ms since the Unix
+    /// epoch; RocketMQ's `resetOffsetByTimestamp`), by [`MessageStore::offset_by_time`].
+    Time(u64),
+}
+
 /// One queue as [`MessageStore::queue_stats`] sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct QueueStats {
     /// The topic.
     pub topic: String,
@@ -547,6 +587,19 @@ impl MessageStore {
         Ok(true)
     }
 
+    /// Deletes every topic not in `retain` (RocketMQ's `cleanUnusedTopic`,
+    /// given the topics a broker's configuration still names), each as
+    /// [`delete_topic`](Self::delete_topic) does. Returns the topics deleted.
+    pub fn clean_unused_topics(&self, retain: &[&str]) -> Result<Vec<String>, StoreError> {
+        let mut deleted = Vec::new();
+        for (topic, _) in self.topics() {
+            if !retain.contains(&topic.as_str()) && self.delete_topic(&topic)? {
+                deleted.push(topic);
+            }
+        }
+        Ok(deleted)
+    }
+
     /// Every topic with its queue count.
     pub fn topics(&self) -> Vec<(String, u32)> {
         self.core.registry.lock().topics().map(|(t, e)| (t.to_string(), e.queues)).collect()
@@ -694,17 +747,20 @@ impl MessageStore {
         self.core.queues.key(topic, queue_id)
     }
 
-    /// The first offset and the end of `topic`'s queue. Reads the queue
+    /// The offsets `topic`'s queue holds: from its first (RocketMQ's
+    /// `getMinOffsetInQueue`) to its end, exclusive (`getMaxOffsetInQueue`:
+    /// the offset its next message takes once dispatched). Reads the queue
     /// index's table only: no file, and nothing changes.
-    pub fn queue_range(&self, topic: &str, queue_id: u32) -> Result<(u64, u64), StoreError> {
+    pub fn queue_range(&self, topic: &str, queue_id: u32) -> Result<Range<u64>, StoreError> {
         let key = self.queue_key_of(topic, queue_id)?;
-        Ok(self.core.dispatcher.queue_index.extent(key).unwrap_or((0, 0)))
+        let (min, end) = self.core.dispatcher.queue_index.extent(key).unwrap_or((0, 0));
+        Ok(min..end)
     }
 
     /// The end of `topic`'s queue (the offset its next message takes once
     /// dispatched). The caller has checked the store is open.
     fn queue_end(&self, topic: &str, queue_id: u32) -> Result<u64, StoreError> {
-        Ok(self.queue_range(topic, queue_id)?.1)
+        Ok(self.queue_range(topic, queue_id)?.end)
     }
 
     /// Every queue of every topic with its range.
@@ -712,7 +768,7 @@ impl MessageStore {
         let mut stats = Vec::new();
         for (topic, count) in self.topics() {
             for queue_id in 0..count {
-                let (min_offset, max_offset) = self.queue_range(&topic, queue_id)?;
+                let Range { start: min_offset, end: max_offset } = self.queue_range(&topic, queue_id)?;
                 stats.push(QueueStats { topic: topic.clone(), queue_id, min_offset, max_offset });
             }
         }
@@ -724,6 +780,11 @@ impl MessageStore {
     /// lower offset than the committed one is taken (a reset: the group
     /// consumes again from there). A commit costs one small journal record, and
     /// commits from many threads share syncs.
+    ///
+    /// An offset the queue's puts have reached but dispatch has not yet (a
+    /// commit right after a put) waits for dispatch, up to
+    /// [`commit_dispatch_wait_ms`](MessageStoreConfig::commit_dispatch_wait_ms):
+    /// an offset is never committed past what the queue index holds.
     pub fn commit_offset(&self, group: &str, topic: &str, queue_id: u32, offset: u64) -> Result<(), StoreError> {
         self.commit_offsets(group, &[(topic, queue_id, offset)])
     }
@@ -736,7 +797,7 @@ impl MessageStore {
         self.check_open()?;
         validate_group(group)?;
         for &(topic, queue_id, offset) in commits {
-            let max = self.queue_end(topic, queue_id)?;
+            let max = self.queue_end_for_commit(topic, queue_id, offset)?;
             if offset > max {
                 return Err(StoreError::OffsetBeyondQueue {
                     group: group.to_string(),
@@ -748,6 +809,63 @@ impl MessageStore {
             }
         }
         self.core.offsets.commit_many(&*self.core.storage, group, commits)
+    }
+
+    /// The end of `topic`'s queue for a commit of `offset`: if dispatch has
+    /// not reached `offset` but the queue's puts have, the end once dispatch
+    /// has (or the wait's bound has passed).
+    fn queue_end_for_commit(&self, topic: &str, queue_id: u32, offset: u64) -> Result<u64, StoreError> {
+        let end = self.queue_end(topic, queue_id)?;
+        if offset <= end || self.core.config.commit_dispatch_wait_ms == 0 {
+            return Ok(end);
+        }
+        let key = self.core.queues.key(topic, queue_id)?;
+        let Some(queue) = self.core.queues.live(key) else { return Ok(end) };
+        let put_end = *queue.next_offset.lock();
+        if put_end.is_none_or(|put_end| offset > put_end) {
+            return Ok(end);
+        }
+        let deadline = Instant::now().checked_add(Duration::from_millis(self.core.config.commit_dispatch_wait_ms));
+        queue.signal.wait_past(offset - 1, deadline);
+        self.queue_end(topic, queue_id)
+    }
+
+    /// Moves `group`'s offsets in `topic` (every queue, or only `queue_id`)
+    /// to `to` (RocketMQ's `resetOffset` and `resetOffsetByTimestamp`), with
+    /// one sync; durable when this returns. Returns each queue's new offset.
+    pub fn reset_consumer_offsets(
+        &self,
+        group: &str,
+        topic: &str,
+        queue_id: Option<u32>,
+        to: ResetTo,
+    ) -> Result<Vec<(u32, u64)>, StoreError> {
+        self.check_open()?;
+        validate_group(group)?;
+        let queues =
+            self.core.queues.topic(topic).ok_or_else(|| StoreError::UnknownTopic { topic: topic.into() })?.queues;
+        let ids: Vec<u32> = match queue_id {
+            Some(id) => {
+                self.core.queues.key(topic, id)?;
+                vec![id]
+            }
+            None => (0..queues).collect(),
+        };
+        let mut moved = Vec::with_capacity(ids.len());
+        for id in ids {
+            let range = self.queue_range(topic, id)?;
+            let offset = match to {
+                ResetTo::Earliest => range.start,
+                ResetTo::Latest => range.end,
+                ResetTo::Offset(offset) => offset.clamp(range.start, range.end),
+                ResetTo::Time(ms) => self.offset_by_time(topic, id, ms, crate::TimeBound::Lower)?,
+            };
+            moved.push((id, offset));
+        }
+        let commits: Vec<(&str, u32, u64)> = moved.iter().map(|&(id, offset)| (topic, id, offset)).collect();
+        self.core.offsets.commit_many(&*self.core.storage, group, &commits)?;
+        tracing::info!(group, topic, ?queue_id, ?to, "consumer offsets reset");
+        Ok(moved)
     }
 
     /// Removes `group`'s committed offsets: in every topic (RocketMQ's
@@ -777,9 +895,9 @@ impl MessageStore {
         self.core.offsets.get(group, topic, queue_id)
     }
 
-    /// Every committed offset: ((group, topic, queue), offset).
-    pub fn committed_offsets(&self) -> Vec<((String, String, u32), u64)> {
-        self.core.offsets.all()
+    /// Every committed offset.
+    pub fn committed_offsets(&self) -> Vec<CommittedOffset> {
+        self.core.offsets.all().into_iter().map(CommittedOffset::new).collect()
     }
 
     /// The messages of `topic` with `key` stored within `[begin_ms, end_ms]`,
@@ -1259,16 +1377,16 @@ mod tests {
             assert!(Pin::new(&mut arrival).poll(&mut cx).is_pending());
             store.put_message(&Message::new("t", 0, &b"1"[..])).unwrap();
             assert_eq!(store.stats().entries_indexed_on_put, 0);
-            assert_eq!(store.queue_range("t", 0).unwrap(), (0, 0));
+            assert_eq!(store.queue_range("t", 0).unwrap(), 0..0);
         }
         store.dispatch_now().unwrap();
-        assert_eq!((store.stats().dispatch_error, store.queue_range("t", 0).unwrap()), (None, (0, 2)));
+        assert_eq!((store.stats().dispatch_error, store.queue_range("t", 0).unwrap()), (None, 0..2));
         // Caught up, the next put with a consumer waiting indexes itself.
         let mut arrival = store.arrival("t", 0, 2).unwrap();
         assert!(Pin::new(&mut arrival).poll(&mut cx).is_pending());
         store.put_message(&Message::new("t", 0, &b"2"[..])).unwrap();
         assert!(Pin::new(&mut arrival).poll(&mut cx).is_ready());
-        assert_eq!(store.queue_range("t", 0).unwrap(), (0, 3));
+        assert_eq!(store.queue_range("t", 0).unwrap(), 0..3);
         store.shutdown().unwrap();
     }
 }

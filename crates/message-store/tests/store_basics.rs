@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use commitlog::FlushDiskType;
 use common::{config, open, read_queue};
 use message_store::{
-    DispatchLimit, GetStatus, Message, MessageError, MessageStoreConfig, StoreError, TagFilter, TimeBound,
+    DispatchLimit, GetRequest, GetStatus, Message, MessageError, StoreError, TagFilter, TimeBound, Waited,
 };
 use store_io::sim::SimStorage;
 use store_io::Storage;
@@ -27,12 +27,12 @@ fn messages_get_dense_offsets_per_queue_and_read_back_by_them() {
         put.durability.wait().unwrap();
     }
     for queue in 0..3 {
-        assert!(store.wait_for("orders", queue, 9, WAIT).unwrap());
+        assert!(store.wait_for("orders", queue, 9, WAIT).unwrap().arrived());
         let read = read_queue(&store, "orders", queue);
         let expected: Vec<(u64, Vec<u8>)> =
             (0..10u32).map(|k| (u64::from(k), format!("m{}", k * 3 + queue).into_bytes())).collect();
         assert_eq!(read, expected);
-        assert_eq!(store.queue_range("orders", queue).unwrap(), (0, 10));
+        assert_eq!(store.queue_range("orders", queue).unwrap(), 0..10);
     }
     store.shutdown().unwrap();
 }
@@ -42,13 +42,15 @@ fn statuses_follow_rocketmqs_order_of_checks() {
     let sim = SimStorage::new();
     let store = open(&sim, config(FlushDiskType::AsyncFlush));
     store.create_topic("t", 2).unwrap();
-    let get = |queue, offset| store.get_messages("g", "t", queue, offset, 8, u64::MAX, &TagFilter::All).unwrap();
+    let get = |queue, offset| {
+        store.get_messages(&GetRequest::new("t", queue, offset).max_count(8).max_bytes(u64::MAX)).unwrap()
+    };
     let empty = get(0, 0);
     assert_eq!((empty.status, empty.next_offset), (GetStatus::NoMessageInQueue, 0));
     for i in 0..5u8 {
         store.put_message(&Message::new("t", 0, vec![i; 10])).unwrap();
     }
-    assert!(store.wait_for("t", 0, 4, WAIT).unwrap());
+    assert!(store.wait_for("t", 0, 4, WAIT).unwrap().arrived());
     let found = get(0, 1);
     assert_eq!(found.status, GetStatus::Found);
     assert_eq!(found.messages.iter().map(|m| m.queue_offset).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
@@ -58,16 +60,16 @@ fn statuses_follow_rocketmqs_order_of_checks() {
     let past = get(0, 9);
     assert_eq!((past.status, past.next_offset), (GetStatus::OffsetOverflow, 5));
     // At most max_count, and max_bytes once one message is in.
-    let two = store.get_messages("g", "t", 0, 0, 2, u64::MAX, &TagFilter::All).unwrap();
+    let two = store.get_messages(&GetRequest::new("t", 0, 0).max_count(2).max_bytes(u64::MAX)).unwrap();
     assert_eq!((two.messages.len(), two.next_offset), (2, 2));
-    let one = store.get_messages("g", "t", 0, 0, 8, 1, &TagFilter::All).unwrap();
+    let one = store.get_messages(&GetRequest::new("t", 0, 0).max_count(8).max_bytes(1)).unwrap();
     assert_eq!((one.messages.len(), one.next_offset), (1, 1), "one message even over max_bytes");
     assert!(matches!(
-        store.get_messages("g", "t", 2, 0, 8, 1, &TagFilter::All),
+        store.get_messages(&GetRequest::new("t", 2, 0).max_count(8).max_bytes(1)),
         Err(StoreError::UnknownQueue { queue_id: 2, queues: 2, .. })
     ));
     assert!(matches!(
-        store.get_messages("g", "nope", 0, 0, 8, 1, &TagFilter::All),
+        store.get_messages(&GetRequest::new("nope", 0, 0).max_count(8).max_bytes(1)),
         Err(StoreError::UnknownTopic { .. })
     ));
     store.shutdown().unwrap();
@@ -84,13 +86,21 @@ fn tag_filters_compare_strings_after_hashes_so_collisions_never_leak() {
         store.put_message(&Message::new("t", 0, tag.as_bytes().to_vec()).with_tags(tag)).unwrap();
     }
     store.put_message(&Message::new("t", 0, &b"untagged"[..])).unwrap();
-    assert!(store.wait_for("t", 0, 4, WAIT).unwrap());
-    let aa = store.get_messages("g", "t", 0, 0, 10, u64::MAX, &TagFilter::parse("Aa")).unwrap();
+    assert!(store.wait_for("t", 0, 4, WAIT).unwrap().arrived());
+    let aa = store
+        .get_messages(&GetRequest::new("t", 0, 0).max_count(10).max_bytes(u64::MAX).filter(TagFilter::parse("Aa")))
+        .unwrap();
     assert_eq!(aa.messages.iter().map(|m| m.queue_offset).collect::<Vec<_>>(), vec![0, 3]);
     assert_eq!(aa.next_offset, 5, "filtered entries advance the next offset");
-    let either = store.get_messages("g", "t", 0, 0, 10, u64::MAX, &TagFilter::parse(" BB || C ")).unwrap();
+    let either = store
+        .get_messages(
+            &GetRequest::new("t", 0, 0).max_count(10).max_bytes(u64::MAX).filter(TagFilter::parse(" BB || C ")),
+        )
+        .unwrap();
     assert_eq!(either.messages.iter().map(|m| m.queue_offset).collect::<Vec<_>>(), vec![1, 2]);
-    let none = store.get_messages("g", "t", 0, 4, 10, u64::MAX, &TagFilter::parse("Z")).unwrap();
+    let none = store
+        .get_messages(&GetRequest::new("t", 0, 4).max_count(10).max_bytes(u64::MAX).filter(TagFilter::parse("Z")))
+        .unwrap();
     assert_eq!((none.status, none.next_offset), (GetStatus::NoMatchedMessage, 5));
     assert_eq!(TagFilter::parse("*"), TagFilter::All);
     store.shutdown().unwrap();
@@ -126,7 +136,11 @@ fn refused_messages_append_nothing_and_use_no_offset() {
 #[test]
 fn auto_created_topics_get_the_default_queue_count() {
     let sim = SimStorage::new();
-    let store = open(&sim, MessageStoreConfig { auto_create_topics: true, ..config(FlushDiskType::AsyncFlush) });
+    let store = open(&sim, {
+        let mut config = config(FlushDiskType::AsyncFlush);
+        config.auto_create_topics = true;
+        config
+    });
     store.put_message(&Message::new("fresh", 7, &b"x"[..])).unwrap();
     assert_eq!(store.topics(), vec![("fresh".to_string(), 8)]);
     assert!(matches!(store.put_message(&Message::new("fresh", 8, &b"x"[..])), Err(StoreError::UnknownQueue { .. })));
@@ -144,8 +158,8 @@ fn a_batch_takes_consecutive_offsets_in_one_append() {
     put.durability.wait().unwrap();
     assert_eq!(put.first_queue_offset, 1);
     assert_eq!(put.log_offsets.len(), 5);
-    assert!(store.wait_for("t", 0, 5, WAIT).unwrap());
-    let got = store.get_messages("g", "t", 0, 1, 10, u64::MAX, &TagFilter::All).unwrap();
+    assert!(store.wait_for("t", 0, 5, WAIT).unwrap().arrived());
+    let got = store.get_messages(&GetRequest::new("t", 0, 1).max_count(10).max_bytes(u64::MAX)).unwrap();
     assert_eq!(got.messages.iter().map(|m| m.log_offset).collect::<Vec<_>>(), put.log_offsets);
     assert_eq!(got.messages[2].keys, vec!["k2".to_string()]);
     store.shutdown().unwrap();
@@ -168,8 +182,8 @@ fn concurrent_producers_on_one_queue_get_offsets_in_log_order() {
         })
         .collect();
     threads.into_iter().for_each(|t| t.join().unwrap());
-    assert!(store.wait_for("t", 0, 199, WAIT).unwrap());
-    let got = store.get_messages("g", "t", 0, 0, 200, u64::MAX, &TagFilter::All).unwrap();
+    assert!(store.wait_for("t", 0, 199, WAIT).unwrap().arrived());
+    let got = store.get_messages(&GetRequest::new("t", 0, 0).max_count(200).max_bytes(u64::MAX)).unwrap();
     assert_eq!(got.messages.len(), 200);
     for (k, pair) in got.messages.windows(2).enumerate() {
         assert_eq!(pair[0].queue_offset, k as u64);
@@ -188,11 +202,11 @@ fn dispatch_under_the_durable_limit_waits_for_the_flush_and_is_woken_by_it() {
     store.create_topic("t", 1).unwrap();
     store.put_message(&Message::new("t", 0, &b"not durable yet"[..])).unwrap();
     store.dispatch_now().unwrap();
-    assert_eq!(store.queue_range("t", 0).unwrap(), (0, 0), "nothing dispatched before the flush");
-    assert!(!store.wait_for("t", 0, 0, Duration::from_millis(50)).unwrap());
+    assert_eq!(store.queue_range("t", 0).unwrap(), 0..0, "nothing dispatched before the flush");
+    assert!(!store.wait_for("t", 0, 0, Duration::from_millis(50)).unwrap().arrived());
     let waiter = {
         let store = store.clone();
-        std::thread::spawn(move || store.wait_for("t", 0, 0, WAIT).unwrap())
+        std::thread::spawn(move || store.wait_for("t", 0, 0, WAIT).unwrap().arrived())
     };
     std::thread::sleep(Duration::from_millis(20));
     store.log().flush_all().unwrap();
@@ -228,12 +242,13 @@ fn under_async_flush_a_message_someone_waits_for_is_readable_when_its_put_return
             assert_eq!(put.queue_offset, offset);
             let polled = std::pin::Pin::new(&mut arrival).poll(&mut cx);
             assert!(
-                matches!(polled, Poll::Ready(true)),
+                matches!(polled, Poll::Ready(Waited::Arrived)),
                 "round {round} queue {queue}: the waiter is woken by the put: {polled:?} {:?} range {:?}",
                 store.stats().entries_indexed_on_put,
                 store.queue_range("t", queue)
             );
-            let got = store.get_messages("g", "t", queue, offset, 1, u64::MAX, &TagFilter::All).unwrap();
+            let got =
+                store.get_messages(&GetRequest::new("t", queue, offset).max_count(1).max_bytes(u64::MAX)).unwrap();
             assert_eq!(got.messages.len(), 1, "not readable when its put returned: {:?}", got.status);
             assert_eq!(got.messages[0].body, format!("w{round}").into_bytes());
         }
@@ -244,12 +259,14 @@ fn under_async_flush_a_message_someone_waits_for_is_readable_when_its_put_return
     store.dispatch_now().unwrap();
     let stats = store.stats();
     assert_eq!((stats.dispatch_error.clone(), stats.dispatch_point), (None, stats.log_max_offset));
-    let filtered = store.get_messages("g", "t", 0, 0, 200, u64::MAX, &TagFilter::parse("a")).unwrap();
+    let filtered = store
+        .get_messages(&GetRequest::new("t", 0, 0).max_count(200).max_bytes(u64::MAX).filter(TagFilter::parse("a")))
+        .unwrap();
     assert_eq!(filtered.messages.len(), 50, "tags hashed on the put path as dispatch hashes them");
     store.shutdown().unwrap();
     // Reopened: the same queues, from the log.
     let store = open(&sim, config(FlushDiskType::AsyncFlush));
-    assert_eq!(store.queue_range("t", 1).unwrap(), (0, 75));
+    assert_eq!(store.queue_range("t", 1).unwrap(), 0..75);
     store.shutdown().unwrap();
 }
 
@@ -261,7 +278,7 @@ fn under_sync_flush_or_the_durable_limit_puts_index_nothing_themselves() {
     for config in [config(FlushDiskType::SyncFlush), durable] {
         let store = open(&sim, config);
         store.create_topic("t", 1).unwrap_or(());
-        let mut arrival = store.arrival("t", 0, store.queue_range("t", 0).unwrap().1).unwrap();
+        let mut arrival = store.arrival("t", 0, store.queue_range("t", 0).unwrap().end).unwrap();
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         assert!(std::future::Future::poll(std::pin::Pin::new(&mut arrival), &mut cx).is_pending());
         store.put_message(&Message::new("t", 0, &b"x"[..])).unwrap().durability.wait().unwrap();
@@ -286,13 +303,13 @@ fn long_polls_wake_on_arrival_and_time_out_otherwise() {
     let store = open(&sim, config(FlushDiskType::AsyncFlush));
     store.create_topic("t", 2).unwrap();
     let started = Instant::now();
-    assert!(!store.wait_for("t", 0, 0, Duration::from_millis(100)).unwrap(), "nothing came");
+    assert!(!store.wait_for("t", 0, 0, Duration::from_millis(100)).unwrap().arrived(), "nothing came");
     assert!(started.elapsed() >= Duration::from_millis(100));
     let waiter = {
         let store = store.clone();
         std::thread::spawn(move || {
             let started = Instant::now();
-            (store.wait_for("t", 1, 0, WAIT).unwrap(), started.elapsed())
+            (store.wait_for("t", 1, 0, WAIT).unwrap().arrived(), started.elapsed())
         })
     };
     std::thread::sleep(Duration::from_millis(50));
@@ -301,7 +318,7 @@ fn long_polls_wake_on_arrival_and_time_out_otherwise() {
     assert!(arrived);
     assert!(waited < Duration::from_secs(5), "woken by the arrival, not the timeout ({waited:?})");
     // The future: ready at once when a message is there; woken later otherwise.
-    assert!(block_on(store.arrival("t", 1, 0).unwrap()));
+    assert!(block_on(store.arrival("t", 1, 0).unwrap()).arrived());
     let future = store.arrival("t", 0, 0).unwrap();
     let putter = {
         let store = store.clone();
@@ -310,12 +327,12 @@ fn long_polls_wake_on_arrival_and_time_out_otherwise() {
             store.put_message(&Message::new("t", 0, &b"later"[..])).unwrap();
         })
     };
-    assert!(block_on(future));
+    assert!(block_on(future).arrived());
     putter.join().unwrap();
     // Shutdown releases waiters.
     let waiter = {
         let store = store.clone();
-        std::thread::spawn(move || store.wait_for("t", 0, 5, WAIT).unwrap())
+        std::thread::spawn(move || store.wait_for("t", 0, 5, WAIT).unwrap().arrived())
     };
     std::thread::sleep(Duration::from_millis(50));
     let started = Instant::now();
@@ -348,7 +365,7 @@ fn one_wait_covers_many_queues_and_says_which_have_messages() {
     // Ready at once for every watch below its queue's end; a watch at the end
     // of a queue with messages still waits.
     store.put_message(&Message::new("t", 0, &b"hello"[..])).unwrap();
-    assert!(store.wait_for("t", 0, 0, WAIT).unwrap());
+    assert!(store.wait_for("t", 0, 0, WAIT).unwrap().arrived());
     assert_eq!(store.wait_for_any(&[("t", 2, 1), ("t", 0, 0), ("t", 2, 0)], WAIT).unwrap(), vec![1, 2]);
     assert!(store.wait_for_any(&[("t", 2, 1), ("t", 0, 1)], Duration::from_millis(20)).unwrap().is_empty());
     assert!(store.wait_for_any(&[], WAIT).unwrap().is_empty(), "no watch: at once");
@@ -403,7 +420,7 @@ fn consumer_offsets_are_durable_and_never_beyond_the_queue() {
     for _ in 0..3 {
         store.put_message(&Message::new("t", 1, &b"x"[..])).unwrap().durability.wait().unwrap();
     }
-    assert!(store.wait_for("t", 1, 2, WAIT).unwrap());
+    assert!(store.wait_for("t", 1, 2, WAIT).unwrap().arrived());
     store.commit_offset("g", "t", 1, 2).unwrap();
     store.commit_offset("g", "t", 1, 3).unwrap();
     assert!(matches!(store.commit_offset("g", "t", 1, 4), Err(StoreError::OffsetBeyondQueue { max: 3, .. })));
@@ -429,7 +446,7 @@ fn offsets_by_store_time_pick_the_bounds() {
         times.push(store.put_message(&Message::new("t", 0, vec![i])).unwrap().store_timestamp_ms);
         std::thread::sleep(Duration::from_millis(3));
     }
-    assert!(store.wait_for("t", 0, 5, WAIT).unwrap());
+    assert!(store.wait_for("t", 0, 5, WAIT).unwrap().arrived());
     let lower = |ts| store.offset_by_time("t", 0, ts, TimeBound::Lower).unwrap();
     let upper = |ts| store.offset_by_time("t", 0, ts, TimeBound::Upper).unwrap();
     assert_eq!(lower(0), 0);
@@ -456,8 +473,8 @@ fn many_queues_cost_no_file_each_and_idle_ones_leave_memory() {
         }
     }
     for queue in 0..1000u32 {
-        assert!(store.wait_for("wide", queue, 2, WAIT).unwrap());
-        let got = store.get_messages("g", "wide", queue, 0, 10, u64::MAX, &TagFilter::All).unwrap();
+        assert!(store.wait_for("wide", queue, 2, WAIT).unwrap().arrived());
+        let got = store.get_messages(&GetRequest::new("wide", queue, 0).max_count(10).max_bytes(u64::MAX)).unwrap();
         let bodies: Vec<Vec<u8>> = got.messages.iter().map(|m| m.body.to_vec()).collect();
         assert_eq!(bodies, vec![vec![0u8; 8], vec![1; 8], vec![2; 8]], "queue {queue}");
     }
@@ -480,7 +497,7 @@ fn many_queues_cost_no_file_each_and_idle_ones_leave_memory() {
     let reopened = message_store::MessageStore::open(dir.path(), config).unwrap();
     assert_eq!(reopened.open_report().redispatched, 0, "sealed to the end at shutdown");
     for queue in (0..1000u32).step_by(7) {
-        assert_eq!(reopened.queue_range("wide", queue).unwrap(), (0, if queue == 7 { 4 } else { 3 }));
+        assert_eq!(reopened.queue_range("wide", queue).unwrap(), 0..if queue == 7 { 4 } else { 3 });
     }
     reopened.shutdown().unwrap();
 }
@@ -539,7 +556,7 @@ fn reading_the_files_skips_what_the_log_deleted_and_ends_quietly_at_an_entry_pas
         put.durability.wait().unwrap();
         puts.push(put.log_offset);
     }
-    assert!(store.wait_for("t", 0, 99, WAIT).unwrap());
+    assert!(store.wait_for("t", 0, 99, WAIT).unwrap().arrived());
     // The log's cleaning deletes its first segments.
     assert!(store.log().delete_segments_before(puts[60], usize::MAX).unwrap() > 0);
     let front = store.log().min_offset();
@@ -566,7 +583,7 @@ fn every_queue_expires_with_the_log_and_its_runs_go_with_their_segments() {
         }
     }
     for queue in 0..8u32 {
-        assert!(store.wait_for("t", queue, 2199, WAIT).unwrap(), "{:?}", store.stats());
+        assert!(store.wait_for("t", queue, 2199, WAIT).unwrap().arrived(), "{:?}", store.stats());
     }
     store.log().flush_all().unwrap();
     let deadline = std::time::Instant::now() + WAIT;
@@ -580,14 +597,14 @@ fn every_queue_expires_with_the_log_and_its_runs_go_with_their_segments() {
     let front = store.log().min_offset();
     for queue in 0..8u32 {
         let deadline = std::time::Instant::now() + WAIT;
-        while store.queue_range("t", queue).unwrap().0 < 1000 && std::time::Instant::now() < deadline {
+        while store.queue_range("t", queue).unwrap().start < 1000 && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        let (min, max) = store.queue_range("t", queue).unwrap();
+        let std::ops::Range { start: min, end: max } = store.queue_range("t", queue).unwrap();
         assert!(min > 1000 && max == 2200, "queue {queue}: [{min}, {max}) after the log's front moved to {front}");
-        let got = store.get_messages("g", "t", queue, 0, 1, u64::MAX, &TagFilter::All).unwrap();
+        let got = store.get_messages(&GetRequest::new("t", queue, 0).max_count(1).max_bytes(u64::MAX)).unwrap();
         assert_eq!((got.status, got.next_offset), (GetStatus::OffsetTooSmall, min), "queue {queue}");
-        let first = store.get_messages("g", "t", queue, min, 1, u64::MAX, &TagFilter::All).unwrap();
+        let first = store.get_messages(&GetRequest::new("t", queue, min).max_count(1).max_bytes(u64::MAX)).unwrap();
         assert_eq!(first.messages[0].queue_offset, min);
     }
     store.shutdown().unwrap();
@@ -614,7 +631,7 @@ fn a_wait_without_a_deadline_returns_on_arrival() {
         std::thread::spawn(move || store.wait_for("t", 0, 0, Duration::MAX))
     };
     store.put_message(&Message::new("t", 0, &b"x"[..])).unwrap().durability.wait().unwrap();
-    assert!(waiter.join().unwrap().unwrap());
+    assert!(waiter.join().unwrap().unwrap().arrived());
     store.shutdown().unwrap();
 }
 
@@ -622,14 +639,15 @@ fn a_wait_without_a_deadline_returns_on_arrival() {
 fn a_waiter_is_woken_by_a_message_whose_dispatch_was_retried() {
     let sim = SimStorage::new();
     // One key a file: every keyed message rolls the index, which needs a new file.
-    let config = MessageStoreConfig {
-        index: message_store::IndexConfig { hash_slots: 4, max_items: 1 },
-        ..config(FlushDiskType::SyncFlush)
+    let config = {
+        let mut config = config(FlushDiskType::SyncFlush);
+        config.index = message_store::IndexConfig::new(4, 1);
+        config
     };
     let store = open(&sim, config);
     store.create_topic("t", 1).unwrap();
     store.put_message(&Message::new("t", 0, &b"first"[..]).with_key("a")).unwrap().durability.wait().unwrap();
-    assert!(store.wait_for("t", 0, 0, WAIT).unwrap());
+    assert!(store.wait_for("t", 0, 0, WAIT).unwrap().arrived());
     // A full disk: no new file fits (the log and the queue have room in theirs).
     let used = {
         use store_io::Storage;
@@ -650,7 +668,7 @@ fn a_waiter_is_woken_by_a_message_whose_dispatch_was_retried() {
         std::thread::yield_now();
     }
     sim.set_disk_size(None);
-    assert!(waiter.join().unwrap().unwrap(), "the waiter hears of the message once its dispatch succeeds");
+    assert!(waiter.join().unwrap().unwrap().arrived(), "the waiter hears of the message once its dispatch succeeds");
     assert_eq!(store.query_by_key("t", "b", 0, u64::MAX, 4).unwrap().len(), 1);
     store.shutdown().unwrap();
 }
@@ -665,11 +683,11 @@ fn a_deleted_topic_stays_deleted_and_one_made_again_under_its_name_starts_empty(
         store.put_message(&Message::new("old", i % 2, &b"gone"[..])).unwrap().durability.wait().unwrap();
     }
     store.put_message(&Message::new("kept", 0, &b"kept"[..])).unwrap().durability.wait().unwrap();
-    assert!(store.wait_for("old", 1, 4, WAIT).unwrap());
+    assert!(store.wait_for("old", 1, 4, WAIT).unwrap().arrived());
     store.commit_offset("g", "old", 0, 3).unwrap();
     store.seal_index().unwrap(); // some of its entries in a sealed run, the rest in memory
     store.put_message(&Message::new("old", 0, &b"gone too"[..])).unwrap().durability.wait().unwrap();
-    assert!(store.wait_for("old", 0, 5, WAIT).unwrap());
+    assert!(store.wait_for("old", 0, 5, WAIT).unwrap().arrived());
 
     // A consumer waiting on it returns when it goes.
     let waiter = {
@@ -679,7 +697,7 @@ fn a_deleted_topic_stays_deleted_and_one_made_again_under_its_name_starts_empty(
     std::thread::sleep(Duration::from_millis(50));
     assert!(store.delete_topic("old").unwrap());
     let waited = waiter.join().unwrap();
-    assert!(!matches!(waited, Ok(true)), "no message arrived: {waited:?}");
+    assert!(matches!(waited, Ok(Waited::Closed)), "no message arrived, the topic is gone: {waited:?}");
     assert!(!store.delete_topic("old").unwrap(), "deleted once");
     assert!(
         matches!(store.queue_range("old", 0), Err(StoreError::UnknownTopic { .. })),
@@ -691,7 +709,7 @@ fn a_deleted_topic_stays_deleted_and_one_made_again_under_its_name_starts_empty(
     store.create_topic("old", 2).unwrap();
     let check = |store: &message_store::MessageStore| {
         for queue in 0..2 {
-            assert_eq!(store.queue_range("old", queue).unwrap(), (0, 0), "queue {queue} starts empty");
+            assert_eq!(store.queue_range("old", queue).unwrap(), 0..0, "queue {queue} starts empty");
             assert!(read_queue(store, "old", queue).is_empty());
         }
         assert_eq!(read_queue(store, "kept", 0), vec![(0, b"kept".to_vec())]);
@@ -700,7 +718,7 @@ fn a_deleted_topic_stays_deleted_and_one_made_again_under_its_name_starts_empty(
     let put = store.put_message(&Message::new("old", 0, &b"new"[..])).unwrap();
     assert_eq!(put.queue_offset, 0);
     put.durability.wait().unwrap();
-    assert!(store.wait_for("old", 0, 0, WAIT).unwrap());
+    assert!(store.wait_for("old", 0, 0, WAIT).unwrap().arrived());
     store.shutdown().unwrap();
 
     // An open replays the log, old messages of the name included: they stay out.
@@ -757,13 +775,13 @@ fn puts_racing_a_topic_deleted_and_made_again_never_reach_the_new_topic_with_old
     assert!(puts.load(Ordering::Relaxed) > 0);
     // The topic made last is dense from 0, and dispatch follows it.
     let last = store.put_message(&Message::new("t", 0, &b"last"[..])).unwrap();
-    assert!(store.wait_for("t", 0, last.queue_offset, WAIT).unwrap(), "{:?}", store.stats().dispatch_error);
+    assert!(store.wait_for("t", 0, last.queue_offset, WAIT).unwrap().arrived(), "{:?}", store.stats().dispatch_error);
     assert_eq!(store.stats().dispatch_error, None);
     let read = read_queue(&store, "t", 0);
     assert_eq!(read.len() as u64, last.queue_offset + 1);
     assert!(read.iter().enumerate().all(|(i, (offset, _))| *offset == i as u64));
     store.shutdown().unwrap();
     let reopened = open(&sim, config(FlushDiskType::AsyncFlush));
-    assert_eq!(reopened.queue_range("t", 0).unwrap(), (0, last.queue_offset + 1));
+    assert_eq!(reopened.queue_range("t", 0).unwrap(), 0..last.queue_offset + 1);
     reopened.shutdown().unwrap();
 }

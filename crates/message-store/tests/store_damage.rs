@@ -38,7 +38,7 @@ fn clean_store(sim: &SimStorage, interleaved: bool) -> Vec<Vec<u8>> {
             store.put_message(&Message::new("t", 1, other)).unwrap().durability.wait().unwrap();
         }
         if i % 10 == 9 {
-            assert!(store.wait_for("t", 0, u64::from(i), std::time::Duration::from_secs(10)).unwrap());
+            assert!(store.wait_for("t", 0, u64::from(i), std::time::Duration::from_secs(10)).unwrap().arrived());
             store.dispatch_now().unwrap();
             store.seal_index().unwrap();
         }
@@ -68,7 +68,7 @@ fn remove_all_under(sim: &SimStorage, dir: &Path) {
 /// the next put takes offset 30, and (with `counted`) the rebuild was said.
 fn check_repaired(sim: &SimStorage, bodies: &[Vec<u8>], what: &str, counted: bool) -> MessageStore {
     let store = open(sim, config(FlushDiskType::SyncFlush));
-    assert_eq!(store.queue_range("t", 0).unwrap(), (0, u64::from(MESSAGES)), "{what}: the queue is whole");
+    assert_eq!(store.queue_range("t", 0).unwrap(), 0..u64::from(MESSAGES), "{what}: the queue is whole");
     let read = read_queue(&store, "t", 0);
     let expected: Vec<(u64, Vec<u8>)> = bodies.iter().cloned().enumerate().map(|(k, b)| (k as u64, b)).collect();
     assert_eq!(read, expected, "{what}: every message at its offset");
@@ -237,7 +237,7 @@ fn a_store_of_the_consume_queue_layout_is_converted_and_expired_queues_keep_thei
     for _ in 0..130u32 {
         store.put_message(&Message::new("t", 1, vec![8u8; 1000])).unwrap().durability.wait().unwrap();
     }
-    assert!(store.wait_for("t", 1, 129, std::time::Duration::from_secs(10)).unwrap());
+    assert!(store.wait_for("t", 1, 129, std::time::Duration::from_secs(10)).unwrap().arrived());
     let front = store.log().max_offset() - 100;
     assert!(store.log().delete_segments_before(front, usize::MAX).unwrap() > 0);
     store.shutdown().unwrap();
@@ -270,7 +270,7 @@ fn a_store_of_the_consume_queue_layout_is_converted_and_expired_queues_keep_thei
     let store = open(&sim, config(FlushDiskType::SyncFlush));
     let report = store.open_report();
     assert!(report.rebuilt_all.as_deref().is_some_and(|w| w.contains("consume-queue layout")), "{report:?}");
-    assert_eq!(store.queue_range("t", 0).unwrap(), (200, 200), "its messages expired: it keeps its end");
+    assert_eq!(store.queue_range("t", 0).unwrap(), 200..200, "its messages expired: it keeps its end");
     assert_eq!(store.put_message(&Message::new("t", 0, &b"next"[..])).unwrap().queue_offset, 200);
     let kept = read_queue(&store, "t", 1);
     assert!(!kept.is_empty() && kept.last().unwrap().0 == 129, "queue 1 from the log: {} messages", kept.len());
@@ -278,7 +278,7 @@ fn a_store_of_the_consume_queue_layout_is_converted_and_expired_queues_keep_thei
     store.shutdown().unwrap();
     let again = open(&sim, config(FlushDiskType::SyncFlush));
     assert!(again.open_report().rebuilt_all.is_none(), "converted once");
-    assert_eq!(again.queue_range("t", 0).unwrap(), (200, 201));
+    assert_eq!(again.queue_range("t", 0).unwrap(), 200..201);
     again.shutdown().unwrap();
 }
 
@@ -294,7 +294,7 @@ fn runs_lost_while_a_queue_had_expired_whole_keep_its_end_from_the_queue_table()
     for _ in 0..130u32 {
         store.put_message(&Message::new("t", 1, vec![8u8; 1000])).unwrap().durability.wait().unwrap();
     }
-    assert!(store.wait_for("t", 1, 129, std::time::Duration::from_secs(10)).unwrap());
+    assert!(store.wait_for("t", 1, 129, std::time::Duration::from_secs(10)).unwrap().arrived());
     store.seal_index().unwrap();
     let front = store.log().max_offset() - 100;
     assert!(store.log().delete_segments_before(front, usize::MAX).unwrap() > 0);
@@ -306,7 +306,7 @@ fn runs_lost_while_a_queue_had_expired_whole_keep_its_end_from_the_queue_table()
     }
     let store = open(&sim, config(FlushDiskType::SyncFlush));
     assert!(store.open_report().rebuilt_all.is_some(), "{:?}", store.open_report());
-    assert_eq!(store.queue_range("t", 0).unwrap(), (200, 200), "its messages expired: it keeps its end");
+    assert_eq!(store.queue_range("t", 0).unwrap(), 200..200, "its messages expired: it keeps its end");
     assert_eq!(store.put_message(&Message::new("t", 0, &b"next"[..])).unwrap().queue_offset, 200);
     let kept = read_queue(&store, "t", 1);
     assert!(!kept.is_empty() && kept.last().unwrap().0 == 129, "queue 1 from the log: {} messages", kept.len());

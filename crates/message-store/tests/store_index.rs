@@ -13,9 +13,10 @@ use store_io::sim::SimStorage;
 const WAIT: Duration = Duration::from_secs(10);
 
 fn small_index(slots: u32, items: u32) -> MessageStoreConfig {
-    MessageStoreConfig {
-        index: IndexConfig { hash_slots: slots, max_items: items },
-        ..config(FlushDiskType::SyncFlush)
+    {
+        let mut config = config(FlushDiskType::SyncFlush);
+        config.index = IndexConfig::new(slots, items);
+        config
     }
 }
 
@@ -40,7 +41,7 @@ fn keys_are_found_newest_first_within_their_topic_and_time_range() {
         std::thread::sleep(Duration::from_millis(3));
     }
     store.put_message(&Message::new("b", 0, vec![99]).with_key("even")).unwrap().durability.wait().unwrap();
-    assert!(store.wait_for("b", 0, 0, WAIT).unwrap() && store.wait_for("a", 1, 2, WAIT).unwrap());
+    assert!(store.wait_for("b", 0, 0, WAIT).unwrap().arrived() && store.wait_for("a", 1, 2, WAIT).unwrap().arrived());
     let even = store.query_by_key("a", "even", 0, u64::MAX, 10).unwrap();
     assert_eq!(bodies(&even), vec![vec![4], vec![2], vec![0]], "newest first, topic b's message not among them");
     assert_eq!(bodies(&store.query_by_key("b", "even", 0, u64::MAX, 10).unwrap()), vec![vec![99]]);
@@ -64,7 +65,7 @@ fn keys_sharing_one_slot_are_told_apart_and_files_roll_and_reopen() {
         store.put_message(&Message::new("t", i % 4, i.to_le_bytes().to_vec()).with_key(format!("k{i}"))).unwrap();
     }
     store.log().flush_all().unwrap();
-    assert!(store.wait_for("t", 3, u64::from(n / 4 - 1), WAIT).unwrap());
+    assert!(store.wait_for("t", 3, u64::from(n / 4 - 1), WAIT).unwrap().arrived());
     for i in [0u32, 1, 1023, 1024, 2047, 2999] {
         let found = store.query_by_key("t", &format!("k{i}"), 0, u64::MAX, 4).unwrap();
         assert_eq!(bodies(&found), vec![i.to_le_bytes().to_vec()], "key k{i}");
@@ -77,7 +78,7 @@ fn keys_sharing_one_slot_are_told_apart_and_files_roll_and_reopen() {
     }
     // New keys go on in the live file.
     reopened.put_message(&Message::new("t", 0, &b"new"[..]).with_key("k0")).unwrap().durability.wait().unwrap();
-    assert!(reopened.wait_for("t", 0, u64::from(n / 4), WAIT).unwrap());
+    assert!(reopened.wait_for("t", 0, u64::from(n / 4), WAIT).unwrap().arrived());
     let found = reopened.query_by_key("t", "k0", 0, u64::MAX, 4).unwrap();
     assert_eq!(bodies(&found), vec![b"new".to_vec(), 0u32.to_le_bytes().to_vec()]);
     reopened.shutdown().unwrap();
@@ -86,10 +87,14 @@ fn keys_sharing_one_slot_are_told_apart_and_files_roll_and_reopen() {
 #[test]
 fn a_store_without_the_index_finds_nothing_by_key() {
     let sim = SimStorage::new();
-    let store = open(&sim, MessageStoreConfig { message_index_enable: false, ..config(FlushDiskType::SyncFlush) });
+    let store = open(&sim, {
+        let mut config = config(FlushDiskType::SyncFlush);
+        config.message_index_enable = false;
+        config
+    });
     store.create_topic("t", 1).unwrap();
     store.put_message(&Message::new("t", 0, &b"x"[..]).with_key("k")).unwrap().durability.wait().unwrap();
-    assert!(store.wait_for("t", 0, 0, WAIT).unwrap());
+    assert!(store.wait_for("t", 0, 0, WAIT).unwrap().arrived());
     assert!(store.query_by_key("t", "k", 0, u64::MAX, 4).unwrap().is_empty());
     store.shutdown().unwrap();
 }
@@ -108,7 +113,7 @@ fn every_key_of_a_message_with_several_keys_is_found_after_a_restart() {
                 .with_key(format!("c{i}"));
             store.put_message(&m).unwrap().durability.wait().unwrap();
         }
-        assert!(store.wait_for("t", 0, 19, WAIT).unwrap());
+        assert!(store.wait_for("t", 0, 19, WAIT).unwrap().arrived());
         if crash {
             // The consume queues and the index as the last thorough flush left
             // them: nothing lost below the recorded point, the rest dispatched again.
@@ -148,7 +153,7 @@ fn an_index_shape_changed_without_changing_the_file_size_is_rebuilt() {
         let m = Message::new("t", 0, i.to_le_bytes().to_vec()).with_key(format!("k{i}"));
         store.put_message(&m).unwrap().durability.wait().unwrap();
     }
-    assert!(store.wait_for("t", 0, 299, WAIT).unwrap());
+    assert!(store.wait_for("t", 0, 299, WAIT).unwrap().arrived());
     store.shutdown().unwrap();
     let files = |sim: &SimStorage| {
         use store_io::Storage;
@@ -171,21 +176,22 @@ fn a_crash_after_an_index_file_was_sealed_keeps_every_key_below_the_point() {
     // keep the footer's sector and not the slot table's: the file must not be
     // taken for sealed then, or every key in it is lost.
     let sim = SimStorage::new();
-    let config = MessageStoreConfig {
-        flush_interval_consume_queue_ms: 3_600_000,
-        flush_consume_queue_thorough_interval_ms: 3_600_000,
-        ..small_index(64, 8)
+    let config = {
+        let mut config = small_index(64, 8);
+        config.flush_interval_consume_queue_ms = 3_600_000;
+        config.flush_consume_queue_thorough_interval_ms = 3_600_000;
+        config
     };
     let store = open(&sim, config.clone());
     store.create_topic("t", 1).unwrap();
     for i in 0..8u8 {
         store.put_message(&Message::new("t", 0, vec![i]).with_key(format!("k{i}"))).unwrap().durability.wait().unwrap();
     }
-    assert!(store.wait_for("t", 0, 7, WAIT).unwrap());
+    assert!(store.wait_for("t", 0, 7, WAIT).unwrap().arrived());
     store.shutdown().unwrap(); // the point recorded: file 0 full, not sealed
     let store = open(&sim, config.clone());
     store.put_message(&Message::new("t", 0, vec![8]).with_key("k8")).unwrap().durability.wait().unwrap();
-    assert!(store.wait_for("t", 0, 8, WAIT).unwrap());
+    assert!(store.wait_for("t", 0, 8, WAIT).unwrap().arrived());
     let index_dir = std::path::Path::new(common::ROOT).join("index");
     let first = {
         use store_io::Storage;

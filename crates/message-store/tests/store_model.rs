@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use commitlog::FlushDiskType;
 use common::{config, open};
-use message_store::{GetStatus, Message, MessageStore, TagFilter};
+use message_store::{GetRequest, GetStatus, Message, MessageStore, TagFilter};
 use proptest::prelude::*;
 use store_io::sim::SimStorage;
 
@@ -78,10 +78,10 @@ fn check(store: &MessageStore, model: &[Vec<Put>], reads: &[(u32, u64, usize, Op
     for (queue, puts) in model.iter().enumerate() {
         let queue = queue as u32;
         if !puts.is_empty() {
-            assert!(store.wait_for("p", queue, puts.len() as u64 - 1, Duration::from_secs(10)).unwrap());
+            assert!(store.wait_for("p", queue, puts.len() as u64 - 1, Duration::from_secs(10)).unwrap().arrived());
         }
-        assert_eq!(store.queue_range("p", queue).unwrap(), (0, puts.len() as u64), "queue {queue}");
-        let got = store.get_messages("g", "p", queue, 0, 1000, u64::MAX, &TagFilter::All).unwrap();
+        assert_eq!(store.queue_range("p", queue).unwrap(), 0..puts.len() as u64, "queue {queue}");
+        let got = store.get_messages(&GetRequest::new("p", queue, 0).max_count(1000).max_bytes(u64::MAX)).unwrap();
         assert_eq!(got.messages.len(), puts.len());
         for (i, (m, p)) in got.messages.iter().zip(puts).enumerate() {
             assert_eq!((m.queue_offset, &m.body[..]), (i as u64, &p.body[..]));
@@ -94,7 +94,11 @@ fn check(store: &MessageStore, model: &[Vec<Put>], reads: &[(u32, u64, usize, Op
         let puts = &model[queue as usize];
         let end = puts.len() as u64;
         let filter = tag.map_or(TagFilter::All, |t| TagFilter::Tags(vec![TAGS[t].to_string()]));
-        let got = store.get_messages("g", "p", queue, offset, max, u64::MAX, &filter).unwrap();
+        let got = store
+            .get_messages(
+                &GetRequest::new("p", queue, offset).max_count(max).max_bytes(u64::MAX).filter(filter.clone()),
+            )
+            .unwrap();
         if end == 0 {
             assert_eq!(got.status, GetStatus::NoMessageInQueue);
             continue;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use commitlog::{FlushDiskType, Storage};
 use common::{config, open, read_queue, ROOT};
-use message_store::{Message, MessageStore, MessageStoreConfig};
+use message_store::{Message, MessageStore};
 use parking_lot::Mutex;
 use store_io::sim::SimStorage;
 use test_support::Rng;
@@ -27,7 +27,7 @@ type Acked = Arc<Mutex<Vec<(u32, u64, Vec<u8>)>>>;
 fn check(store: &MessageStore, acked: &[(u32, u64, Vec<u8>)], queues: u32) {
     for queue in 0..queues {
         let read = read_queue(store, "t", queue);
-        let (min, max) = store.queue_range("t", queue).unwrap();
+        let std::ops::Range { start: min, end: max } = store.queue_range("t", queue).unwrap();
         assert_eq!(read.len() as u64, max - min, "queue {queue} reads densely from {min} to {max}");
         for (k, (offset, _)) in read.iter().enumerate() {
             assert_eq!(*offset, min + k as u64, "queue {queue}: offsets dense");
@@ -106,7 +106,7 @@ fn the_recorded_dispatch_point_never_passes_what_a_crash_keeps_of_the_log_under_
     for i in 10..40u8 {
         store.put_message(&Message::new("t", u32::from(i % 2), vec![i; 8])).unwrap();
     }
-    assert!(store.wait_for("t", 0, 19, WAIT).unwrap() && store.wait_for("t", 1, 19, WAIT).unwrap());
+    assert!(store.wait_for("t", 0, 19, WAIT).unwrap().arrived() && store.wait_for("t", 1, 19, WAIT).unwrap().arrived());
     // Wait until the consume-queue service has recorded a dispatch point past
     // every message (written dispatch read them before they were durable).
     let dispatched = store.stats().dispatch_point;
@@ -180,14 +180,18 @@ fn a_checkpoint_or_a_queue_index_past_the_logs_end_is_rebuilt_from_the_log() {
 }
 
 fn store_range(store: &MessageStore, queue: u32) -> (u64, u64) {
-    store.queue_range("t", queue).unwrap()
+    let range = store.queue_range("t", queue).unwrap();
+    (range.start, range.end)
 }
 
 #[test]
 fn a_queue_index_that_lost_its_files_is_rebuilt_from_the_log() {
     let sim = SimStorage::new();
-    let config =
-        MessageStoreConfig { flush_consume_queue_thorough_interval_ms: 3_600_000, ..config(FlushDiskType::SyncFlush) };
+    let config = {
+        let mut config = config(FlushDiskType::SyncFlush);
+        config.flush_consume_queue_thorough_interval_ms = 3_600_000;
+        config
+    };
     let mut store = open(&sim, config.clone());
     store.create_topic("t", 1).unwrap();
     let mut expected = Vec::new();
@@ -231,7 +235,7 @@ fn a_clean_reopen_on_a_real_disk_dispatches_nothing_again() {
     }
     store.commit_offset("g", "t", 0, 4).unwrap_or_else(|_| {
         // Not dispatched yet: wait, then commit.
-        assert!(store.wait_for("t", 0, 3, WAIT).unwrap());
+        assert!(store.wait_for("t", 0, 3, WAIT).unwrap().arrived());
         store.commit_offset("g", "t", 0, 4).unwrap();
     });
     store.shutdown().unwrap();
@@ -242,6 +246,6 @@ fn a_clean_reopen_on_a_real_disk_dispatches_nothing_again() {
     // Dropped without shutdown: the last handle shuts it down.
     drop(reopened);
     let again = MessageStore::open(dir.path(), config).unwrap();
-    assert_eq!(again.queue_range("t", 0).unwrap(), (0, 11));
+    assert_eq!(again.queue_range("t", 0).unwrap(), 0..11);
     again.shutdown().unwrap();
 }

@@ -165,6 +165,37 @@ impl SegmentMemory {
         }
     }
 
+    /// Whether every page of `[offset, offset + len)` is in memory now
+    /// (`mincore`: in the page cache, so a read of it takes no disk I/O).
+    /// Always true for heap memory. An empty range is resident; a range
+    /// past the end is an `InvalidInput` error. A snapshot: the kernel may
+    /// evict the pages right after.
+    pub fn is_resident(&self, offset: usize, len: usize) -> io::Result<bool> {
+        let end = match offset.checked_add(len) {
+            Some(end) if end <= self.len => end,
+            _ => return Err(io::Error::new(io::ErrorKind::InvalidInput, "range past the end of the segment")),
+        };
+        if len == 0 || !self.is_mapped() {
+            return Ok(true);
+        }
+        let page = page_size();
+        // Whole pages from the one holding `offset` to the one holding `end - 1`:
+        // inside the mapping, whose length the kernel rounds up to a page.
+        let start = offset.saturating_sub(offset.checked_rem(page).unwrap_or(0));
+        let pages = end.saturating_sub(start).div_ceil(page);
+        let mut vec = vec![0u8; pages];
+        // SAFETY: `start` lies within the mapping (at most `offset`, which is
+        // below its end) and is page-aligned as mincore requires; the pages
+        // from it cover `[start, end)`, all inside the mapping's last page;
+        // `vec` holds one byte per page.
+        let rc =
+            unsafe { libc::mincore(self.ptr.as_ptr().add(start).cast(), end.saturating_sub(start), vec.as_mut_ptr()) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(vec.iter().all(|b| b & 1 == 1))
+    }
+
     /// `madvise(MADV_WILLNEED)` and, if asked, `mlock` over the whole mapping.
     pub fn advise_and_lock(&self, lock: bool) -> io::Result<()> {
         match &self.backing {
@@ -260,6 +291,13 @@ pub(crate) fn fallocate(fd: std::os::unix::io::RawFd, len: libc::off_t) -> i32 {
     unsafe { libc::posix_fallocate(fd, 0, len) }
 }
 
+/// The system's page size (`sysconf(_SC_PAGESIZE)`; 4096 if it cannot say).
+fn page_size() -> usize {
+    // SAFETY: sysconf reads a constant of the system; no memory is touched.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size).ok().filter(|&s| s > 0).unwrap_or(4096)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,5 +328,29 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap()[0], 9);
         // SAFETY: as above.
         assert!(unsafe { SegmentMemory::map_file(&file, 0) }.is_err());
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "real files and mappings: system calls Miri cannot run")]
+    fn residency_follows_the_pages_touched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+        // Large enough that the read-around of a fault (the device's
+        // readahead, up to 8 MiB here) leaves the far end alone; sparse.
+        let len = 64 << 20;
+        file.set_len(len as u64).unwrap();
+        // SAFETY: the test owns the file; nobody else writes or truncates it.
+        let mem = unsafe { SegmentMemory::map_file(&file, len) }.unwrap();
+        assert!(!mem.is_resident(0, len).unwrap(), "a hole never touched is not in memory");
+        // SAFETY: single-threaded test.
+        unsafe { mem.range_mut(100, 1)[0] = 1 };
+        assert!(mem.is_resident(0, 1).unwrap() && mem.is_resident(100, 4096 - 100).unwrap());
+        assert!(!mem.is_resident(len - 10, 10).unwrap(), "the untouched far end");
+        assert!(!mem.is_resident(0, len).unwrap(), "a range reaching untouched pages");
+        assert!(mem.is_resident(5000, 0).unwrap(), "an empty range");
+        assert!(mem.is_resident(len, 1).is_err() && mem.is_resident(1, usize::MAX).is_err());
+        let heap = SegmentMemory::heap(vec![0u8; 10]).unwrap();
+        assert!(heap.is_resident(0, 10).unwrap() && heap.is_resident(0, 11).is_err());
     }
 }

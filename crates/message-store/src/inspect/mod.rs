@@ -45,18 +45,9 @@ pub struct QueueView {
     pub sealed_end: u64,
 }
 
-/// A consumer group's committed offset in a queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupOffset {
-    /// The group.
-    pub group: String,
-    /// The topic.
-    pub topic: String,
-    /// The queue.
-    pub queue_id: u32,
-    /// The next offset it consumes.
-    pub offset: u64,
-}
+/// A consumer group's committed offset in a queue: the same type as
+/// [`MessageStore::committed_offsets`](crate::MessageStore::committed_offsets) returns.
+pub type GroupOffset = crate::CommittedOffset;
 
 fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, StoreError> {
     match std::fs::read(path) {
@@ -77,10 +68,7 @@ pub fn topics(root: &Path) -> Result<Vec<(String, u32)>, StoreError> {
 
 /// Every committed consumer offset of the store in `root`.
 pub fn consumer_offsets(root: &Path) -> Result<Vec<GroupOffset>, StoreError> {
-    Ok(offsets::read_all(root, read_optional)?
-        .into_iter()
-        .map(|((group, topic, queue_id), offset)| GroupOffset { group, topic, queue_id, offset })
-        .collect())
+    Ok(offsets::read_all(root, read_optional)?.into_iter().map(crate::CommittedOffset::new).collect())
 }
 
 /// The dispatch point recorded in the store in `root` (every message below it

@@ -25,12 +25,13 @@ pub fn config(flush: FlushDiskType) -> MessageStoreConfig {
             .build()
             .unwrap()
     };
-    MessageStoreConfig {
-        flush_interval_consume_queue_ms: 10,
-        flush_consume_queue_thorough_interval_ms: 50,
-        index: message_store::IndexConfig { hash_slots: 64, max_items: 1024 },
-        consumer_offsets_journal_size: 64 << 10,
-        ..MessageStoreConfig::new(log)
+    {
+        let mut config = MessageStoreConfig::new(log);
+        config.flush_interval_consume_queue_ms = 10;
+        config.flush_consume_queue_thorough_interval_ms = 50;
+        config.index = message_store::IndexConfig::new(64, 1024);
+        config.consumer_offsets_journal_size = 64 << 10;
+        config
     }
 }
 
@@ -42,11 +43,12 @@ pub fn open(sim: &SimStorage, config: MessageStoreConfig) -> MessageStore {
 
 /// The bodies of `topic`'s queue from its first offset, with their offsets.
 pub fn read_queue(store: &MessageStore, topic: &str, queue_id: u32) -> Vec<(u64, Vec<u8>)> {
-    let (mut offset, _) = store.queue_range(topic, queue_id).unwrap();
+    let std::ops::Range { start: mut offset, end: _ } = store.queue_range(topic, queue_id).unwrap();
     let mut out = Vec::new();
     loop {
-        let got =
-            store.get_messages("check", topic, queue_id, offset, 64, u64::MAX, &message_store::TagFilter::All).unwrap();
+        let got = store
+            .get_messages(&message_store::GetRequest::new(topic, queue_id, offset).max_count(64).max_bytes(u64::MAX))
+            .unwrap();
         if got.messages.is_empty() && got.next_offset == offset {
             return out;
         }
