@@ -39,6 +39,17 @@ where
     }
 }
 
+/// A point in time as ms since the Unix epoch: a whole number of ms, or an
+/// RFC 3339 time (`2026-12-06T12:00:00Z`, `2026-12-06T13:00:00+01:00`).
+pub fn time_ms(s: &str) -> Result<u64, String> {
+    if let Ok(ms) = s.parse::<u64>() {
+        return Ok(ms);
+    }
+    let time = chrono::DateTime::parse_from_rfc3339(s)
+        .map_err(|_| format!("`{s}` is neither ms since the Unix epoch nor an RFC 3339 time (2026-12-06T12:00:00Z)"))?;
+    u64::try_from(time.timestamp_millis()).map_err(|_| format!("`{s}` is before 1970"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,5 +67,11 @@ mod tests {
         let producers = count_in::<usize>(1024);
         assert!(producers("0").is_err() && producers("1025").is_err() && producers("-3").is_err());
         assert_eq!(producers("16").unwrap(), 16);
+        assert_eq!(time_ms("1700000000000").unwrap(), 1_700_000_000_000);
+        assert_eq!(time_ms("2023-11-14T22:13:20Z").unwrap(), 1_700_000_000_000);
+        assert_eq!(time_ms("2023-11-14T23:13:20+01:00").unwrap(), 1_700_000_000_000);
+        for bad in ["yesterday", "-5", "1969-12-31T23:59:59Z", "2023-11-14"] {
+            assert!(time_ms(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -1,7 +1,10 @@
 //! `commitlog`: see the log work, measure it, and inspect a store directory.
 //!
 //! Exit codes: 0 success (also when the reader of standard output went away), 1
-//! error, 2 bad usage, 3 `verify` found problems or `consume` stopped at damage.
+//! error (a missing directory, topic or queue; a failure of the store), 2 bad
+//! usage (arguments clap refuses, or that cannot work together: a group name
+//! that is not valid, `--from` past a queue's end), 3 `verify` found problems
+//! or `consume`/`receive --follow` stopped at damage.
 
 #![forbid(unsafe_code)]
 
@@ -69,15 +72,20 @@ enum Command {
     ForgetDir(inspect::ForgetDirArgs),
     /// Print segments, offsets and checkpoint contents (read-only).
     Stat(inspect::StatArgs),
-    /// Message store: put stdin lines on a topic's queue; print
-    /// `QUEUE_OFFSET<TAB>LOG_OFFSET` for each once acknowledged.
+    /// Message store: put stdin lines on a topic's queue (or its queues);
+    /// print `QUEUE_OFFSET<TAB>LOG_OFFSET` for each once acknowledged.
     Send(messages::SendArgs),
     /// Message store: print a queue's messages as a consumer group, from its
-    /// committed offset to the queue's end, committing as it goes.
+    /// committed offset to the queue's end, committing as it goes (`--peek`:
+    /// without committing; `--follow`: read-only, on until Ctrl-C).
     Receive(messages::ReceiveArgs),
+    /// Message store: the messages with a key, newest first.
+    Query(messages::QueryArgs),
     /// Message store: topics and queues with their offsets, dispatch lag and each
-    /// group's lag (read-only).
-    Topics(messages::TopicsArgs),
+    /// group's lag (read-only); `topics delete` deletes a topic.
+    Topics(messages::TopicsCommand),
+    /// Message store: reset or remove a consumer group's offsets.
+    Offsets(messages::OffsetsCommand),
 }
 
 /// When appends are acknowledged.
@@ -109,6 +117,11 @@ impl std::fmt::Display for CliError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CliError::Log(e) => write!(f, "{e}"),
+            // The library's advice (turn auto_create_topics on) is no flag of
+            // this tool: say how the tool creates a topic.
+            CliError::Store(message_store::StoreError::UnknownTopic { topic }) => {
+                write!(f, "topic {topic:?} does not exist (`commitlog send --create-queues N` creates it)")
+            }
             CliError::Store(e) => write!(f, "{e}"),
             CliError::Io { context, source } => write!(f, "{context}: {source}"),
             CliError::Input(message) | CliError::Usage(message) => write!(f, "{message}"),
@@ -246,7 +259,9 @@ fn main() -> ExitCode {
         Command::Stat(args) => inspect::stat(args),
         Command::Send(args) => messages::send(args),
         Command::Receive(args) => messages::receive(args),
-        Command::Topics(args) => messages::topics(args),
+        Command::Query(args) => messages::query(args),
+        Command::Topics(args) => messages::topics_command(args),
+        Command::Offsets(args) => messages::offsets(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

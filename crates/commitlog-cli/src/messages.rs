@@ -1,13 +1,15 @@
-//! The message-store commands: `send` (stdin lines to a topic's queue), `receive`
-//! (a queue as a consumer group, committing its offset) and `topics` (topics,
-//! queues, dispatch lag and each group's lag; read-only).
+//! The message-store commands: `send` (stdin lines to a topic's queues),
+//! `receive` (a queue as a consumer group, committing its offset, or peeking),
+//! `query` (messages by key), `topics` (topics, queues, dispatch lag and each
+//! group's lag, read-only; `topics delete`) and `offsets` (`reset`, `remove`).
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::sync::mpsc;
 
-use clap::Args;
-use message_store::{inspect, GetRequest, Message, MessageStore, MessageStoreConfig, TagFilter};
+use base64::Engine as _;
+use clap::{Args, Subcommand};
+use message_store::{inspect, GetRequest, Message, MessageStore, MessageStoreConfig, ResetTo, TagFilter};
 
 use crate::{io, log_config, CliError, FlushArg};
 
@@ -88,10 +90,20 @@ pub struct SendArgs {
     /// A key of every message (repeat for several).
     #[arg(long = "key")]
     keys: Vec<String>,
+    /// Spread the lines over every queue of the topic, round-robin from
+    /// `--queue`; prints `QUEUE<TAB>QUEUE_OFFSET<TAB>LOG_OFFSET`.
+    #[arg(long, conflicts_with = "line_queue")]
+    round_robin: bool,
+    /// Each line is `QUEUE<TAB>BODY`: the message goes to that queue; prints
+    /// `QUEUE<TAB>QUEUE_OFFSET<TAB>LOG_OFFSET`.
+    #[arg(long)]
+    line_queue: bool,
 }
 
-/// Puts each stdin line (without its newline) on the queue and prints
-/// `QUEUE_OFFSET<TAB>LOG_OFFSET` in input order once acknowledged.
+/// Puts each stdin line (without its newline) on the queue (or the queues:
+/// `--round-robin`, `--line-queue`) and prints `QUEUE_OFFSET<TAB>LOG_OFFSET`
+/// (with the queue first, over several queues) in input order once
+/// acknowledged.
 pub fn send(args: SendArgs) -> Result<(), CliError> {
     let store = args.queue.store.open()?;
     let result = send_lines(&store, &args);
@@ -100,21 +112,30 @@ pub fn send(args: SendArgs) -> Result<(), CliError> {
 }
 
 fn send_lines(store: &MessageStore, args: &SendArgs) -> Result<(), CliError> {
+    let topic = &args.queue.topic;
     if let Some(queues) = args.create_queues {
-        store.create_topic(&args.queue.topic, queues)?;
+        store.create_topic(topic, queues)?;
     }
-    let (tx, rx) = mpsc::sync_channel::<message_store::PutResult>(IN_FLIGHT);
+    let queues = store.topics().into_iter().find(|(t, _)| t == topic).map(|(_, n)| n);
+    let Some(queues) = queues else {
+        return Err(CliError::Input(format!("topic {topic:?} does not exist; pass --create-queues N to create it")));
+    };
+    let several = args.round_robin || args.line_queue;
+    let (tx, rx) = mpsc::sync_channel::<(u32, message_store::PutResult)>(IN_FLIGHT);
     let printer = std::thread::spawn(move || -> Result<(), CliError> {
         let stdout = std::io::stdout();
         let mut out = stdout.lock();
-        for put in rx {
+        for (queue, put) in rx {
             let (queue_offset, log_offset) = (put.queue_offset, put.log_offset);
             put.durability.wait().map_err(|e| {
-                CliError::Input(format!("message at queue offset {queue_offset} was not acknowledged: {e}"))
+                CliError::Input(format!("message at queue {queue} offset {queue_offset} was not acknowledged: {e}"))
             })?;
-            writeln!(out, "{queue_offset}\t{log_offset}")
-                .and_then(|()| out.flush())
-                .map_err(io("writing to stdout"))?;
+            let written = if several {
+                writeln!(out, "{queue}\t{queue_offset}\t{log_offset}")
+            } else {
+                writeln!(out, "{queue_offset}\t{log_offset}")
+            };
+            written.and_then(|()| out.flush()).map_err(io("writing to stdout"))?;
         }
         Ok(())
     });
@@ -127,18 +148,28 @@ fn send_lines(store: &MessageStore, args: &SendArgs) -> Result<(), CliError> {
                 break;
             }
         };
-        let mut message = Message::new(args.queue.topic.clone(), args.queue.queue, line);
+        let (queue, body) = if args.line_queue {
+            match split_queue(&line) {
+                Some(split) => split,
+                None => {
+                    result = Err(CliError::Input(format!("line {}: not QUEUE<TAB>BODY (--line-queue)", number + 1)));
+                    break;
+                }
+            }
+        } else if args.round_robin {
+            let queue = (u64::from(args.queue.queue) + number as u64) % u64::from(queues);
+            (u32::try_from(queue).expect("below the queue count"), line)
+        } else {
+            (args.queue.queue, line)
+        };
+        let mut message = Message::new(topic.clone(), queue, body);
         message.tags = args.tags.clone();
         message.keys = args.keys.clone();
         match store.put_message(&message) {
             Ok(put) => {
-                if tx.send(put).is_err() {
+                if tx.send((queue, put)).is_err() {
                     break; // the printer stopped on an error; it reports it
                 }
-            }
-            Err(e @ message_store::StoreError::UnknownTopic { .. }) => {
-                result = Err(CliError::Input(format!("{e}; pass --create-queues N to create it")));
-                break;
             }
             Err(e) => {
                 result = Err(CliError::Input(format!("line {}: {e}", number + 1)));
@@ -149,6 +180,13 @@ fn send_lines(store: &MessageStore, args: &SendArgs) -> Result<(), CliError> {
     drop(tx);
     let printed = printer.join().map_err(|_| CliError::Input("the output thread panicked".into()))?;
     result.and(printed)
+}
+
+/// `QUEUE<TAB>BODY` split, the queue a whole number.
+fn split_queue(line: &[u8]) -> Option<(u32, Vec<u8>)> {
+    let tab = line.iter().position(|&b| b == b'\t')?;
+    let queue = std::str::from_utf8(&line[..tab]).ok()?.trim().parse().ok()?;
+    Some((queue, line[tab + 1..].to_vec()))
 }
 
 #[derive(Args)]
@@ -177,6 +215,10 @@ pub struct ReceiveArgs {
     /// committed). Only durable messages are printed. Ctrl-C ends it.
     #[arg(long)]
     follow: bool,
+    /// Print the messages without committing the group's offset (the store
+    /// is opened; the next `receive` prints them again).
+    #[arg(long, conflicts_with = "follow")]
+    peek: bool,
 }
 
 /// How often `receive --follow` looks for new messages.
@@ -187,23 +229,14 @@ const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 /// with `--follow`, read-only and on until Ctrl-C.
 pub fn receive(args: ReceiveArgs) -> Result<(), CliError> {
     message_store::validate_group(&args.group).map_err(|e| CliError::Usage(e.to_string()))?;
-    if args.follow {
-        return follow(&args);
-    }
     let (dir, topic, queue) = (&args.queue.store.dir, args.queue.topic.as_str(), args.queue.queue);
     crate::existing_dir(dir)?;
     if let (Ok(topics), Ok(())) = (inspect::topics(dir), commitlog::inspect::check_store_dir(dir)) {
         // Refused before the store is opened (an open writes its abort marker).
-        match topics.iter().find(|(t, _)| t == topic) {
-            None => return Err(CliError::Input(format!("{}: topic {topic:?} does not exist", dir.display()))),
-            Some((_, count)) if queue >= *count => {
-                return Err(CliError::Input(format!(
-                    "{}: topic {topic:?} has {count} queues; queue {queue} does not exist",
-                    dir.display()
-                )))
-            }
-            Some(_) => {}
-        }
+        check_queue(dir, &topics, topic, queue)?;
+    }
+    if args.follow {
+        return follow(&args);
     }
     let store = match args.queue.store.open_existing() {
         Ok(store) => store,
@@ -215,11 +248,33 @@ pub fn receive(args: ReceiveArgs) -> Result<(), CliError> {
     result.and(shutdown)
 }
 
+/// Refuses a topic or queue `topics` (the store's) does not have: exit 1.
+fn check_queue(dir: &std::path::Path, topics: &[(String, u32)], topic: &str, queue: u32) -> Result<(), CliError> {
+    match topics.iter().find(|(t, _)| t == topic) {
+        None => Err(CliError::Input(format!("{}: topic {topic:?} does not exist", dir.display()))),
+        Some((_, count)) if queue >= *count => Err(CliError::Input(format!(
+            "{}: topic {topic:?} has {count} queues; queue {queue} does not exist",
+            dir.display()
+        ))),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Refuses `--from` past the queue's end `end` (its next message's offset):
+/// a usage error (exit 2), with or without `--follow`.
+fn check_from(from: Option<u64>, end: u64) -> Result<(), CliError> {
+    match from {
+        Some(from) if from > end => Err(CliError::Usage(format!("--from {from} is past the queue's end {end}"))),
+        _ => Ok(()),
+    }
+}
+
 fn receive_messages(store: &MessageStore, args: &ReceiveArgs) -> Result<(), CliError> {
     let filter = TagFilter::parse(&args.tags);
     let (topic, queue) = (&args.queue.topic, args.queue.queue);
-    let std::ops::Range { start: min, end: _ } = store.queue_range(topic, queue)?;
-    let mut offset = args.from.or_else(|| store.committed_offset(&args.group, topic, queue)).unwrap_or(min);
+    let range = store.queue_range(topic, queue)?;
+    check_from(args.from, range.end)?;
+    let mut offset = args.from.or_else(|| store.committed_offset(&args.group, topic, queue)).unwrap_or(range.start);
     let mut left = args.max.unwrap_or(usize::MAX);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -250,7 +305,9 @@ fn receive_messages(store: &MessageStore, args: &ReceiveArgs) -> Result<(), CliE
         offset = got.next_offset;
         out.flush().map_err(io("writing to stdout"))?;
         // Committed once printed: a reader that dies re-reads, never skips.
-        store.commit_offset(&args.group, topic, queue, offset)?;
+        if !args.peek {
+            store.commit_offset(&args.group, topic, queue, offset)?;
+        }
     }
     out.flush().map_err(io("writing to stdout"))
 }
@@ -353,18 +410,36 @@ fn damaged_queue(topic: &str, queue: u32, damage: inspect::DamagedEntry) -> CliE
     CliError::Problems(1)
 }
 
+/// A body for JSON, losslessly: the text when it is UTF-8, else base64; with
+/// its encoding (`utf8` or `base64`).
+fn json_body(body: &[u8]) -> (String, &'static str) {
+    match std::str::from_utf8(body) {
+        Ok(text) => (text.to_string(), "utf8"),
+        Err(_) => (base64::engine::general_purpose::STANDARD.encode(body), "base64"),
+    }
+}
+
+/// A message as one JSON object: its place, times, tags, keys and body.
+fn message_json(message: &message_store::StoredMessage) -> serde_json::Value {
+    let (body, encoding) = json_body(&message.body);
+    serde_json::json!({
+        "topic": message.topic,
+        "queue": message.queue_id,
+        "queue_offset": message.queue_offset,
+        "log_offset": message.log_offset,
+        "store_timestamp_ms": message.store_timestamp_ms,
+        "born_timestamp_ms": message.born_timestamp_ms,
+        "tags": message.tags,
+        "keys": message.keys,
+        "body": body,
+        "body_encoding": encoding,
+    })
+}
+
 /// One message as `receive` prints it: `OFFSET<TAB>BODY`, or a JSON line.
 fn print_message(out: &mut impl Write, json: bool, message: &message_store::StoredMessage) -> std::io::Result<()> {
     if json {
-        let line = serde_json::json!({
-            "queue_offset": message.queue_offset,
-            "log_offset": message.log_offset,
-            "store_timestamp_ms": message.store_timestamp_ms,
-            "tags": message.tags,
-            "keys": message.keys,
-            "body": String::from_utf8_lossy(&message.body),
-        });
-        writeln!(out, "{line}")
+        writeln!(out, "{}", message_json(message))
     } else {
         write!(out, "{}\t", message.queue_offset)
             .and_then(|()| out.write_all(&message.body))
@@ -377,33 +452,82 @@ fn print_message(out: &mut impl Write, json: bool, message: &message_store::Stor
 /// then every 100 ms what became durable since, until Ctrl-C or `--max`.
 fn follow(args: &ReceiveArgs) -> Result<(), CliError> {
     let dir = &args.queue.store.dir;
-    crate::existing_dir(dir)?;
     let (topic, queue) = (args.queue.topic.as_str(), args.queue.queue);
-    if !inspect::topics(dir)?.iter().any(|(t, count)| t == topic && queue < *count) {
-        return Err(CliError::Usage(format!("{}: no queue {topic}/{queue}", dir.display())));
-    }
+    check_queue(dir, &inspect::topics(dir)?, topic, queue)?;
+    check_from(args.from, inspect::queue(dir, topic, queue)?.max_offset)?;
     let stop = crate::stop_on_ctrl_c()?;
     read_files(args, Some(&stop))
+}
+
+/// `topics`: the listing, or `topics delete`.
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct TopicsCommand {
+    #[command(subcommand)]
+    action: Option<TopicsAction>,
+    #[command(flatten)]
+    list: TopicsArgs,
+}
+
+#[derive(Subcommand)]
+enum TopicsAction {
+    /// Delete a topic (RocketMQ's `deleteTopics`): its queues and every
+    /// group's offsets in it go, durably; its messages stay in the log until
+    /// their segments are cleaned, never read again. Opens the store.
+    Delete(TopicDeleteArgs),
+}
+
+#[derive(Args)]
+struct TopicDeleteArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// The topic.
+    #[arg(long)]
+    topic: String,
 }
 
 #[derive(Args)]
 pub struct TopicsArgs {
     /// Store directory.
-    #[arg(long)]
-    dir: PathBuf,
+    #[arg(long, required = true)]
+    dir: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
 }
 
+/// `topics` (the listing) or `topics delete`.
+pub fn topics_command(command: TopicsCommand) -> Result<(), CliError> {
+    match command.action {
+        None => topics(command.list),
+        Some(TopicsAction::Delete(args)) => with_store(&args.store, |store| {
+            if store.delete_topic(&args.topic)? {
+                outln!("deleted topic {}", args.topic)
+            } else {
+                Err(CliError::Input(format!("{}: topic {:?} does not exist", args.store.dir.display(), args.topic)))
+            }
+        }),
+    }
+}
+
+/// Opens the existing store of `store`, runs `work` on it, and shuts it down
+/// (reporting the first error).
+fn with_store(store: &StoreArgs, work: impl FnOnce(&MessageStore) -> Result<(), CliError>) -> Result<(), CliError> {
+    let store = store.open_existing()?;
+    let result = work(&store);
+    let shutdown = store.shutdown().map_err(CliError::from);
+    result.and(shutdown)
+}
+
 /// Lists topics and queues with their offsets, the dispatch lag and each
 /// group's lag, from the files (read-only: safe beside a running store).
-pub fn topics(args: TopicsArgs) -> Result<(), CliError> {
-    crate::existing_dir(&args.dir)?;
-    let queues = inspect::queues(&args.dir)?;
-    let groups = inspect::consumer_offsets(&args.dir)?;
-    let dispatch_point = inspect::dispatch_point(&args.dir)?;
-    let durable_end = commitlog::inspect::store_files(&args.dir).checkpoint.map(|c| c.flushed_offset);
+fn topics(args: TopicsArgs) -> Result<(), CliError> {
+    let dir = args.dir.expect("clap requires --dir without a subcommand");
+    crate::existing_dir(&dir)?;
+    let queues = inspect::queues(&dir)?;
+    let groups = inspect::consumer_offsets(&dir)?;
+    let dispatch_point = inspect::dispatch_point(&dir)?;
+    let durable_end = commitlog::inspect::store_files(&dir).checkpoint.map(|c| c.flushed_offset);
     let dispatch_lag = durable_end.zip(dispatch_point).map(|(end, point)| end.saturating_sub(point));
     let lag_of = |g: &inspect::GroupOffset| {
         queues
@@ -444,4 +568,158 @@ pub fn topics(args: TopicsArgs) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+#[derive(Args)]
+pub struct QueryArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// The key (a message's `--key` when it was sent).
+    #[arg(long)]
+    key: String,
+    /// Only this topic (default: every topic).
+    #[arg(long)]
+    topic: Option<String>,
+    /// Stored at or after this time: ms since the Unix epoch, or RFC 3339
+    /// (`2026-12-06T12:00:00Z`).
+    #[arg(long, value_name = "TIME", value_parser = crate::args::time_ms)]
+    begin: Option<u64>,
+    /// Stored at or before this time (as `--begin`).
+    #[arg(long, value_name = "TIME", value_parser = crate::args::time_ms)]
+    end: Option<u64>,
+    /// The most messages printed (at most 1,024).
+    #[arg(long, default_value_t = 32, value_parser = crate::args::count_in::<usize>(1024))]
+    max: usize,
+    /// One JSON object per message.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Prints the messages with `--key` (RocketMQ's `queryMessage`, by the key
+/// index), newest first: `TOPIC<TAB>QUEUE<TAB>QUEUE_OFFSET<TAB>BODY`, or
+/// JSON lines. Nothing found is not an error (a note on stderr).
+pub fn query(args: QueryArgs) -> Result<(), CliError> {
+    let begin = args.begin.unwrap_or(0);
+    let end = args.end.unwrap_or(u64::MAX);
+    if begin > end {
+        return Err(CliError::Usage(format!("--begin {begin} is after --end {end}")));
+    }
+    with_store(&args.store, |store| {
+        let topics: Vec<String> = match &args.topic {
+            Some(topic) if store.topics().iter().any(|(t, _)| t == topic) => vec![topic.clone()],
+            Some(topic) => {
+                return Err(CliError::Input(format!("{}: topic {topic:?} does not exist", args.store.dir.display())))
+            }
+            None => store.topics().into_iter().map(|(t, _)| t).collect(),
+        };
+        let mut found = Vec::new();
+        for topic in &topics {
+            found.extend(store.query_by_key(topic, &args.key, begin, end, args.max)?);
+        }
+        found.sort_by(|a, b| b.store_timestamp_ms.cmp(&a.store_timestamp_ms).then(b.log_offset.cmp(&a.log_offset)));
+        found.truncate(args.max);
+        if found.is_empty() {
+            eprintln!("commitlog: no message with key {:?}", args.key);
+        }
+        let stdout = std::io::stdout();
+        let mut out = std::io::BufWriter::new(stdout.lock());
+        for message in &found {
+            if args.json {
+                writeln!(out, "{}", message_json(message))
+            } else {
+                write!(out, "{}\t{}\t{}\t", message.topic, message.queue_id, message.queue_offset)
+                    .and_then(|()| out.write_all(&message.body))
+                    .and_then(|()| out.write_all(b"\n"))
+            }
+            .map_err(io("writing to stdout"))?;
+        }
+        out.flush().map_err(io("writing to stdout"))
+    })
+}
+
+#[derive(Args)]
+pub struct OffsetsCommand {
+    #[command(subcommand)]
+    action: OffsetsAction,
+}
+
+#[derive(Subcommand)]
+enum OffsetsAction {
+    /// Move a group's offsets in a topic (every queue, or `--queue`) to the
+    /// earliest, the latest, an offset or a time; prints `QUEUE<TAB>OFFSET`.
+    /// Opens the store.
+    Reset(ResetArgs),
+    /// Remove a group's offsets (in every topic, or `--topic`): it consumes
+    /// as a new group. Opens the store.
+    Remove(RemoveArgs),
+}
+
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("to").required(true).args(["earliest", "latest", "offset", "time"])))]
+struct ResetArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// The consumer group.
+    #[arg(long)]
+    group: String,
+    /// The topic.
+    #[arg(long)]
+    topic: String,
+    /// Only this queue (default: every queue of the topic).
+    #[arg(long)]
+    queue: Option<u32>,
+    /// Each queue's first offset.
+    #[arg(long)]
+    earliest: bool,
+    /// Each queue's end: only messages sent from now on.
+    #[arg(long)]
+    latest: bool,
+    /// This offset, clamped to each queue's range.
+    #[arg(long)]
+    offset: Option<u64>,
+    /// The first message stored at or after this time: ms since the Unix
+    /// epoch, or RFC 3339.
+    #[arg(long, value_name = "TIME", value_parser = crate::args::time_ms)]
+    time: Option<u64>,
+}
+
+#[derive(Args)]
+struct RemoveArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// The consumer group.
+    #[arg(long)]
+    group: String,
+    /// Only in this topic.
+    #[arg(long)]
+    topic: Option<String>,
+}
+
+/// `offsets reset` or `offsets remove`.
+pub fn offsets(command: OffsetsCommand) -> Result<(), CliError> {
+    match command.action {
+        OffsetsAction::Reset(args) => {
+            message_store::validate_group(&args.group).map_err(|e| CliError::Usage(e.to_string()))?;
+            let to = match (args.earliest, args.latest, args.offset, args.time) {
+                (true, ..) => ResetTo::Earliest,
+                (_, true, ..) => ResetTo::Latest,
+                (_, _, Some(offset), _) => ResetTo::Offset(offset),
+                (_, _, _, Some(time)) => ResetTo::Time(time),
+                _ => unreachable!("clap requires one of --earliest, --latest, --offset, --time"),
+            };
+            with_store(&args.store, |store| {
+                for (queue, offset) in store.reset_consumer_offsets(&args.group, &args.topic, args.queue, to)? {
+                    outln!("{queue}\t{offset}")?;
+                }
+                Ok(())
+            })
+        }
+        OffsetsAction::Remove(args) => {
+            message_store::validate_group(&args.group).map_err(|e| CliError::Usage(e.to_string()))?;
+            with_store(&args.store, |store| {
+                let removed = store.remove_consumer_offsets(&args.group, args.topic.as_deref())?;
+                outln!("removed {removed} offset(s) of group {}", args.group)
+            })
+        }
+    }
 }
