@@ -109,6 +109,10 @@ struct ModeResult {
     flushes: u64,
     records_per_flush: Option<f64>,
     backend: Backend,
+    /// The records asked for (`--count`, rounded up to whole producers).
+    records_asked: u64,
+    /// The mode stopped at `--duration-secs` before `--count` was reached.
+    stopped_at_duration: bool,
 }
 
 fn run_mode(mode: Mode, args: &BenchArgs, dir: &std::path::Path) -> Result<ModeResult, CliError> {
@@ -181,6 +185,18 @@ fn run_mode(mode: Mode, args: &BenchArgs, dir: &std::path::Path) -> Result<ModeR
     let stats: FlushStats = log.flush_stats();
     log.shutdown()?;
     let records = append.len() as u64;
+    let records_asked = per_producer * producers as u64;
+    let stopped_at_duration = records < records_asked;
+    // Said as each mode ends, on stderr (the bar shows only on a terminal).
+    if stopped_at_duration {
+        eprintln!(
+            "bench: {}: {records} of {records_asked} records in {seconds:.1} s: stopped at --duration-secs {}",
+            mode.name(),
+            args.duration_secs.as_secs_f64()
+        );
+    } else {
+        eprintln!("bench: {}: {records} records in {seconds:.1} s", mode.name());
+    }
     let flushes = if mode == Mode::Sync { stats.group_commit.flushes } else { stats.periodic_flushes };
     Ok(ModeResult {
         mode,
@@ -195,6 +211,8 @@ fn run_mode(mode: Mode, args: &BenchArgs, dir: &std::path::Path) -> Result<ModeR
         flushes,
         records_per_flush: (mode == Mode::Sync && flushes > 0).then(|| records as f64 / flushes as f64),
         backend: args.backend,
+        records_asked,
+        stopped_at_duration,
     })
 }
 
@@ -248,7 +266,15 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         }
     };
     let mut results = Vec::new();
+    eprintln!(
+        "bench: {} mode(s), each up to {} records or {} s, in {}",
+        modes.len(),
+        args.count,
+        args.duration_secs.as_secs_f64(),
+        root.display()
+    );
     for mode in modes {
+        eprintln!("bench: {}: opening a log and running {} producers...", mode.name(), args.producers);
         results.push(run_mode(mode, &args, &root.join(mode.name()))?);
     }
     let doc = Doc::new(&root, results.iter().map(|r| row(r, args.segment_size)).collect());
@@ -308,6 +334,15 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         args.segment_size
     )?;
     out!("{}", render(&rows))?;
+    for r in results.iter().filter(|r| r.stopped_at_duration) {
+        outln!(
+            "{}: stopped at --duration-secs {} after {} of {} records",
+            r.mode.name(),
+            args.duration_secs.as_secs_f64(),
+            r.records,
+            r.records_asked
+        )?;
+    }
     if let Some(baseline) = &baseline {
         out!("\n{}", bench_doc::ratio_table(&doc, baseline))?;
     }

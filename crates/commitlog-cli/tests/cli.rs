@@ -352,6 +352,31 @@ fn bench_runs_every_mode_and_prints_json() {
     assert!(sync["detail"]["records_per_flush"].as_f64().unwrap() >= 1.0, "sync reports records per flush");
     assert_eq!(runs[1]["latency"], runs[1]["detail"]["append_latency"]);
     assert!(dir.path().join("sync").exists(), "--dir keeps the logs");
+    let progress = text(&out.stderr);
+    for mode in ["sync", "async", "async-pool"] {
+        assert!(progress.contains(&format!("bench: {mode}: 2000 records in")), "each mode said as it ends: {progress}");
+    }
+    assert!(!progress.contains("stopped at"), "{progress}");
+    // A mode cut short by --duration-secs says so, on stderr and under the table.
+    let short = run(&[
+        "bench",
+        "--mode",
+        "sync",
+        "--count",
+        "100000000",
+        "--duration-secs",
+        "0.3",
+        "--record-size",
+        "64",
+        "--segment-size",
+        "1048576",
+    ]);
+    assert!(short.status.success(), "{}", text(&short.stderr));
+    assert!(
+        text(&short.stderr).contains("of 100000000 records")
+            && text(&short.stderr).contains("stopped at --duration-secs 0.3")
+    );
+    assert!(text(&short.stdout).contains("sync: stopped at --duration-secs 0.3 after"), "{}", text(&short.stdout));
     let table = run(&[
         "bench",
         "--count",
