@@ -231,12 +231,14 @@ pub fn receive(args: ReceiveArgs) -> Result<(), CliError> {
     message_store::validate_group(&args.group).map_err(|e| CliError::Usage(e.to_string()))?;
     let (dir, topic, queue) = (&args.queue.store.dir, args.queue.topic.as_str(), args.queue.queue);
     crate::existing_dir(dir)?;
+    if args.follow {
+        // Read-only: the registry must be readable to follow a queue.
+        check_queue(dir, &inspect::topics(dir)?, topic, queue)?;
+        return follow(&args);
+    }
     if let (Ok(topics), Ok(())) = (inspect::topics(dir), commitlog::inspect::check_store_dir(dir)) {
         // Refused before the store is opened (an open writes its abort marker).
         check_queue(dir, &topics, topic, queue)?;
-    }
-    if args.follow {
-        return follow(&args);
     }
     let store = match args.queue.store.open_existing() {
         Ok(store) => store,
@@ -449,11 +451,11 @@ fn print_message(out: &mut impl Write, json: bool, message: &message_store::Stor
 
 /// `receive --follow`: reads the queue from the files (`inspect::read_queue`),
 /// from `--from`, else the group's committed offset, else the queue's first,
-/// then every 100 ms what became durable since, until Ctrl-C or `--max`.
+/// then every 100 ms what became durable since, until Ctrl-C or `--max`. The
+/// caller has checked the topic and queue exist.
 fn follow(args: &ReceiveArgs) -> Result<(), CliError> {
     let dir = &args.queue.store.dir;
     let (topic, queue) = (args.queue.topic.as_str(), args.queue.queue);
-    check_queue(dir, &inspect::topics(dir)?, topic, queue)?;
     check_from(args.from, inspect::queue(dir, topic, queue)?.max_offset)?;
     let stop = crate::stop_on_ctrl_c()?;
     read_files(args, Some(&stop))

@@ -757,12 +757,6 @@ impl MessageStore {
         Ok(min..end)
     }
 
-    /// The end of `topic`'s queue (the offset its next message takes once
-    /// dispatched). The caller has checked the store is open.
-    fn queue_end(&self, topic: &str, queue_id: u32) -> Result<u64, StoreError> {
-        Ok(self.queue_range(topic, queue_id)?.end)
-    }
-
     /// Every queue of every topic with its range.
     pub fn queue_stats(&self) -> Result<Vec<QueueStats>, StoreError> {
         let mut stats = Vec::new();
@@ -815,11 +809,13 @@ impl MessageStore {
     /// not reached `offset` but the queue's puts have, the end once dispatch
     /// has (or the wait's bound has passed).
     fn queue_end_for_commit(&self, topic: &str, queue_id: u32, offset: u64) -> Result<u64, StoreError> {
-        let end = self.queue_end(topic, queue_id)?;
+        let key = self.queue_key_of(topic, queue_id)?;
+        let index = &self.core.dispatcher.queue_index;
+        let end_of = || index.extent(key).map_or(0, |(_, end)| end);
+        let end = end_of();
         if offset <= end || self.core.config.commit_dispatch_wait_ms == 0 {
             return Ok(end);
         }
-        let key = self.core.queues.key(topic, queue_id)?;
         let Some(queue) = self.core.queues.live(key) else { return Ok(end) };
         let put_end = *queue.next_offset.lock();
         if put_end.is_none_or(|put_end| offset > put_end) {
@@ -827,7 +823,7 @@ impl MessageStore {
         }
         let deadline = Instant::now().checked_add(Duration::from_millis(self.core.config.commit_dispatch_wait_ms));
         queue.signal.wait_past(offset - 1, deadline);
-        self.queue_end(topic, queue_id)
+        Ok(end_of())
     }
 
     /// Moves `group`'s offsets in `topic` (every queue, or only `queue_id`)

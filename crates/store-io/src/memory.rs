@@ -182,14 +182,13 @@ impl SegmentMemory {
         // Whole pages from the one holding `offset` to the one holding `end - 1`:
         // inside the mapping, whose length the kernel rounds up to a page.
         let start = offset.saturating_sub(offset.checked_rem(page).unwrap_or(0));
-        let pages = end.saturating_sub(start).div_ceil(page);
-        let mut vec = vec![0u8; pages];
+        let span = end.saturating_sub(start); // `start <= offset <= end`
+        let mut vec = vec![0u8; span.div_ceil(page)];
         // SAFETY: `start` lies within the mapping (at most `offset`, which is
         // below its end) and is page-aligned as mincore requires; the pages
         // from it cover `[start, end)`, all inside the mapping's last page;
         // `vec` holds one byte per page.
-        let rc =
-            unsafe { libc::mincore(self.ptr.as_ptr().add(start).cast(), end.saturating_sub(start), vec.as_mut_ptr()) };
+        let rc = unsafe { libc::mincore(self.ptr.as_ptr().add(start).cast(), span, vec.as_mut_ptr()) };
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
