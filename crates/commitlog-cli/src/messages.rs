@@ -117,9 +117,8 @@ fn send_lines(store: &MessageStore, args: &SendArgs) -> Result<(), CliError> {
         store.create_topic(topic, queues)?;
     }
     let queues = store.topics().into_iter().find(|(t, _)| t == topic).map(|(_, n)| n);
-    let Some(queues) = queues else {
-        return Err(CliError::Input(format!("topic {topic:?} does not exist; pass --create-queues N to create it")));
-    };
+    // Said as every command says it: with the tool's way to create it.
+    let queues = queues.ok_or_else(|| message_store::StoreError::UnknownTopic { topic: topic.clone() })?;
     let several = args.round_robin || args.line_queue;
     let (tx, rx) = mpsc::sync_channel::<(u32, message_store::PutResult)>(IN_FLIGHT);
     let printer = std::thread::spawn(move || -> Result<(), CliError> {

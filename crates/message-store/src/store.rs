@@ -840,13 +840,8 @@ impl MessageStore {
         validate_group(group)?;
         let queues =
             self.core.queues.topic(topic).ok_or_else(|| StoreError::UnknownTopic { topic: topic.into() })?.queues;
-        let ids: Vec<u32> = match queue_id {
-            Some(id) => {
-                self.core.queues.key(topic, id)?;
-                vec![id]
-            }
-            None => (0..queues).collect(),
-        };
+        // A queue the topic does not have is refused by `queue_range` below.
+        let ids: Vec<u32> = queue_id.map_or_else(|| (0..queues).collect(), |id| vec![id]);
         let mut moved = Vec::with_capacity(ids.len());
         for id in ids {
             let range = self.queue_range(topic, id)?;
