@@ -128,6 +128,23 @@ impl MappedFile {
         Ok(Self::from_opened(path, file_from_offset, opened))
     }
 
+    /// [`create`](Self::create) with the file's directory entry left to a later
+    /// [`Storage::sync_all_under`]: a power cut before it may lose the file. Only
+    /// in builds with planted bugs, for the one that trusts such a file.
+    #[cfg(planted_bugs)]
+    pub fn create_deferred(
+        storage: &dyn Storage,
+        dir: &Path,
+        file_from_offset: u64,
+        file_size: usize,
+    ) -> Result<Self, MappedFileError> {
+        let path = new_segment_path(dir, file_from_offset, file_size)?;
+        let opened = storage
+            .create_deferred(&path, file_size)
+            .map_err(|source| MappedFileError::Create { path: path.clone(), source })?;
+        Ok(Self::from_opened(path, file_from_offset, opened))
+    }
+
     /// Makes the segment starting at `file_from_offset` out of `recycled`, a file an
     /// earlier segment handed on ([`recycle`](Self::recycle)): it is renamed to the
     /// segment's name (durably) and mapped, with positions at 0. Its blocks are
@@ -639,7 +656,7 @@ impl MappedFile {
     /// if `lock`. Only on a file nothing was appended to; returns false otherwise.
     pub fn warm_up(&self, lock: bool) -> Result<bool, MappedFileError> {
         self.check_usable()?;
-        if !self.region.zero_fill().map_err(|failed| self.write_failed(failed))? {
+        if !self.region.zero_fill(0, self.file_size()).map_err(|failed| self.write_failed(failed))? {
             return Ok(false);
         }
         let _flush = self.flush_lock.lock();
@@ -648,6 +665,35 @@ impl MappedFile {
             tracing::warn!(path = %self.path.display(), %err, "madvise/mlock failed during warm-up");
         }
         Ok(true)
+    }
+
+    /// Prepares `[pos, pos + len)` of a segment nothing was appended to: writes
+    /// zeros there (through the mapping or the file, as the segment is written)
+    /// and syncs the file, so the file system has converted those blocks from
+    /// unwritten to written before any record's sync covers them. A step of the
+    /// paced preparation of a new segment (the warm-up of
+    /// [`warm_up`](Self::warm_up), cut into pieces). Returns false, writing
+    /// nothing, once something has been appended or when the range does not lie
+    /// inside the segment. A failed sync latches the segment, as any sync does:
+    /// the caller deletes it.
+    pub fn prepare_range(&self, pos: usize, len: usize) -> Result<bool, MappedFileError> {
+        self.check_usable()?;
+        if !self.region.zero_fill(pos, len).map_err(|failed| self.write_failed(failed))? {
+            return Ok(false);
+        }
+        let _flush = self.flush_lock.lock();
+        // `pos + len` lies inside the segment: `zero_fill` checked it.
+        self.sync_or_latch(pos, pos.saturating_add(len))?;
+        Ok(true)
+    }
+
+    /// Faults the segment's pages into this process's page tables for reading
+    /// (`MADV_POPULATE_READ`; where the kernel lacks it, the `MADV_WILLNEED`
+    /// hint), so reads of it take no page fault. Best effort: an error only
+    /// means the pages fault in later, when first read.
+    pub fn populate(&self) -> std::io::Result<()> {
+        self.check_usable().map_err(std::io::Error::other)?;
+        self.region.memory().populate()
     }
 
     /// Hands the file on for reuse instead of deleting it: moves it to `to` (durably)

@@ -477,18 +477,20 @@ impl Region {
         *self.gate.write() = false;
     }
 
-    /// Writes zeros over the whole segment (through the memory, faulting every page
-    /// in, or through the file); only while nothing has been appended. Returns
-    /// false (and does nothing) otherwise.
-    pub(crate) fn zero_fill(&self) -> Result<bool, WriteFailed> {
+    /// Writes zeros over `[start, start + len)` of the segment (through the memory,
+    /// faulting its pages in, or through the file); only while nothing has been
+    /// appended. Returns false (and does nothing) otherwise, or when the range does
+    /// not lie inside the segment.
+    pub(crate) fn zero_fill(&self, start: usize, len: usize) -> Result<bool, WriteFailed> {
         let _append = self.append_lock.lock();
         let _commit = self.commit_lock.lock();
-        if self.wrote() != 0 || self.committed() != 0 {
+        if self.wrote() != 0 || self.committed() != 0 || start.checked_add(len).is_none_or(|end| end > self.len()) {
             return Ok(false);
         }
-        // SAFETY: nothing is published (both positions are 0), so no view exists, and
-        // we hold both locks, so no appender or committer runs.
-        unsafe { self.store_zeros(0, self.len())? };
+        // SAFETY: in bounds (checked above); nothing is published (both positions
+        // are 0), so no view exists, and we hold both locks, so no appender or
+        // committer runs.
+        unsafe { self.store_zeros(start, len)? };
         Ok(true)
     }
 }

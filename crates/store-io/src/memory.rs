@@ -209,6 +209,22 @@ impl SegmentMemory {
         }
     }
 
+    /// Faults every page of the mapping into the page tables for reading
+    /// (`MADV_POPULATE_READ`, Linux 5.14), or, where the kernel refuses it, asks
+    /// for read-ahead (`MADV_WILLNEED`). Nothing to do for heap memory.
+    pub fn populate(&self) -> io::Result<()> {
+        match &self.backing {
+            #[cfg(target_os = "linux")]
+            Backing::Mmap(map) => match map.advise(memmap2::Advice::PopulateRead) {
+                Err(err) if err.raw_os_error() == Some(libc::EINVAL) => map.advise(memmap2::Advice::WillNeed),
+                other => other,
+            },
+            #[cfg(not(target_os = "linux"))]
+            Backing::Mmap(map) => map.advise(memmap2::Advice::WillNeed),
+            Backing::Heap => Ok(()),
+        }
+    }
+
     /// A shared view of `[start, start + len)`.
     ///
     /// # Safety
