@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use flush_service::FlushConfig;
+use segment_queue::{QueueConfig, SegmentPreparation};
 
 use crate::format::HEADER_SIZE;
 use crate::Error;
@@ -63,6 +64,18 @@ pub struct CommitLogConfig {
     pub preallocate_next_segment: bool,
     /// Zero-fill, sync and advise new segments before use (`warmMapedFileEnable`, false).
     pub warm_mapped_file_enable: bool,
+    /// How the preallocation thread prepares the next segment when no spare is
+    /// there for it ([`SegmentPreparation::Allocated`]: `fallocate` only). With
+    /// [`SegmentPreparation::Written`] its blocks are written with zeros and
+    /// synced, paced, before roll-over takes it, so durable batches sync written
+    /// blocks instead of unwritten extents; every new segment is then written
+    /// twice. The repository's docs/benchmarks.md has the measured trade-off.
+    pub segment_preparation: SegmentPreparation,
+    /// Bytes written and synced per step of a segment's preparation (1 MiB): the
+    /// most preparation can hold up a durable batch or a roll-over.
+    pub preparation_chunk_bytes: usize,
+    /// The preparation's bandwidth budget, bytes per second (256 MiB/s; 0: none).
+    pub preparation_bytes_per_sec: u64,
     /// Write segments with `pwrite` and sync them with `fdatasync`, mapping them
     /// read-only for readers (`writeWithoutMmap`, true here; false in RocketMQ),
     /// instead of copying into a read-write mapping synced with `msync`. The file
@@ -128,6 +141,9 @@ impl Default for CommitLogConfig {
             max_message_size: 4 << 20,
             preallocate_next_segment: true,
             warm_mapped_file_enable: false,
+            segment_preparation: SegmentPreparation::Allocated,
+            preparation_chunk_bytes: QueueConfig::DEFAULT_PREPARATION_CHUNK_BYTES,
+            preparation_bytes_per_sec: QueueConfig::DEFAULT_PREPARATION_BYTES_PER_SEC,
             write_without_mmap: true,
             read_limit_to_flushed: true,
             checkpoint_interval_ms: 1000,
@@ -184,6 +200,12 @@ impl CommitLogConfig {
             if buffers.checked_mul(size).is_none_or(|bytes| isize::try_from(bytes).is_err()) {
                 return invalid(format!("{buffers} write buffers of {size} bytes do not fit in the address space"));
             }
+        }
+        let chunk = self.preparation_chunk_bytes;
+        if self.segment_preparation.writes_blocks() && (chunk == 0 || !chunk.is_multiple_of(4096) || chunk > size) {
+            return invalid(format!(
+                "preparation_chunk_bytes {chunk} must be a positive multiple of 4096 no larger than a segment ({size})"
+            ));
         }
         if self.checkpoint_interval_ms == 0 {
             return invalid("checkpoint_interval_ms must be positive".into());
@@ -296,6 +318,15 @@ impl CommitLogConfigBuilder {
     /// Warm-up of new segments.
     pub fn warm_mapped_file_enable(mut self, enable: bool) -> Self {
         self.config.warm_mapped_file_enable = enable;
+        self
+    }
+
+    /// How new segments are prepared (`segment_preparation`), in steps of
+    /// `chunk_bytes` at most `bytes_per_sec` (0: no budget).
+    pub fn segment_preparation(mut self, how: SegmentPreparation, chunk_bytes: usize, bytes_per_sec: u64) -> Self {
+        self.config.segment_preparation = how;
+        self.config.preparation_chunk_bytes = chunk_bytes;
+        self.config.preparation_bytes_per_sec = bytes_per_sec;
         self
     }
 

@@ -87,6 +87,7 @@ pub use read::{Record, Records};
 #[cfg(feature = "internals")]
 pub use recovery::scan;
 pub use recovery::{RecoveryReport, ScanEnd};
+pub use segment_queue::{PreparationStats, SegmentPreparation};
 pub use segment_queue::{QueueError, SegmentDir, SegmentQueue, TruncateReport};
 pub use store::{ABORT_FILE, LOCK_FILE, SEGMENT_DIR, SEGMENT_PATHS_FILE};
 /// The I/O seam [`CommitLog::open_with_storage`] takes, and the real storage

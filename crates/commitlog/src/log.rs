@@ -13,7 +13,7 @@ use flush_service::{
 };
 use mapped_file::{LockError, MmapStorage, Storage};
 use parking_lot::{Mutex, RwLock};
-use segment_queue::{QueueConfig, SegmentQueue};
+use segment_queue::{PreparationStats, QueueConfig, SegmentQueue};
 use transient_pool::{PoolConfig, TransientStorePool};
 
 use crate::checkpoint::{self, CheckpointState};
@@ -204,6 +204,9 @@ impl CommitLog {
         let queue_config = QueueConfig {
             preallocate_next_segment: config.preallocate_next_segment,
             warm_mapped_file_enable: config.warm_mapped_file_enable,
+            segment_preparation: config.segment_preparation,
+            preparation_chunk_bytes: config.preparation_chunk_bytes,
+            preparation_bytes_per_sec: config.preparation_bytes_per_sec,
             recycle_segments: config.recycle_segments,
             // A producer must not outrun the guard's timer: every new segment
             // looks at its disk first.
@@ -537,6 +540,14 @@ impl CommitLog {
     /// Flush-service counters.
     pub fn flush_stats(&self) -> FlushStats {
         self.inner.strategy.stats()
+    }
+
+    /// What the preparation of new segments
+    /// ([`segment_preparation`](CommitLogConfig::segment_preparation)) did since
+    /// the log was opened: segments prepared in full, taken half-prepared by a
+    /// roll-over that outran it, or made without it.
+    pub fn preparation_stats(&self) -> PreparationStats {
+        self.inner.queue.preparation_stats()
     }
 
     /// Shuts down: the flush services drain (pending sync requests are flushed and

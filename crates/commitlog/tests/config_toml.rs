@@ -45,3 +45,28 @@ fn the_flush_policy_is_chosen_in_the_config() {
     let default: CommitLogConfig = toml::from_str("").unwrap();
     assert_eq!(default.flush.policy, PolicyChoice::RocketMq);
 }
+
+#[test]
+fn segment_preparation_is_chosen_in_the_config_and_checked() {
+    use commitlog::SegmentPreparation;
+    let text = r#"
+        segment_preparation = "written"
+        preparation_chunk_bytes = 262144
+        preparation_bytes_per_sec = 0
+    "#;
+    let config: CommitLogConfig = toml::from_str(text).unwrap();
+    config.validate().unwrap();
+    assert_eq!(config.segment_preparation, SegmentPreparation::Written);
+    assert_eq!((config.preparation_chunk_bytes, config.preparation_bytes_per_sec), (262_144, 0));
+    let default: CommitLogConfig = toml::from_str("").unwrap();
+    assert_eq!(default.segment_preparation, SegmentPreparation::Allocated, "default kept");
+    let bad: CommitLogConfig = toml::from_str(
+        r#"
+        segment_preparation = "written_and_faulted"
+        preparation_chunk_bytes = 1000
+    "#,
+    )
+    .unwrap();
+    let err = bad.validate().unwrap_err().to_string();
+    assert!(err.contains("preparation_chunk_bytes 1000"), "{err}");
+}

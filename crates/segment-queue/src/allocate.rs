@@ -3,7 +3,9 @@
 //!
 //! One background thread; one request in flight. Roll-over takes the prepared file
 //! if it is the one wanted (waiting for it if it is being made), so the put path
-//! never pays for `fallocate`, the directory fsync or the warm-up.
+//! never pays for `fallocate`, the directory fsync or the warm-up. A file whose
+//! blocks are being written ([`crate::prepare`]) is handed over as far as it got:
+//! the roll-over waits at most for one step of it, never for the rest.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,6 +15,7 @@ use std::time::Duration;
 use mapped_file::{MappedFile, MappedFileError, Storage};
 use parking_lot::{Condvar, Mutex};
 
+use crate::prepare::{Interrupt, Preparer};
 use crate::recycle::Spares;
 
 #[derive(Default)]
@@ -24,6 +27,8 @@ struct State {
     in_progress: Option<u64>,
     /// A finished file (or the error making it) waiting to be taken.
     ready: Option<(u64, Result<MappedFile, MappedFileError>)>,
+    /// A roll-over is waiting for the file in progress: stop preparing it.
+    handover: bool,
     stop: bool,
 }
 
@@ -61,12 +66,13 @@ impl Allocator {
         wait: Duration,
         spares: Arc<Spares>,
         limit_percent: Option<u32>,
+        preparer: Option<Preparer>,
     ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared { state: Mutex::new(State::default()), changed: Condvar::new() });
         let worker = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name("AllocateMappedFileService".into())
-            .spawn(move || run(&worker, &*storage, file_size, warm, &spares, limit_percent))?;
+        let job = Job { storage, file_size, warm, spares, limit_percent, preparer };
+        let thread =
+            std::thread::Builder::new().name("AllocateMappedFileService".into()).spawn(move || run(&worker, &job))?;
         Ok(Allocator { shared, thread: Some(thread), wait })
     }
 
@@ -88,6 +94,11 @@ impl Allocator {
             // Not started yet: cheaper for the caller to make it than to wait.
             state.requested = None;
             return Taken::NotRequested;
+        }
+        if state.in_progress == Some(offset) {
+            // Its blocks may be being written: take it as far as it got.
+            state.handover = true;
+            self.shared.changed.notify_all();
         }
         // A wait too long to add to now has no deadline.
         let deadline = std::time::Instant::now().checked_add(self.wait);
@@ -156,14 +167,17 @@ pub(crate) fn warm_or_remove(file: MappedFile, lock: bool) -> Result<MappedFile,
     }
 }
 
-fn run(
-    shared: &Shared,
-    storage: &dyn Storage,
+/// What the thread needs to make segments.
+struct Job {
+    storage: Arc<dyn Storage>,
     file_size: usize,
     warm: Option<bool>,
-    spares: &Spares,
+    spares: Arc<Spares>,
     limit_percent: Option<u32>,
-) {
+    preparer: Option<Preparer>,
+}
+
+fn run(shared: &Shared, job: &Job) {
     let mut state = shared.state.lock();
     loop {
         if state.stop {
@@ -177,32 +191,72 @@ fn run(
             discard(o, stale);
         }
         state.in_progress = Some(offset);
+        state.handover = false;
         drop(state);
-        // A spare's blocks are written already: no warm-up.
-        let made = match spares.take(&dir, offset) {
-            Some(spare) => Some(Ok(spare)),
-            // Short of space: nothing is prepared; the roll-over looks again and
-            // refuses with the disk named.
-            None if matches!(
-                crate::space::room(storage, &dir, file_size, limit_percent),
-                crate::space::Room::No { .. }
-            ) =>
-            {
-                None
-            }
-            None => Some(MappedFile::create(storage, &dir, offset, file_size).and_then(|file| match warm {
-                Some(lock) => warm_or_remove(file, lock),
-                None => Ok(file),
-            })),
-        };
+        let made = make(shared, job, offset, &dir);
         if let Some(Err(err)) = &made {
             tracing::warn!(offset, %err, "preallocating segment failed");
         }
         state = shared.state.lock();
         state.in_progress = None;
+        state.handover = false;
         state.ready = made.map(|made| (offset, made));
         shared.changed.notify_all();
     }
+}
+
+/// The segment at `offset` in `dir`: a spare, or a new file (warmed up or
+/// prepared, as configured); `None` when the disk has no room for it.
+fn make(shared: &Shared, job: &Job, offset: u64, dir: &std::path::Path) -> Option<Result<MappedFile, MappedFileError>> {
+    // A spare's blocks are written already: no warm-up, no preparation.
+    if let Some(spare) = job.spares.take(dir, offset) {
+        return Some(Ok(spare));
+    }
+    // Short of space: nothing is prepared; the roll-over looks again and
+    // refuses with the disk named.
+    if matches!(crate::space::room(&*job.storage, dir, job.file_size, job.limit_percent), crate::space::Room::No { .. })
+    {
+        return None;
+    }
+    let file = match create(&*job.storage, dir, offset, job.file_size, job.preparer.is_some()) {
+        Ok(file) => file,
+        Err(err) => return Some(Err(err)),
+    };
+    Some(match (job.warm, &job.preparer) {
+        (Some(lock), _) => warm_or_remove(file, lock),
+        (None, Some(preparer)) => preparer.prepare(file, |nap| {
+            let mut state = shared.state.lock();
+            if !nap.is_zero() && !state.handover && !state.stop {
+                shared.changed.wait_for(&mut state, nap);
+            }
+            if state.stop {
+                Some(Interrupt::Stop)
+            } else if state.handover {
+                Some(Interrupt::HandOver)
+            } else {
+                None
+            }
+        }),
+        (None, None) => Ok(file),
+    })
+}
+
+/// A new segment file. With the planted bug, its directory entry is left for a
+/// later sync that nothing asks for: a prepared file trusted as a segment
+/// though its creation was never made durable.
+fn create(
+    storage: &dyn Storage,
+    dir: &std::path::Path,
+    offset: u64,
+    size: usize,
+    prepared: bool,
+) -> Result<MappedFile, MappedFileError> {
+    #[cfg(planted_bugs)]
+    if prepared && crate::planted::is_active(crate::planted::Bug::PreparedFileNotDurable) {
+        return MappedFile::create_deferred(storage, dir, offset, size);
+    }
+    let _ = prepared;
+    MappedFile::create(storage, dir, offset, size)
 }
 
 impl Drop for Allocator {
@@ -237,7 +291,7 @@ mod tests {
         let dir = PathBuf::from("/a");
         let storage: Arc<dyn Storage> = Arc::new(sim.clone());
         let spares = Arc::new(Spares::new(Arc::clone(&storage), vec![dir.clone()], 0, 4096));
-        let allocator = Allocator::start(storage, 4096, None, Duration::from_millis(10), spares, None).unwrap();
+        let allocator = Allocator::start(storage, 4096, None, Duration::from_millis(10), spares, None, None).unwrap();
         allocator.request(4096, dir.clone());
         let started = std::time::Instant::now();
         while allocator.shared.state.lock().in_progress != Some(4096) {

@@ -37,6 +37,38 @@ pub enum PoolExhaustedPolicy {
     Fail,
 }
 
+/// How the preallocation thread prepares a new segment that is not made from a
+/// spare (a spare's blocks were written in its earlier life and need nothing).
+///
+/// A new file is preallocated with `fallocate`: its blocks are allocated but
+/// *unwritten*, and the first sync that covers each of them also has the file
+/// system convert it, which costs a durable batch about a third of its rate on
+/// ext4 (the repository's docs/benchmarks.md, its physical lines). Writing zeros
+/// over the file and syncing them ahead of use moves that cost off the put path,
+/// at the price of writing every segment twice (the zeros, then the records).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "snake_case"))]
+pub enum SegmentPreparation {
+    /// Allocated only (`fallocate`), as RocketMQ without warm-up.
+    #[default]
+    Allocated,
+    /// Zeros written over the whole file and synced, paced (see
+    /// [`QueueConfig::preparation_chunk_bytes`] and
+    /// [`QueueConfig::preparation_bytes_per_sec`]), before roll-over takes it.
+    Written,
+    /// [`Written`](Self::Written), and then the file's pages faulted into the
+    /// page tables for reading (`MADV_POPULATE_READ`), so its first reads take no
+    /// page fault.
+    WrittenAndFaulted,
+}
+
+impl SegmentPreparation {
+    /// True when new segments get their blocks written ahead of use.
+    pub fn writes_blocks(self) -> bool {
+        !matches!(self, SegmentPreparation::Allocated)
+    }
+}
+
 /// Configuration of a [`SegmentQueue`](crate::SegmentQueue).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueConfig {
@@ -70,6 +102,22 @@ pub struct QueueConfig {
     /// roll-over and by the preallocation thread. `None` (the default): no
     /// look. A storage that cannot tell its disk space never refuses.
     pub disk_space_limit_percent: Option<u32>,
+    /// How the preallocation thread prepares a new segment
+    /// ([`SegmentPreparation::Allocated`] by default). Only with
+    /// `preallocate_next_segment`; `warm_mapped_file_enable`, RocketMQ's
+    /// unpaced warm-up of the whole file at once, takes precedence.
+    pub segment_preparation: SegmentPreparation,
+    /// Bytes of zeros written and synced per step of a segment's preparation
+    /// (1 MiB by default; a multiple of 4096 no larger than the segment). Between
+    /// steps the preparer waits while a sync of the queue is in flight and for
+    /// its bandwidth budget, and gives a half-prepared segment up to a roll-over
+    /// that needs it: a step is the most preparation can hold up a durable batch
+    /// or a roll-over.
+    pub preparation_chunk_bytes: usize,
+    /// The preparer's bandwidth budget in bytes per second (0: none; 256 MiB/s
+    /// by default): zeros are written no faster than this, on average, from the
+    /// start of each segment's preparation.
+    pub preparation_bytes_per_sec: u64,
 }
 
 impl QueueConfig {
@@ -78,6 +126,12 @@ impl QueueConfig {
     /// two fully allocated gigabytes; the repository's docs/operations.md has
     /// the measured trade-off).
     pub const DEFAULT_MAPPED_FILE_SIZE: usize = 64 << 20;
+
+    /// The default step of a segment's preparation, 1 MiB.
+    pub const DEFAULT_PREPARATION_CHUNK_BYTES: usize = 1 << 20;
+
+    /// The default bandwidth budget of a segment's preparation, 256 MiB/s.
+    pub const DEFAULT_PREPARATION_BYTES_PER_SEC: u64 = 256 << 20;
 
     /// Defaults with the given segment size: preallocation on, warm-up off.
     pub fn new(mapped_file_size: usize) -> Self {
@@ -90,6 +144,9 @@ impl QueueConfig {
             preallocation_wait_ms: 5000,
             recycle_segments: 0,
             disk_space_limit_percent: None,
+            segment_preparation: SegmentPreparation::Allocated,
+            preparation_chunk_bytes: Self::DEFAULT_PREPARATION_CHUNK_BYTES,
+            preparation_bytes_per_sec: Self::DEFAULT_PREPARATION_BYTES_PER_SEC,
         }
     }
 }

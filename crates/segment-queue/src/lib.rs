@@ -110,6 +110,7 @@ mod lookup;
 mod placement;
 #[cfg(planted_bugs)]
 pub mod planted;
+mod prepare;
 mod progress;
 mod recover;
 mod recycle;
@@ -119,9 +120,10 @@ mod roll;
 mod space;
 mod truncate;
 
-pub use config::{PoolExhaustedPolicy, QueueConfig, SegmentDir};
+pub use config::{PoolExhaustedPolicy, QueueConfig, SegmentDir, SegmentPreparation};
 pub use error::QueueError;
 pub use layout::{check_layout, ListedSegment};
+pub use prepare::PreparationStats;
 pub use recover::Scan;
 pub use recycle::RECYCLE_DIR;
 pub use report::{LoadReport, QueueProgress, TruncateReport};
@@ -172,6 +174,10 @@ pub struct SegmentQueue {
     /// bytes must not wait for a sync in progress.
     commit_lock: Mutex<()>,
     load_report: LoadReport,
+    /// The queue's syncs in flight, which segment preparation stays out of the way of.
+    activity: Arc<prepare::SyncActivity>,
+    /// What segment preparation did.
+    preparation: Arc<prepare::Counters>,
 }
 
 impl std::fmt::Debug for SegmentQueue {
@@ -259,6 +265,12 @@ impl SegmentQueue {
     /// The last segment, full or not.
     pub fn last_mapped_file(&self) -> Option<Arc<MappedFile>> {
         self.files.read().last().cloned()
+    }
+
+    /// What the preallocation thread's segment preparation
+    /// ([`QueueConfig::segment_preparation`]) did since the queue was loaded.
+    pub fn preparation_stats(&self) -> PreparationStats {
+        self.preparation.snapshot()
     }
 
     /// Stops the preallocation thread and deletes a prepared segment never used.

@@ -9,6 +9,7 @@ use parking_lot::{Mutex, RwLock};
 use transient_pool::TransientStorePool;
 
 use crate::allocate::Allocator;
+use crate::prepare::{Counters, Preparer, SyncActivity};
 use crate::recycle::Spares;
 use crate::{check_layout, ListedSegment, LoadReport, QueueConfig, QueueError, SegmentDir, SegmentQueue};
 
@@ -38,6 +39,16 @@ impl SegmentQueue {
         if size == 0 || !size.is_multiple_of(mapped_file::OS_PAGE_SIZE) {
             return Err(QueueError::InvalidConfig {
                 reason: format!("mapped_file_size {size} must be a positive multiple of 4096"),
+            });
+        }
+        let chunk = config.preparation_chunk_bytes;
+        if config.segment_preparation.writes_blocks()
+            && (chunk == 0 || !chunk.is_multiple_of(mapped_file::OS_PAGE_SIZE) || chunk > size)
+        {
+            return Err(QueueError::InvalidConfig {
+                reason: format!(
+                    "preparation_chunk_bytes {chunk} must be a positive multiple of 4096 no larger than the segment ({size})"
+                ),
             });
         }
         if let Some(pool) = &pool {
@@ -98,13 +109,30 @@ impl SegmentQueue {
                 "spare segment files beyond recycle_segments deleted"
             );
         }
+        let activity = Arc::new(SyncActivity::default());
+        let preparation = Arc::new(Counters::default());
         let allocator = if config.preallocate_next_segment {
             let warm = config.warm_mapped_file_enable.then_some(config.lock_warmed_mapped_file);
             let wait = std::time::Duration::from_millis(config.preallocation_wait_ms);
             let spares = Arc::clone(&spares);
+            let preparer = config.segment_preparation.writes_blocks().then(|| Preparer {
+                mode: config.segment_preparation,
+                chunk,
+                rate: config.preparation_bytes_per_sec,
+                activity: Arc::clone(&activity),
+                counters: Arc::clone(&preparation),
+            });
             Some(
-                Allocator::start(Arc::clone(&storage), size, warm, wait, spares, config.disk_space_limit_percent)
-                    .map_err(|source| QueueError::Dir { path: dirs[0].path.clone(), source })?,
+                Allocator::start(
+                    Arc::clone(&storage),
+                    size,
+                    warm,
+                    wait,
+                    spares,
+                    config.disk_space_limit_percent,
+                    preparer,
+                )
+                .map_err(|source| QueueError::Dir { path: dirs[0].path.clone(), source })?,
             )
         } else {
             None
@@ -128,6 +156,8 @@ impl SegmentQueue {
             flush_lock: Mutex::new(()),
             commit_lock: Mutex::new(()),
             load_report: report,
+            activity,
+            preparation,
         })
     }
 }

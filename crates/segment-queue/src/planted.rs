@@ -13,6 +13,10 @@ pub enum Bug {
     /// it, not before: a crash in between leaves a complete log that looks as if
     /// segments went missing, and the open refuses it.
     FrontAfterDeletion = 1,
+    /// The preallocation thread creates a segment it prepares without making
+    /// its directory entry durable, and roll-over trusts the file: a power cut
+    /// loses the segment with every acknowledged record in it.
+    PreparedFileNotDurable = 2,
 }
 
 static ACTIVE: AtomicU16 = AtomicU16::new(0);

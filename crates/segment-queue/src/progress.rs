@@ -51,6 +51,7 @@ impl SegmentQueue {
     /// the last good value.
     pub fn flush(&self, least_pages: usize) -> Result<QueueProgress, QueueError> {
         let _flush = self.flush_lock.lock();
+        let _syncing = self.activity.begin();
         self.advance(&self.flushed_where, |file| {
             let timestamp = file.store_timestamp();
             let progress = file.flush(least_pages)?;
@@ -110,6 +111,7 @@ impl SegmentQueue {
     /// cache, and a flush that starts above them would never make them durable.
     pub fn force_from(&self, offset: u64) -> Result<QueueProgress, QueueError> {
         let _flush = self.flush_lock.lock();
+        let _syncing = self.activity.begin();
         let from = self.flushed_where();
         let mut to = from;
         for file in self.segments() {

@@ -68,9 +68,9 @@ impl SegmentQueue {
             Taken::Prepared(file) => file,
             Taken::Failed(err) => {
                 tracing::warn!(offset, %err, "preallocated segment failed; creating it in place");
-                self.create_in_place(offset, size)?
+                self.create_unprepared(offset, size)?
             }
-            Taken::NotRequested => self.create_in_place(offset, size)?,
+            Taken::NotRequested => self.create_unprepared(offset, size)?,
             Taken::StillPreparing => {
                 return Err(QueueError::PreallocationTimedOut {
                     path: self.dir_for(offset).join(mapped_file::file_name(offset)),
@@ -102,6 +102,20 @@ impl SegmentQueue {
         // Joined only now: a prepared segment whose warm-up sync failed was
         // deleted, never used, and lost nothing.
         Ok(file.with_latch(Arc::clone(&self.latch)))
+    }
+
+    /// [`create_in_place`](Self::create_in_place) where a prepared segment was
+    /// wanted: counted when the file is a new one (a spare needs no preparation).
+    fn create_unprepared(&self, offset: u64, size: usize) -> Result<MappedFile, QueueError> {
+        let file = self.create_in_place(offset, size)?;
+        if self.config.preallocate_next_segment
+            && self.config.segment_preparation.writes_blocks()
+            && !self.config.warm_mapped_file_enable
+            && !file.is_from_spare()
+        {
+            self.preparation.made_unprepared.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(file)
     }
 
     fn create_in_place(&self, offset: u64, size: usize) -> Result<MappedFile, QueueError> {

@@ -727,3 +727,117 @@ fn seal_starts_the_next_append_at_the_next_segment() {
     assert_eq!(put_record(&queue, b"two"), SIZE as u64);
     assert_eq!(queue.segment_count(), 2);
 }
+
+/// Preparation on, in steps of a page, with the given budget.
+fn prepared_config(bytes_per_sec: u64) -> QueueConfig {
+    QueueConfig {
+        segment_preparation: SegmentPreparation::Written,
+        preparation_chunk_bytes: 4096,
+        preparation_bytes_per_sec: bytes_per_sec,
+        ..QueueConfig::new(SIZE)
+    }
+}
+
+/// Waits (bounded) until the queue's preparation counters satisfy `done`.
+fn wait_for_preparation(queue: &SegmentQueue, what: &str, done: impl Fn(&PreparationStats) -> bool) {
+    let started = std::time::Instant::now();
+    while !done(&queue.preparation_stats()) {
+        assert!(started.elapsed() < std::time::Duration::from_secs(20), "{what}: {:?}", queue.preparation_stats());
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn a_roll_over_takes_the_segment_prepared_with_its_blocks_written_and_synced() {
+    let (sim, storage) = sim();
+    let queue = SegmentQueue::load(storage, dir(), prepared_config(0), None).unwrap();
+    append(&queue, &[1; 100]);
+    // The first segment of a new queue had nothing prepared for it.
+    assert_eq!(queue.preparation_stats().made_unprepared, 1);
+    wait_for_preparation(&queue, "segment 1 prepared", |s| s.prepared == 1);
+    let stats = queue.preparation_stats();
+    assert_eq!((stats.bytes_written, stats.steps), (SIZE as u64, (SIZE / 4096) as u64), "{stats:?}");
+    assert!(sim.sync_count() >= stats.steps, "every step is synced: {} syncs", sim.sync_count());
+    let prepared = dir().join(file_name(SIZE as u64));
+    assert_eq!(sim.file_bytes(&prepared).unwrap(), vec![0; SIZE]);
+    append(&queue, &[2; 10_000]);
+    append(&queue, &[3; 10_000]); // rolls over onto segment 1
+    let last = queue.last_mapped_file().unwrap();
+    assert_eq!(last.path(), prepared);
+    let stats = queue.preparation_stats();
+    assert_eq!((stats.made_unprepared, stats.handed_over_early), (1, 0), "{stats:?}");
+    queue.flush(0).unwrap();
+    assert_eq!(&sim.file_bytes(&prepared).unwrap()[..10_000], &[3; 10_000][..]);
+}
+
+#[test]
+fn a_roll_over_that_outruns_preparation_takes_the_segment_as_far_as_it_got() {
+    let (_sim, storage) = sim();
+    // One page a second: a segment takes four; the roll-over comes after one step.
+    let queue = SegmentQueue::load(storage, dir(), prepared_config(4096), None).unwrap();
+    append(&queue, &[1; 10_000]);
+    wait_for_preparation(&queue, "the first step", |s| s.steps >= 1);
+    append(&queue, &[2; 10_000]); // rolls over: segment 1 is taken mid-preparation
+    assert_eq!(queue.last_mapped_file().unwrap().file_from_offset(), SIZE as u64);
+    let stats = queue.preparation_stats();
+    assert_eq!((stats.prepared, stats.handed_over_early), (0, 1), "{stats:?}");
+    assert!(stats.steps < (SIZE / 4096) as u64, "the roll-over waited for the whole preparation: {stats:?}");
+    // The preparer let go: the segment it handed over is written only by appends.
+    let steps = stats.steps;
+    append(&queue, &[3; 4_000]);
+    queue.flush(0).unwrap();
+    let file = queue.last_mapped_file().unwrap();
+    assert_eq!(&file.read(0, 10_000).unwrap()[..], &[2; 10_000][..]);
+    assert_eq!(&file.read(10_000, 4_000).unwrap()[..], &[3; 4_000][..]);
+    // The next segment is being prepared now; nothing more went into segment 1.
+    assert!(queue.preparation_stats().steps >= steps);
+}
+
+#[test]
+fn no_preparation_step_starts_while_a_sync_of_the_queue_is_in_flight() {
+    let (sim, storage) = sim();
+    let queue = SegmentQueue::load(storage, dir(), prepared_config(0), None).unwrap();
+    let syncing = queue.activity.begin();
+    let syncs = sim.sync_count();
+    append(&queue, &[1; 100]); // asks for segment 1
+    wait_for_preparation(&queue, "a wait for the sync", |s| s.waits_for_syncs >= 1);
+    // Counters, not timing: however long the sync lasts, no step has started.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let stats = queue.preparation_stats();
+    assert_eq!((stats.steps, stats.bytes_written), (0, 0), "{stats:?}");
+    assert_eq!(sim.sync_count(), syncs, "the preparer synced during the queue's sync");
+    drop(syncing);
+    wait_for_preparation(&queue, "segment 1 prepared after the sync", |s| s.prepared == 1);
+}
+
+#[test]
+fn a_preparation_step_that_is_not_a_page_multiple_or_larger_than_a_segment_is_refused() {
+    for chunk in [0, 100, 2 * SIZE] {
+        let (_sim, storage) = sim();
+        let config = QueueConfig { preparation_chunk_bytes: chunk, ..prepared_config(0) };
+        let err = SegmentQueue::load(storage, dir(), config, None).unwrap_err();
+        assert!(matches!(err, QueueError::InvalidConfig { .. }), "{chunk}: {err}");
+    }
+}
+
+#[test]
+fn a_prepared_segment_survives_a_power_cut_and_reloads_as_the_empty_tail() {
+    let (sim, storage) = sim();
+    let queue = SegmentQueue::load(Arc::clone(&storage), dir(), prepared_config(0), None).unwrap();
+    append(&queue, &[1; 100]);
+    wait_for_preparation(&queue, "segment 1 prepared", |s| s.prepared == 1);
+    queue.flush(0).unwrap();
+    // The power cut, while the prepared segment waits to be taken.
+    let image = sim.snapshot().crash_image(|_| false);
+    let reloaded = SegmentQueue::load(
+        Arc::new(image.clone()),
+        dir(),
+        QueueConfig { preallocate_next_segment: false, ..config() },
+        None,
+    )
+    .unwrap();
+    // Segment 1 is there, all zeros: a recovery that scans it finds no record.
+    assert_eq!(reloaded.segment_count(), 2);
+    assert_eq!(image.file_bytes(&dir().join(file_name(SIZE as u64))).unwrap(), vec![0; SIZE]);
+    drop(storage);
+}
