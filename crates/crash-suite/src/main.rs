@@ -6,7 +6,8 @@
 //! several generations (recover, append, crash again), 3 real SIGKILLs, 4 sync
 //! failure, 5 disk full, the guard and the cleaning service; 2f the message store
 //! (queue index, offsets, consumers) under simulated power loss; 2g its
-//! derived data damaged at random. Layers 6 (fuzzing)
+//! derived data damaged at random; 2h simulated power loss while the next
+//! segment is prepared in the background. Layers 6 (fuzzing)
 //! and 7 (loom models) are run by `cargo xtask crash` around this binary. Each
 //! layer prints one line with its figure; the exit code is non-zero if any fails.
 //! `--planted` runs the planted bugs instead (a `--cfg planted_bugs` build only).
@@ -123,6 +124,24 @@ fn main() -> ExitCode {
         run.report(
             p.violations() == 0 && (run.repro || p.states >= 100_000 * scale as u64),
             power_loss_line(&p, seeds, t0),
+        );
+    }
+
+    if run.wanted("prepared-segments") {
+        // 2h. Simulated power loss with the next segment prepared (blocks
+        // written and synced) in the background.
+        let t0 = Instant::now();
+        let mut p = power_loss::Tally::default();
+        let seeds = run.seeds(21_000, 6 * scale as u64);
+        let runs = seeds.len() as u64;
+        for s in seeds {
+            let t = power_loss::run_prepared_seed(s, 16, false);
+            run.check("prepared-segments", s, t.violations(), || prepared_line(&t, 1, t0));
+            p.add(t);
+        }
+        run.report(
+            p.violations() == 0 && (run.repro || (p.states >= 5_000 * scale as u64 && p.prepared > 0)),
+            prepared_line(&p, runs, t0),
         );
     }
 
@@ -369,6 +388,19 @@ fn power_loss_line(p: &power_loss::Tally, runs: u64, t0: Instant) -> String {
     format!(
         "power-loss (pwrite and mmap runs alternate; every fourth over two segment directories): {} crash states over {runs} runs, {} acked records, {} acked lost, {} garbage, {} failed recoveries ({:.1?})",
         p.states,
+        p.acked,
+        p.lost,
+        p.garbage,
+        p.open_errors,
+        t0.elapsed()
+    )
+}
+
+fn prepared_line(p: &power_loss::Tally, runs: u64, t0: Instant) -> String {
+    format!(
+        "prepared-segments (the next segment's blocks written and synced in the background, taken whole or half-prepared): {} crash states over {runs} runs, {} segments taken prepared, {} acked records, {} acked lost, {} garbage, {} failed recoveries ({:.1?})",
+        p.states,
+        p.prepared,
         p.acked,
         p.lost,
         p.garbage,

@@ -48,7 +48,7 @@ pub fn run(seed: u64, only: Option<&str>) -> ExitCode {
     use message_store::planted::Bug as S;
     use segment_queue::planted::Bug as Q;
     let t0 = Instant::now();
-    let cases: [Case; 24] = [
+    let cases: [Case; 25] = [
         (Bug::File(F::AckBeforeSync), "power-loss", power_loss_catches),
         (Bug::File(F::AckBeforeSync), "raft-power-loss", raft_power_loss_catches),
         (Bug::File(F::RetryAfterFailedSync), "power-loss", power_loss_catches),
@@ -61,6 +61,7 @@ pub fn run(seed: u64, only: Option<&str>) -> ExitCode {
         (Bug::Raft(R::AnsweredBeforeDurable), "raft-power-loss", raft_power_loss_catches),
         (Bug::Log(L::TruncateKeepsCheckpoint), "races", races_catches),
         (Bug::Queue(Q::FrontAfterDeletion), "segment-dirs", segment_dirs_catches),
+        (Bug::Queue(Q::PreparedFileNotDurable), "prepared-segments", prepared_segments_catches),
         (Bug::Log(L::SegmentsUnchecked), "segment-dirs", segment_dirs_catches),
         (Bug::Log(L::NewSegmentUnrecorded), "segment-dirs", segment_dirs_catches),
         (Bug::Log(L::CheckpointUnclamped), "races", races_catches),
@@ -86,7 +87,7 @@ pub fn run(seed: u64, only: Option<&str>) -> ExitCode {
         }
     }
     println!(
-        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync, callback answered before the sync, the queue index sealed past the durable log, a vote returned before its sync, rewrite not awaited; generations: truncation leaves the tail; segment-dirs: front recorded after deletion, segments unchecked at open, new segment unrecorded; races: checkpoint unclamped, truncation keeping the checkpoint; message-store: dispatch before durable, queue-index entries durable before their records, a checkpoint taken for the queue index it does not cover, the queue index expired before its log segment, the queue index kept after its log segment, offset outside the put lock, key index not flushed before the dispatch point, a consumer-offset commit returned before its sync; message-damage: offset reuse after index loss (puts before the replay)) ({:.1?})",
+        "planted bugs: {}/{} caught (power-loss: ack before sync, retry after a failed sync, recovery without CRC, checkpoint ahead of data; raft-power-loss: ack before sync, callback answered before the sync, the queue index sealed past the durable log, a vote returned before its sync, rewrite not awaited; generations: truncation leaves the tail; segment-dirs: front recorded after deletion, segments unchecked at open, new segment unrecorded; prepared-segments: a prepared segment trusted though its file was never made durable; races: checkpoint unclamped, truncation keeping the checkpoint; message-store: dispatch before durable, queue-index entries durable before their records, a checkpoint taken for the queue index it does not cover, the queue index expired before its log segment, the queue index kept after its log segment, offset outside the put lock, key index not flushed before the dispatch point, a consumer-offset commit returned before its sync; message-damage: offset reuse after index loss (puts before the replay)) ({:.1?})",
         cases.len() - missed.len(),
         cases.len(),
         t0.elapsed()
@@ -115,6 +116,10 @@ fn power_loss_catches(seed: u64, bug: Bug) -> bool {
         .violations()
             > 0
     })
+}
+
+fn prepared_segments_catches(seed: u64, _: Bug) -> bool {
+    (0..6).any(|s| power_loss::run_prepared_seed(seed + 21_000 + s, 16, true).violations() > 0)
 }
 
 fn raft_power_loss_catches(seed: u64, _: Bug) -> bool {

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use std::path::Path;
 
-use commitlog::{CommitLog, CommitLogConfig, FlushDiskType};
+use commitlog::{CommitLog, CommitLogConfig, FlushDiskType, SegmentPreparation};
 use mapped_file::sim::SimSnapshot;
 use mapped_file::Storage;
 
@@ -33,6 +33,9 @@ pub struct Tally {
     pub open_errors: u64,
     /// Entries the raft engine rewrote forward (the raft layer only).
     pub rewritten: u64,
+    /// Segments roll-over took from the preparation, whole or half-prepared
+    /// (the prepared-segments layer only).
+    pub prepared: u64,
 }
 
 impl Tally {
@@ -47,12 +50,25 @@ impl Tally {
         self.garbage += o.garbage;
         self.open_errors += o.open_errors;
         self.rewritten += o.rewritten;
+        self.prepared += o.prepared;
     }
 }
 
 /// One workload under one seed. `fail_a_sync` injects one sync failure.
 /// `stop_at_first` ends as soon as a violation is seen (planted-bug runs).
 pub fn run_seed(seed: u64, images_per_point: usize, fail_a_sync: bool, stop_at_first: bool) -> Tally {
+    run_seed_with(seed, images_per_point, fail_a_sync, stop_at_first, false)
+}
+
+/// [`run_seed`] with the next segment prepared by the preallocation thread,
+/// its blocks written with zeros and synced in steps of a page
+/// ([`SegmentPreparation::Written`]): crash points fall in mid-preparation too,
+/// and roll-overs take prepared and half-prepared segments.
+pub fn run_prepared_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tally {
+    run_seed_with(seed, images_per_point, false, stop_at_first, true)
+}
+
+fn run_seed_with(seed: u64, images_per_point: usize, fail_a_sync: bool, stop_at_first: bool, prepared: bool) -> Tally {
     let mut rng = Rng(seed);
     let path = write_without_mmap(seed);
     let sim = sim_storage(path);
@@ -63,11 +79,17 @@ pub fn run_seed(seed: u64, images_per_point: usize, fail_a_sync: bool, stop_at_f
     let stop = Arc::new(AtomicBool::new(false));
 
     let dirs = segment_dirs(seed);
-    let config = CommitLogConfig {
+    let mut config = CommitLogConfig {
         checkpoint_interval_ms: 1,
         store_path_commit_log: dirs.clone(),
         ..config(SEGMENT, FlushDiskType::SyncFlush)
     };
+    if prepared {
+        config.preallocate_next_segment = true;
+        config.segment_preparation = SegmentPreparation::Written;
+        config.preparation_chunk_bytes = 4096;
+        config.preparation_bytes_per_sec = 0;
+    }
     let log = CommitLog::open_with_storage(SIM_STORE, config, storage).expect("open");
     if fail_a_sync {
         sim.fail_nth_sync(rng.range(3, 40));
@@ -125,9 +147,13 @@ pub fn run_seed(seed: u64, images_per_point: usize, fail_a_sync: bool, stop_at_f
         p.join().expect("producer");
     }
     sim.set_snapshot_sink(None);
+    let preparation = log.preparation_stats();
     drop(log);
     let mut tally = checker.join().expect("checker");
     tally.acked = acked.lock().expect("acked").len() as u64;
+    // Prepared (in full or in part) and then taken: the one waiting at the end
+    // was prepared but never taken.
+    tally.prepared = (preparation.prepared + preparation.handed_over_early).saturating_sub(1);
     tally
 }
 
