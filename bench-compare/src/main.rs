@@ -276,8 +276,16 @@ fn main() {
     });
     let started = Instant::now();
 
-    let systems =
-        [ours::PWRITE, ours::MMAP, ours::RECYCLING, ours::POOL, peers::ROCKETMQ, peers::RAFT_ENGINE, peers::OKAYWAL];
+    let systems = [
+        ours::PWRITE,
+        ours::MMAP,
+        ours::RECYCLING,
+        ours::PREPARED,
+        ours::POOL,
+        peers::ROCKETMQ,
+        peers::RAFT_ENGINE,
+        peers::OKAYWAL,
+    ];
     let mut results: Vec<Vec<Runs>> = Workload::ALL
         .iter()
         .map(|_| {

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use commitlog::{CommitLog, CommitLogConfig, FlushConfig, FlushDiskType};
+use commitlog::{CommitLog, CommitLogConfig, FlushConfig, FlushDiskType, SegmentPreparation};
 
 use crate::{scratch, Line, Outcome, Sizes, System, BATCH, PRODUCERS, RECORD, SEGMENT};
 
@@ -15,12 +15,17 @@ struct Variant {
     spares: bool,
     /// Appends go through the write-buffer pool (`transient_store_pool_enable`).
     pool: bool,
+    /// New segments prepared with their blocks written (`segment_preparation`),
+    /// and the store written up to the end of its first segment before the timed
+    /// part, so the run rolls into a prepared segment at once.
+    prepared: bool,
 }
 
-const DEFAULT: Variant = Variant { write_without_mmap: true, spares: false, pool: false };
-const MAPPED: Variant = Variant { write_without_mmap: false, spares: false, pool: false };
-const SPARES: Variant = Variant { write_without_mmap: true, spares: true, pool: false };
-const POOLED: Variant = Variant { write_without_mmap: true, spares: false, pool: true };
+const DEFAULT: Variant = Variant { write_without_mmap: true, spares: false, pool: false, prepared: false };
+const MAPPED: Variant = Variant { write_without_mmap: false, spares: false, pool: false, prepared: false };
+const SPARES: Variant = Variant { write_without_mmap: true, spares: true, pool: false, prepared: false };
+const POOLED: Variant = Variant { write_without_mmap: true, spares: false, pool: true, prepared: false };
+const PREPARED_SEGMENTS: Variant = Variant { write_without_mmap: true, spares: false, pool: false, prepared: true };
 
 /// The log writing with pwrite + fdatasync (the default).
 pub const PWRITE: System = System {
@@ -54,6 +59,21 @@ pub const RECYCLING: System = System {
     c_single: |s| no_sync(s, SPARES, true),
 };
 
+/// The default write path with new segments prepared in the background
+/// (`SegmentPreparation::Written`: zeros written and synced, paced), in a store
+/// written to the end of its first segment before the timed part: the steady
+/// state of a store past its first segment, which keeps no spares. The next
+/// segment is prepared while the timed run writes, so preparation competes with
+/// the run for the disk, as it would for a user.
+pub const PREPARED: System = System {
+    name: "commitlog, pwrite, prepared segments (past its first segment)",
+    ours: true,
+    a: |s| durable_batches(s, PREPARED_SEGMENTS),
+    b: |s| group_commit(s, PREPARED_SEGMENTS),
+    c: |s| no_sync(s, PREPARED_SEGMENTS, false),
+    c_single: |s| no_sync(s, PREPARED_SEGMENTS, true),
+};
+
 /// The default write path behind the write-buffer pool (RocketMQ's
 /// `transientStorePoolEnable`): appends copy into off-heap buffers, and the
 /// commit service writes them to the segment in large `pwrite`s.
@@ -67,6 +87,7 @@ pub const POOL: System = System {
 };
 
 fn config(flush: FlushDiskType, variant: Variant) -> CommitLogConfig {
+    let defaults = CommitLogConfig::default();
     let mut flush_config = FlushConfig::default();
     if std::env::var_os("BENCH_NO_BACKGROUND_FLUSH").is_some() {
         flush_config.flush_interval_commit_log_ms = 3_600_000;
@@ -76,12 +97,28 @@ fn config(flush: FlushDiskType, variant: Variant) -> CommitLogConfig {
         .flush(flush_config)
         .mapped_file_size_commit_log(SEGMENT)
         .flush_disk_type(flush)
-        .write_without_mmap(variant.write_without_mmap)
+        .write_without_mmap(
+            variant.write_without_mmap && !(variant.prepared && std::env::var_os("BENCH_PREP_MMAP").is_some()),
+        )
         .recycle_segments(if variant.spares { 2 } else { 0 })
         .warm_mapped_file_enable(std::env::var_os("BENCH_WARM").is_some())
         .transient_store_pool(variant.pool || std::env::var_os("BENCH_POOL").is_some(), 3)
+        .segment_preparation(
+            match (variant.prepared, std::env::var_os("BENCH_PREP_FAULTED").is_some()) {
+                (true, true) => SegmentPreparation::WrittenAndFaulted,
+                (true, false) => SegmentPreparation::Written,
+                (false, _) => SegmentPreparation::Allocated,
+            },
+            env_or("BENCH_PREP_CHUNK", defaults.preparation_chunk_bytes),
+            env_or("BENCH_PREP_RATE", defaults.preparation_bytes_per_sec),
+        )
         .build()
         .expect("config")
+}
+
+/// A number from the environment (for trying the preparation's knobs), or `default`.
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 fn bodies() -> Vec<Vec<u8>> {
@@ -95,7 +132,28 @@ fn open(flush: FlushDiskType, variant: Variant) -> (tempfile::TempDir, CommitLog
     if variant.spares {
         age(&log);
     }
+    if variant.prepared {
+        past_first_segment(&log);
+    }
     (dir, log)
+}
+
+/// Writes a new store up to the end of its first segment, untimed, and waits
+/// for the next segment's preparation to end (whole, or as far as the budget
+/// let it while the store was written), so the timed run rolls into it at once.
+fn past_first_segment(log: &CommitLog) {
+    let batch = bodies();
+    let until = SEGMENT as u64 - 2 * (BATCH * (RECORD + 32)) as u64;
+    let mut end = 0;
+    while end < until {
+        let put = log.append_batch(&batch).expect("fill");
+        end = put.offsets.last().copied().unwrap_or(0);
+    }
+    log.flush_all().expect("flush");
+    let started = Instant::now();
+    while log.preparation_stats().prepared == 0 && started.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
 
 /// Brings a store that recycles to a steady state, untimed: segments 0 and 1

@@ -36,7 +36,10 @@ impl Target for Ours {
         if !self.store.wait_for(TOPIC, queue, offset, Duration::from_secs(60)).map_err(err)?.arrived() {
             return Err(format!("queue {queue} offset {offset} not dispatched within 60 s"));
         }
-        let got = self.store.get_messages(&GetRequest::new(TOPIC, queue, offset).max_count(1).max_bytes(u64::MAX)).map_err(err)?;
+        let got = self
+            .store
+            .get_messages(&GetRequest::new(TOPIC, queue, offset).max_count(1).max_bytes(u64::MAX))
+            .map_err(err)?;
         if got.messages.len() != 1 {
             return Err(format!("queue {queue} offset {offset}: {:?}", got.status));
         }
@@ -52,7 +55,10 @@ impl Target for Ours {
         if !self.store.wait_for(TOPIC, queue, offset, Duration::from_secs(60)).map_err(err)?.arrived() {
             return Err(format!("queue {queue} offset {offset} not dispatched within 60 s"));
         }
-        let got = self.store.get_messages(&GetRequest::new(TOPIC, queue, offset).max_count(max).max_bytes(u64::MAX)).map_err(err)?;
+        let got = self
+            .store
+            .get_messages(&GetRequest::new(TOPIC, queue, offset).max_count(max).max_bytes(u64::MAX))
+            .map_err(err)?;
         match got.messages.first() {
             Some(m) if m.queue_offset == offset => Ok(got.messages.len() as u64),
             _ => Err(format!("queue {queue} offset {offset}: {:?}", got.status)),
