@@ -254,7 +254,7 @@ pub fn markdown(ctx: &Context, results: &[Vec<Runs>]) -> String {
     }
     md.push_str(
         "Command: `cargo xtask bench-compare` (`--quick` for a short run, `--rounds N`; `BENCH_DIR` picks the file \
-         system, `BENCH_WARM=1` turns segment warm-up on, `BENCH_POOL=1` sends the log's appends through the write-buffer pool, `BENCH_NO_BACKGROUND_FLUSH=1` keeps the async flusher idle; `--only SYSTEM[:abc]` runs a subset, for profiling; `--baseline FILE` adds the ratios to an earlier run's results document, docs/benchmarks.json, or to `commitlog bench --json`).\n",
+         system, `BENCH_WARM=1` turns segment warm-up on, `BENCH_POOL=1` sends the log's appends through the write-buffer pool, `BENCH_NO_BACKGROUND_FLUSH=1` keeps the async flusher idle, `BENCH_PREP_CHUNK` and `BENCH_PREP_RATE` set the prepared-segments row's step and budget, `BENCH_PREP_FAULTED=1` faults its segments in and `BENCH_PREP_MMAP=1` writes them through the mapping; `--only SYSTEM[:abc]` runs a subset, for profiling; `--baseline FILE` adds the ratios to an earlier run's results document, docs/benchmarks.json, or to `commitlog bench --json`).\n",
     );
     md
 }
