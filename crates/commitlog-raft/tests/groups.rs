@@ -188,6 +188,39 @@ async fn groups_are_created_and_dropped_at_run_time() {
     engine.shutdown().unwrap();
 }
 
+/// Purges that empty their groups' queues cut the index's active run at
+/// their first entries: the next reclaim round still seals past those cuts
+/// and deletes every segment no group needs, whether or not a checkpoint ran
+/// between the writes and the purges (the maintenance thread's round, woken
+/// by the purge, races the test's own).
+#[tokio::test]
+async fn purges_that_empty_every_group_free_the_log_at_the_next_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = RaftLogEngine::<TypeConfig>::open(dir.path(), config()).unwrap();
+    let (mut one, mut two) = (engine.open_group(1).unwrap(), engine.open_group(2).unwrap());
+    for k in 0..10 {
+        one.blocking_append(entries(1, 1, k * 40 + 1..=k * 40 + 40, 800)).await.unwrap();
+        two.blocking_append(entries(2, 1, k + 1..=k + 1, 500)).await.unwrap();
+    }
+    let written = engine.commit_log().max_offset();
+    assert!(written > 4 * SEGMENT as u64, "the groups span several segments");
+    one.purge(log_id(1, 400)).await.unwrap();
+    two.purge(log_id(1, 10)).await.unwrap();
+    let stats = reclaim(&engine).await;
+    assert!(stats.segments_deleted >= 4, "{stats:?}, the log from {}", engine.commit_log().min_offset());
+    assert!(engine.commit_log().min_offset() >= written - SEGMENT as u64, "only the last segment stays");
+    // Both groups go on from their purged ids, after a reopen too.
+    one.blocking_append(entries(1, 1, 401..=401, 10)).await.unwrap();
+    engine.shutdown().unwrap();
+    drop((engine, one, two));
+    let engine = RaftLogEngine::<TypeConfig>::open(dir.path(), config()).unwrap();
+    let (mut one, mut two) = (engine.open_group(1).unwrap(), engine.open_group(2).unwrap());
+    assert_eq!(one.get_log_state().await.unwrap().last_log_id, Some(log_id(1, 401)));
+    assert_eq!(two.get_log_state().await.unwrap().last_log_id, Some(log_id(1, 10)));
+    check_entries(&mut one, 401..=401, (1, 1)).await;
+    engine.shutdown().unwrap();
+}
+
 /// A group that never purges, beside one that writes and purges a lot: its
 /// entries are copied forward, so the log's old segments go; without rewrites
 /// (`rewrite_lag_bytes` `u64::MAX`) it pins them all.

@@ -87,6 +87,14 @@ impl<C: RaftTypeConfig> Engine<C> {
         let to = if crate::planted::is_active(crate::planted::Bug::SealPastDurable) { end } else { to };
         if to > sealed {
             self.index.seal(&*self.storage, to)?;
+            // A cut made by a record past `to` (a truncation, or a purge
+            // emptying a queue) holds the seal back at the first entry it
+            // dropped, until a seal passes the cutting record: without this,
+            // a purge's segments would stay until the log fills the segment
+            // after it. Sealing everything durable passes every durable cut.
+            if self.index.sealed_to() < to && safe > to {
+                self.index.seal(&*self.storage, safe)?;
+            }
         }
         // Changes made before this swap are in the state read below.
         let mut changed = self.state_dirty.swap(false, Ordering::AcqRel);
