@@ -121,11 +121,7 @@ impl MappedFile {
         file_from_offset: u64,
         file_size: usize,
     ) -> Result<Self, MappedFileError> {
-        let path = new_segment_path(dir, file_from_offset, file_size)?;
-        let opened = storage
-            .create(&path, file_size)
-            .map_err(|source| MappedFileError::Create { path: path.clone(), source })?;
-        Ok(Self::from_opened(path, file_from_offset, opened))
+        Self::create_with(dir, file_from_offset, file_size, |path| storage.create(path, file_size))
     }
 
     /// [`create`](Self::create) with the file's directory entry left to a later
@@ -138,10 +134,18 @@ impl MappedFile {
         file_from_offset: u64,
         file_size: usize,
     ) -> Result<Self, MappedFileError> {
+        Self::create_with(dir, file_from_offset, file_size, |path| storage.create_deferred(path, file_size))
+    }
+
+    /// The segment file of `file_from_offset` in `dir`, made by `make`.
+    fn create_with(
+        dir: &Path,
+        file_from_offset: u64,
+        file_size: usize,
+        make: impl FnOnce(&Path) -> std::io::Result<OpenedSegment>,
+    ) -> Result<Self, MappedFileError> {
         let path = new_segment_path(dir, file_from_offset, file_size)?;
-        let opened = storage
-            .create_deferred(&path, file_size)
-            .map_err(|source| MappedFileError::Create { path: path.clone(), source })?;
+        let opened = make(&path).map_err(|source| MappedFileError::Create { path: path.clone(), source })?;
         Ok(Self::from_opened(path, file_from_offset, opened))
     }
 

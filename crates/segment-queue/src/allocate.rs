@@ -43,6 +43,8 @@ pub(crate) struct Allocator {
     thread: Option<JoinHandle<()>>,
     /// How long roll-over waits for a segment being prepared.
     wait: Duration,
+    /// Its segments have their blocks written before hand-over.
+    prepares: bool,
 }
 
 /// What [`Allocator::take`] found.
@@ -70,10 +72,11 @@ impl Allocator {
     ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared { state: Mutex::new(State::default()), changed: Condvar::new() });
         let worker = Arc::clone(&shared);
+        let prepares = preparer.is_some();
         let job = Job { storage, file_size, warm, spares, limit_percent, preparer };
         let thread =
             std::thread::Builder::new().name("AllocateMappedFileService".into()).spawn(move || run(&worker, &job))?;
-        Ok(Allocator { shared, thread: Some(thread), wait })
+        Ok(Allocator { shared, thread: Some(thread), wait, prepares })
     }
 
     /// Asks for the segment at `offset` to be prepared in `dir` (replacing an
@@ -95,7 +98,7 @@ impl Allocator {
             state.requested = None;
             return Taken::NotRequested;
         }
-        if state.in_progress == Some(offset) {
+        if self.prepares && state.in_progress == Some(offset) {
             // Its blocks may be being written: take it as far as it got.
             state.handover = true;
             self.shared.changed.notify_all();
@@ -124,6 +127,12 @@ impl Allocator {
             }
             None => Taken::NotRequested,
         }
+    }
+
+    /// True when the segments it makes have their blocks written
+    /// ([`crate::prepare`]).
+    pub(crate) fn prepares(&self) -> bool {
+        self.prepares
     }
 
     /// True once the segment at `offset` is prepared and waiting to be taken.

@@ -115,7 +115,9 @@ impl SegmentQueue {
             let warm = config.warm_mapped_file_enable.then_some(config.lock_warmed_mapped_file);
             let wait = std::time::Duration::from_millis(config.preallocation_wait_ms);
             let spares = Arc::clone(&spares);
-            let preparer = config.segment_preparation.writes_blocks().then(|| Preparer {
+            // A warm-up (RocketMQ's) takes precedence over a preparation.
+            let prepares = config.segment_preparation.writes_blocks() && warm.is_none();
+            let preparer = prepares.then(|| Preparer {
                 mode: config.segment_preparation,
                 chunk,
                 rate: config.preparation_bytes_per_sec,

@@ -210,6 +210,16 @@ impl Preparer {
         let started = Instant::now();
         let mut pace = Pace::new(self.rate);
         let mut pos = 0usize;
+        // True when the preparation must end now: a roll-over takes the file
+        // (counted) or the queue stops.
+        let mut interrupted = |nap| match wait(nap) {
+            None => false,
+            Some(Interrupt::HandOver) => {
+                bump(&self.counters.handed_over_early, 1);
+                true
+            }
+            Some(Interrupt::Stop) => true,
+        };
         while pos < size {
             let mut waited_for_sync = false;
             let mut backoff = FIRST_NAP;
@@ -231,24 +241,14 @@ impl Preparer {
                     backoff = backoff.saturating_mul(2).min(LONGEST_NAP);
                     nap
                 };
-                match wait(nap) {
-                    None => {}
-                    Some(Interrupt::HandOver) => {
-                        bump(&self.counters.handed_over_early, 1);
-                        return Ok(file);
-                    }
-                    Some(Interrupt::Stop) => return Ok(file),
+                if interrupted(nap) {
+                    return Ok(file);
                 }
             }
             // Looked at once more right before the step: a roll-over waiting now
             // takes the file without waiting for one more step.
-            match wait(Duration::ZERO) {
-                None => {}
-                Some(Interrupt::HandOver) => {
-                    bump(&self.counters.handed_over_early, 1);
-                    return Ok(file);
-                }
-                Some(Interrupt::Stop) => return Ok(file),
+            if interrupted(Duration::ZERO) {
+                return Ok(file);
             }
             let len = chunk.min(size.saturating_sub(pos)); // `pos < size`
             pace.spend(started.elapsed(), len as u64);

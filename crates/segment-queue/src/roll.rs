@@ -6,7 +6,7 @@ use std::sync::Arc;
 use mapped_file::MappedFile;
 use transient_pool::PoolError;
 
-use crate::allocate::{self, Taken};
+use crate::allocate::{self, Allocator, Taken};
 use crate::{size_u64, space, PoolExhaustedPolicy, QueueError, SegmentQueue};
 
 impl SegmentQueue {
@@ -108,11 +108,7 @@ impl SegmentQueue {
     /// wanted: counted when the file is a new one (a spare needs no preparation).
     fn create_unprepared(&self, offset: u64, size: usize) -> Result<MappedFile, QueueError> {
         let file = self.create_in_place(offset, size)?;
-        if self.config.preallocate_next_segment
-            && self.config.segment_preparation.writes_blocks()
-            && !self.config.warm_mapped_file_enable
-            && !file.is_from_spare()
-        {
+        if !file.is_from_spare() && self.allocator.lock().as_ref().is_some_and(Allocator::prepares) {
             self.preparation.made_unprepared.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(file)
