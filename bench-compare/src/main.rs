@@ -282,6 +282,8 @@ fn main() {
         ours::RECYCLING,
         ours::PREPARED,
         ours::POOL,
+        ours::BATCH_WRITER,
+        ours::PREPARED_MAPPING,
         peers::ROCKETMQ,
         peers::RAFT_ENGINE,
         peers::OKAYWAL,

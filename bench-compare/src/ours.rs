@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use commitlog::{CommitLog, CommitLogConfig, FlushConfig, FlushDiskType, SegmentPreparation};
+use commitlog::{BatchWriter, CommitLog, CommitLogConfig, FlushConfig, FlushDiskType, SegmentPreparation};
 
 use crate::{scratch, Line, Outcome, Sizes, System, BATCH, PRODUCERS, RECORD, SEGMENT};
 
@@ -19,13 +19,22 @@ struct Variant {
     /// and the store written up to the end of its first segment before the timed
     /// part, so the run rolls into a prepared segment at once.
     prepared: bool,
+    /// Prepared segments are faulted in too (`WrittenAndFaulted`).
+    faulted: bool,
 }
 
-const DEFAULT: Variant = Variant { write_without_mmap: true, spares: false, pool: false, prepared: false };
-const MAPPED: Variant = Variant { write_without_mmap: false, spares: false, pool: false, prepared: false };
-const SPARES: Variant = Variant { write_without_mmap: true, spares: true, pool: false, prepared: false };
-const POOLED: Variant = Variant { write_without_mmap: true, spares: false, pool: true, prepared: false };
-const PREPARED_SEGMENTS: Variant = Variant { write_without_mmap: true, spares: false, pool: false, prepared: true };
+const DEFAULT: Variant =
+    Variant { write_without_mmap: true, spares: false, pool: false, prepared: false, faulted: false };
+const MAPPED: Variant =
+    Variant { write_without_mmap: false, spares: false, pool: false, prepared: false, faulted: false };
+const SPARES: Variant =
+    Variant { write_without_mmap: true, spares: true, pool: false, prepared: false, faulted: false };
+const POOLED: Variant =
+    Variant { write_without_mmap: true, spares: false, pool: true, prepared: false, faulted: false };
+const PREPARED_MAPPED: Variant =
+    Variant { write_without_mmap: false, spares: false, pool: false, prepared: true, faulted: true };
+const PREPARED_SEGMENTS: Variant =
+    Variant { write_without_mmap: true, spares: false, pool: false, prepared: true, faulted: false };
 
 /// The log writing with pwrite + fdatasync (the default).
 pub const PWRITE: System = System {
@@ -74,6 +83,31 @@ pub const PREPARED: System = System {
     c_single: |s| no_sync(s, PREPARED_SEGMENTS, true),
 };
 
+/// (c') only: single records pushed one at a time into a [`BatchWriter`] (64
+/// records at most), which appends them as one batch when full: a candidate
+/// path for single records, where a kill loses only what was never appended.
+pub const BATCH_WRITER: System = System {
+    name: "commitlog, pwrite, batch writer (single records only)",
+    ours: true,
+    a: |_| Outcome::NotApplicable("a path for single records, measured in (c') only"),
+    b: |_| Outcome::NotApplicable("a path for single records, measured in (c') only"),
+    c: |_| Outcome::NotApplicable("a path for single records, measured in (c') only"),
+    c_single: |s| single_records_batched(s, DEFAULT),
+};
+
+/// (c') only: single records copied into the mapping of segments prepared
+/// and faulted in the background (`SegmentPreparation::WrittenAndFaulted`,
+/// `write_without_mmap` off), in a store past its first segment: the other
+/// candidate path for single records.
+pub const PREPARED_MAPPING: System = System {
+    name: "commitlog, mmap, prepared and faulted segments (single records only)",
+    ours: true,
+    a: |_| Outcome::NotApplicable("a path for single records, measured in (c') only"),
+    b: |_| Outcome::NotApplicable("a path for single records, measured in (c') only"),
+    c: |_| Outcome::NotApplicable("a path for single records, measured in (c') only"),
+    c_single: |s| no_sync(s, PREPARED_MAPPED, true),
+};
+
 /// The default write path behind the write-buffer pool (RocketMQ's
 /// `transientStorePoolEnable`): appends copy into off-heap buffers, and the
 /// commit service writes them to the segment in large `pwrite`s.
@@ -104,7 +138,7 @@ fn config(flush: FlushDiskType, variant: Variant) -> CommitLogConfig {
         .warm_mapped_file_enable(std::env::var_os("BENCH_WARM").is_some())
         .transient_store_pool(variant.pool || std::env::var_os("BENCH_POOL").is_some(), 3)
         .segment_preparation(
-            match (variant.prepared, std::env::var_os("BENCH_PREP_FAULTED").is_some()) {
+            match (variant.prepared, variant.faulted || std::env::var_os("BENCH_PREP_FAULTED").is_some()) {
                 (true, true) => SegmentPreparation::WrittenAndFaulted,
                 (true, false) => SegmentPreparation::Written,
                 (false, _) => SegmentPreparation::Allocated,
@@ -233,6 +267,29 @@ fn group_commit(sizes: &Sizes, variant: Variant) -> Outcome {
 
 /// (c): async flush, batches of 64.
 /// (c), or with `single` (c'): the same records, one per append.
+/// (c') through a [`BatchWriter`]: each unit pushes its 64 records one at a
+/// time; the writer appends when full (so a unit's time holds one batch
+/// append, the previous unit's), and the last records at the end.
+fn single_records_batched(sizes: &Sizes, variant: Variant) -> Outcome {
+    let (_dir, log) = open(FlushDiskType::AsyncFlush, variant);
+    let bodies = bodies();
+    let mut writer = BatchWriter::new(log.clone());
+    let mut lat = Vec::with_capacity(sizes.c_batches);
+    let start = Instant::now();
+    for _ in 0..sizes.c_batches {
+        let t = Instant::now();
+        for body in &bodies {
+            writer.push(body).expect("push");
+        }
+        lat.push(t.elapsed().as_nanos() as u64);
+    }
+    writer.flush().expect("flush");
+    let seconds = start.elapsed().as_secs_f64();
+    drop(writer);
+    log.shutdown().expect("shutdown");
+    Outcome::Measured(Line::new((sizes.c_batches * BATCH) as u64, seconds, lat))
+}
+
 fn no_sync(sizes: &Sizes, variant: Variant, single: bool) -> Outcome {
     let (_dir, log) = open(FlushDiskType::AsyncFlush, variant);
     let bodies = bodies();

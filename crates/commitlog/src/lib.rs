@@ -69,6 +69,7 @@ mod recovery;
 mod scan;
 mod store;
 mod tail;
+mod writer;
 
 pub use append::{AppendResult, BatchAppendResult};
 pub use checkpoint::{Checkpoint, CHECKPOINT_FILE};
@@ -95,6 +96,7 @@ pub use store::{ABORT_FILE, LOCK_FILE, SEGMENT_DIR, SEGMENT_PATHS_FILE};
 pub use store_io::{DiskSpace, LockError, MmapStorage, Storage};
 pub use tail::{Tail, TailLimit};
 pub use transient_pool::PoolError;
+pub use writer::BatchWriter;
 
 /// The README's example, compiled and run as a doctest.
 #[doc = include_str!("../README.md")]
