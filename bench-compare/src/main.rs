@@ -212,12 +212,42 @@ fn settle() {
     std::thread::sleep(std::time::Duration::from_millis(200));
 }
 
+/// `--cpu-load N`: N busy loops (`sh -c 'while :; do :; done'`, one process
+/// each) run beside the whole benchmark, as compilers or other tenants would;
+/// killed when the run ends.
+struct CpuLoad(Vec<std::process::Child>);
+
+impl CpuLoad {
+    fn start(loops: usize) -> Self {
+        CpuLoad(
+            (0..loops)
+                .map(|_| {
+                    std::process::Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .spawn()
+                        .expect("start a busy loop (sh)")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for CpuLoad {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 fn arg(name: &str) -> Option<String> {
     std::env::args().skip_while(|a| a != name).nth(1)
 }
 
-/// `--only SYSTEM[:WORKLOADS]` (e.g. `--only pwrite:c`; `s` is (c')) runs what matches: for
-/// profiling one system. Reports from such runs are partial.
+/// `--only SYSTEM[,SYSTEM…][:WORKLOADS]` (e.g. `--only pwrite:c`, `--only
+/// default,okaywal:ab`; `s` is (c')) runs what matches: for profiling one
+/// system, or comparing two. Reports from such runs are partial.
 fn wanted(system: &str, workload: Workload) -> bool {
     let letter = match workload {
         Workload::A => 'a',
@@ -233,8 +263,8 @@ fn wanted_letter(system: &str, letter: char) -> bool {
     let Some(only) = arg("--only") else {
         return true;
     };
-    let (name, workloads) = only.split_once(':').unwrap_or((&only, "abcsd"));
-    system.contains(name) && workloads.contains(letter)
+    let (names, workloads) = only.split_once(':').unwrap_or((&only, "abcsd"));
+    names.split(',').any(|name| system.contains(name)) && workloads.contains(letter)
 }
 
 /// Where `cargo xtask raft-bench` keeps its section of docs/benchmarks.md.
@@ -274,6 +304,8 @@ fn main() {
             std::process::exit(2);
         }
     });
+    let cpu_load: usize = arg("--cpu-load").and_then(|n| n.parse().ok()).unwrap_or(0);
+    let _load = CpuLoad::start(cpu_load);
     let started = Instant::now();
 
     let systems = [
@@ -354,6 +386,7 @@ fn main() {
         took: started.elapsed(),
         rounds,
         quick,
+        cpu_load,
         sizes,
         memcpy: median_line(&physical.memcpy).clone(),
         pwrite_fdatasync: median_line(&physical.pwrite_fdatasync).clone(),

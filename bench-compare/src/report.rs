@@ -11,6 +11,8 @@ pub struct Context {
     pub took: Duration,
     pub rounds: usize,
     pub quick: bool,
+    /// Busy loops run beside the benchmark (`--cpu-load`).
+    pub cpu_load: usize,
     pub sizes: Sizes,
     pub memcpy: Line,
     pub pwrite_fdatasync: Line,
@@ -197,10 +199,11 @@ pub fn markdown(ctx: &Context, results: &[Vec<Runs>]) -> String {
     );
     let _ = writeln!(
         md,
-        "Machine: {}. Run took {:.0?}{}. Per run: (a) {} batches, (b) {} records per producer, (c) and (c') {} batches; {} KiB records.\n",
+        "Machine: {}. Run took {:.0?}{}{}. Per run: (a) {} batches, (b) {} records per producer, (c) and (c') {} batches; {} KiB records.\n",
         ctx.machine,
         ctx.took,
         if ctx.quick { " (--quick: a hint, not a result)" } else { "" },
+        if ctx.cpu_load > 0 { format!(", with {} busy loops beside (--cpu-load)", ctx.cpu_load) } else { String::new() },
         ctx.sizes.a_batches,
         ctx.sizes.b_per_producer,
         ctx.sizes.c_batches,

@@ -17,9 +17,10 @@
 //! cargo xtask fuzz --seconds N           coverage-guided fuzzing of the recovery parser (nightly and
 //!                                        cargo-fuzz; not part of ci, its own CI job)
 //! cargo xtask msrv                       cargo check of the workspace on the declared rust-version
-//! cargo xtask bench-compare [--quick] [--baseline FILE]
+//! cargo xtask bench-compare [--quick] [--baseline FILE] [--cpu-load N]
 //!                                      this project and the peer crates side by side, 5 interleaved rounds; writes
-//!                                      docs/benchmarks.md, .svg and .json; with a baseline document, the ratios to it
+//!                                      docs/benchmarks.md, .svg and .json; with a baseline document, the ratios to it;
+//!                                      with N busy loops beside, docs/benchmarks-loaded.md (.svg, .json) instead
 //! cargo xtask raft-kill [--kills N] [--groups G]
 //!                                        a 3-node cluster of real processes (the raft-node example), G raft groups
 //!                                        (8) on each node's one log: SIGKILL the node leading the most groups N
@@ -45,7 +46,7 @@ use std::process::{exit, Command};
 use std::time::Instant;
 
 const USAGE: &str =
-    "usage: cargo xtask <ci | release-check | test | proptest --cases N [--seed S] | loom | miri | crash [--soak] [--layer L [--seed S]] | fuzz --seconds N | msrv | bench-compare [--quick] [--baseline FILE] | raft-kill [--kills N] [--groups G] | raft-bench [--seconds S] | scale [--queues N] | index-lookup [--keys N] | latency [--rate R]>";
+    "usage: cargo xtask <ci | release-check | test | proptest --cases N [--seed S] | loom | miri | crash [--soak] [--layer L [--seed S]] | fuzz --seconds N | msrv | bench-compare [--quick] [--baseline FILE] [--cpu-load N] | raft-kill [--kills N] [--groups G] | raft-bench [--seconds S] | scale [--queues N] | index-lookup [--keys N] | latency [--rate R]>";
 
 fn main() {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -449,14 +450,26 @@ fn fuzz(seconds: u64) -> Result<(), String> {
 /// ratios to it to the report and its bars to the plot.
 fn bench_compare(args: &[String]) -> Result<(), String> {
     let cwd = std::env::current_dir().map_err(|e| e.to_string())?;
-    let out = cwd.join("docs/benchmarks.md");
+    // A run with busy loops beside writes its own report: the quiet one stays.
+    let load = match args.iter().position(|a| a == "--cpu-load") {
+        Some(i) => Some(args.get(i + 1).ok_or("--cpu-load needs a number of busy loops")?.clone()),
+        None => None,
+    };
+    let out = cwd.join(if load.is_some() { "docs/benchmarks-loaded.md" } else { "docs/benchmarks.md" });
     let out = out.to_str().ok_or("non-UTF-8 path")?.to_string();
     let mut run = vec!["run", "--release", "--manifest-path", "bench-compare/Cargo.toml", "--", "--out", &out];
+    if let Some(loops) = &load {
+        loops.parse::<usize>().map_err(|_| format!("--cpu-load {loops}: not a number"))?;
+        run.extend(["--cpu-load", loops]);
+    }
     let mut rest = args.iter();
     let mut baseline = None;
     while let Some(arg) = rest.next() {
         match arg.as_str() {
             "--quick" => run.push("--quick"),
+            "--cpu-load" => {
+                rest.next(); // taken above
+            }
             "--baseline" => {
                 let file = rest.next().ok_or("--baseline needs a file")?;
                 // Absolute, whichever directory the runner works in.

@@ -27,6 +27,7 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::error::TargetError;
 use crate::handle::{Completion, DurabilityHandle};
+use crate::spin::SpinGate;
 use crate::sync::{lock, wait_timeout, Arc, AtomicU64, Condvar, Mutex, Ordering};
 use crate::{
     FlushError, FlushTarget, FlushedCallback, FlushedReport, GatherDecision, GatherInput, GatherOutcome, GatherPolicy,
@@ -99,6 +100,12 @@ pub struct GroupCommitStats {
     pub failed: u64,
     /// Requests rejected or completed because the service stopped.
     pub stopped: u64,
+    /// Lone waiters' spins that did not win: ran out before their answer, or
+    /// lost their CPU on the way (descheduled while they spun). Each keeps the
+    /// next waits from spinning (8 after a first miss, twice as many after
+    /// each miss in a row, at most 1024), so a spin that is not winning (a
+    /// slow disk, or CPUs busy with other work) bows out.
+    pub spins_lost: u64,
 }
 
 #[derive(Debug, Default)]
@@ -131,6 +138,8 @@ pub struct GroupCommit {
     policy: Mutex<Box<dyn GatherPolicy>>,
     /// How long new requests' blocking waits spin (ns), as the policy last said.
     spin_ns: AtomicU64,
+    /// Whether those spins are winning: a wait spins only if it admits it.
+    spin_gate: Arc<SpinGate>,
     /// When the last round answered its requests.
     last_answers: Mutex<Option<std::time::Instant>>,
     counters: Counters,
@@ -161,6 +170,7 @@ impl GroupCommit {
             round: Mutex::new(()),
             policy: Mutex::new(Box::new(ProducersBackPolicy::new(config.gather, config.spin))),
             spin_ns: AtomicU64::new(0),
+            spin_gate: Arc::new(SpinGate::default()),
             last_answers: Mutex::new(None),
             counters: Counters::default(),
             on_flushed,
@@ -189,9 +199,10 @@ impl GroupCommit {
         }
         // A lone producer's wait spins (bounded) for its answer: the round that
         // serves it is usually microseconds from done.
+        // Not while spins run out before their answers (the gate).
         let completion = match self.spin() {
-            spin if spin.is_zero() => Completion::new(),
-            spin => Completion::with_spin(spin),
+            spin if spin.is_zero() || !self.spin_gate.admits() => Completion::new(),
+            spin => Completion::with_spin(spin, Arc::clone(&self.spin_gate)),
         };
         let deadline = self.clock.now() + self.config.sync_flush_timeout;
         let gathered = {
@@ -250,6 +261,11 @@ impl GroupCommit {
             since_answers: lock(&self.last_answers).map_or(Duration::ZERO, |at| at.elapsed()),
         };
         lock(&self.policy).gathered(&outcome);
+    }
+
+    /// Whether spins are winning: the waits' and the service's own.
+    pub(crate) fn spin_gate(&self) -> &SpinGate {
+        &self.spin_gate
     }
 
     /// How long a new request's blocking wait spins for its answer before it
@@ -467,6 +483,7 @@ impl GroupCommit {
             timeouts: self.counters.timeouts.load(Ordering::Relaxed),
             failed: self.counters.failed.load(Ordering::Relaxed),
             stopped: self.counters.stopped.load(Ordering::Relaxed),
+            spins_lost: self.spin_gate.misses(),
         }
     }
 }

@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use crate::spin::SpinGate;
 use crate::sync::{lock, wait_timeout, Arc, AtomicBool, Condvar, Mutex, Ordering};
 use crate::FlushError;
 
@@ -29,6 +30,8 @@ pub(crate) struct Completion {
     done: AtomicBool,
     /// How long a blocking waiter spins on `done` before it sleeps.
     spin: Duration,
+    /// Told how a full spin ended.
+    gate: Option<Arc<SpinGate>>,
 }
 
 impl Completion {
@@ -38,8 +41,9 @@ impl Completion {
 
     /// A completion whose blocking waiter spins up to `spin` before it sleeps:
     /// for a request expected to complete within microseconds.
-    pub(crate) fn with_spin(spin: Duration) -> Arc<Self> {
-        Arc::new(Completion { spin, ..Self::default() })
+    /// `gate` learns whether each full spin caught its answer.
+    pub(crate) fn with_spin(spin: Duration, gate: Arc<SpinGate>) -> Arc<Self> {
+        Arc::new(Completion { spin, gate: Some(gate), ..Self::default() })
     }
 
     /// Spins up to `within` (at most the completion's own spin) for the result.
@@ -48,9 +52,10 @@ impl Completion {
         if within.is_zero() {
             return;
         }
-        let start = std::time::Instant::now();
-        while !self.done.load(Ordering::Acquire) && start.elapsed() < within {
-            std::hint::spin_loop();
+        let won = crate::spin::spin_until(within, || self.done.load(Ordering::Acquire));
+        // A spin cut short by its caller's own bound says nothing of the service.
+        if let Some(gate) = self.gate.as_ref().filter(|_| within == self.spin) {
+            gate.record(won);
         }
     }
 

@@ -37,6 +37,7 @@ mod handle;
 mod periodic;
 mod policy;
 mod service;
+mod spin;
 mod strategy;
 mod sync;
 mod target;

@@ -70,18 +70,20 @@ impl ServiceState {
     /// wake-up flag for up to `spin` (zero: not at all): a service expecting its
     /// next request within microseconds takes it without being put to sleep and
     /// woken, which on a virtual machine costs tens of microseconds. The waker's
-    /// side is unchanged, so nothing is lost either way.
-    pub fn wait_for_running_spinning(&self, spin: Duration, interval: Duration, on_wait_end: impl FnOnce()) {
+    /// side is unchanged, so nothing is lost either way. Returns true if the
+    /// spin won: the wake-up (or stop) came within it, and the thread kept its
+    /// CPU while it spun (false without a spin).
+    pub fn wait_for_running_spinning(&self, spin: Duration, interval: Duration, on_wait_end: impl FnOnce()) -> bool {
         #[cfg(not(loom))]
-        if !spin.is_zero() {
-            let until = std::time::Instant::now() + spin;
-            while !self.notified.load(Ordering::Acquire) && !self.is_stopped() && std::time::Instant::now() < until {
-                std::hint::spin_loop();
-            }
-        }
+        let won = !spin.is_zero()
+            && crate::spin::spin_until(spin, || self.notified.load(Ordering::Acquire) || self.is_stopped());
         #[cfg(loom)]
-        let _ = spin;
+        let won = {
+            let _ = spin;
+            false
+        };
         self.wait_for_running(interval, on_wait_end);
+        won
     }
 
     /// Sleeps `interval` regardless of wake-ups, returning early only on stop

@@ -109,7 +109,13 @@ impl SyncFlush {
                         // on), its next request comes microseconds after its answer:
                         // poll for it as long as its own wait would spin, instead
                         // of sleeping and paying a wake-up per round.
-                        s.wait_for_running_spinning(core.spin(), interval, || {});
+                        // Not while lone waiters' spins are losing (the gate); a
+                        // spin of its own that loses closes the gate too.
+                        let spin = if core.spin_gate().is_open() { core.spin() } else { Duration::ZERO };
+                        let won = s.wait_for_running_spinning(spin, interval, || {});
+                        if !spin.is_zero() {
+                            core.spin_gate().record(won);
+                        }
                         core.gather();
                         core.run_round();
                     }

@@ -568,6 +568,55 @@ fn a_custom_gather_policy_decides_every_round_and_its_waits_and_spins_take_effec
     assert_eq!(gc.spin(), Duration::from_micros(77), "the policy's spin reaches new requests");
 }
 
+/// A lone waiter's spin that runs out before its answer keeps the next waits
+/// from spinning (counted by `spins_lost`): 8 after a first miss, 16 after
+/// a second in a row; a caught answer brings the penalty back. Counted, not
+/// timed: no round runs while the waits spin, so each full spin misses.
+#[test]
+fn spins_that_run_out_bow_out_for_the_next_waits() {
+    struct Spin;
+    impl GatherPolicy for Spin {
+        fn before_sync(&mut self, _: &GatherInput) -> GatherDecision {
+            GatherDecision::Go
+        }
+        fn after_round(&mut self, _: &RoundReport) -> Duration {
+            Duration::from_micros(50)
+        }
+    }
+    let target = MemoryTarget::new();
+    let gc = group_commit(target.clone(), clock(), false).with_gather_policy(Box::new(Spin));
+    drop(gc.put_request(target.append(10)));
+    gc.run_round();
+    assert_eq!(gc.spin(), Duration::from_micros(50));
+    // Each wait may spin its 50 µs in full (its own bound is longer).
+    let miss = |gc: &GroupCommit| gc.put_request(target.append(10)).wait_timeout(Duration::from_millis(1));
+    assert!(miss(&gc).is_none());
+    assert_eq!(gc.stats().spins_lost, 1);
+    for _ in 0..8 {
+        assert!(miss(&gc).is_none());
+    }
+    assert_eq!(gc.stats().spins_lost, 1, "the 8 waits after a miss did not spin");
+    assert!(miss(&gc).is_none());
+    assert_eq!(gc.stats().spins_lost, 2, "the next one tried");
+    for _ in 0..16 {
+        assert!(miss(&gc).is_none());
+    }
+    assert_eq!(gc.stats().spins_lost, 2, "16 waits without a spin after a second miss in a row");
+    // A spin that catches its answer (answered before the wait) resets the
+    // penalty: the next miss keeps 8 waits from spinning again.
+    let caught = gc.put_request(target.append(10));
+    gc.run_round();
+    assert!(caught.wait_timeout(Duration::from_millis(1)).is_some());
+    assert!(miss(&gc).is_none());
+    assert_eq!(gc.stats().spins_lost, 3);
+    for _ in 0..8 {
+        assert!(miss(&gc).is_none());
+    }
+    assert!(miss(&gc).is_none());
+    assert_eq!(gc.stats().spins_lost, 4, "8 waits, not 32, after a miss that followed a hit");
+    gc.run_round();
+}
+
 /// A target without write buffers, written as a user would: `flush`, `state`
 /// and `failure` only, the latch ready-made; `commit` is the trait's default.
 #[derive(Default)]
