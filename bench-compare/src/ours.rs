@@ -124,6 +124,7 @@ fn config(flush: FlushDiskType, variant: Variant) -> CommitLogConfig {
     let defaults = CommitLogConfig::default();
     let mut flush_config = FlushConfig::default();
     flush_config.group_commit_spin_us = env_or("BENCH_SPIN_US", flush_config.group_commit_spin_us);
+    flush_config.group_commit_gather_us = env_or("BENCH_GATHER_US", flush_config.group_commit_gather_us);
     if std::env::var_os("BENCH_NO_BACKGROUND_FLUSH").is_some() {
         flush_config.flush_interval_commit_log_ms = 3_600_000;
         flush_config.flush_commit_log_thorough_interval_ms = 3_600_000;
