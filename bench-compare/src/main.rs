@@ -387,6 +387,10 @@ fn main() {
         rounds,
         quick,
         cpu_load,
+        plot: out_path
+            .as_deref()
+            .and_then(|path| Path::new(path).with_extension("svg").file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "benchmarks.svg".into()),
         sizes,
         memcpy: median_line(&physical.memcpy).clone(),
         pwrite_fdatasync: median_line(&physical.pwrite_fdatasync).clone(),
@@ -395,7 +399,9 @@ fn main() {
     };
     let doc = bench_doc::Doc::new(&bench_dir(), [report::rows(&results), d_results.rows()].concat());
     let mut md = report::markdown(&context, &results);
-    md.push_str(&report_queues::markdown(&d_results, &d_sizes, rounds));
+    if d_systems.iter().any(|system| wanted_letter(system.name, 'd')) {
+        md.push_str(&report_queues::markdown(&d_results, &d_sizes, rounds));
+    }
     if let Some(baseline) = &baseline {
         md.push_str("\n## Against the baseline\n\n");
         md.push_str(&bench_doc::ratio_table(&doc, baseline));

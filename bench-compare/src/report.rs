@@ -13,12 +13,20 @@ pub struct Context {
     pub quick: bool,
     /// Busy loops run beside the benchmark (`--cpu-load`).
     pub cpu_load: usize,
+    /// The plot's file name, beside the report.
+    pub plot: String,
     pub sizes: Sizes,
     pub memcpy: Line,
     pub pwrite_fdatasync: Line,
     pub pwrite_fdatasync_fallocated: Line,
     pub fdatasync_4k: Line,
 }
+
+/// What a report of a run with a CPU load beside says in place of the analysis.
+const LOADED_NOTE: &str = "## Read against the quiet run\n\nThis run had busy loops beside it (`--cpu-load`): \
+    each row's ratio to a peer here, divided by the same ratio in the quiet run (docs/benchmarks.md), says what \
+    the load cost it beyond what it cost the peer (target: no row below 0.9x its quiet ratio). The analysis of \
+    both is in docs/benchmarks.md.\n\n";
 
 /// The rows the goals are measured on.
 const DEFAULT_ROW: &str = "commitlog, pwrite (default)";
@@ -209,7 +217,7 @@ pub fn markdown(ctx: &Context, results: &[Vec<Runs>]) -> String {
         ctx.sizes.c_batches,
         RECORD / 1024
     );
-    md.push_str("![throughput and p99.9 per system](benchmarks.svg)\n\n");
+    let _ = writeln!(md, "![throughput and p99.9 per system]({})\n", ctx.plot);
     md.push_str("## Physical lines in the same run (medians over the rounds)\n\n");
     md.push_str("| line | MB/s | latency p50 / p99 / p99.9 (µs) |\n|---|---|---|\n");
     let _ = writeln!(md, "| memcpy of 1 KiB records into a faulted mapping | {:.0} | |", ctx.memcpy.mb_s());
@@ -250,14 +258,17 @@ pub fn markdown(ctx: &Context, results: &[Vec<Runs>]) -> String {
         let _ = writeln!(md, "{line}");
     }
     md.push('\n');
-    // The maintained analysis goes with every run's numbers.
-    if let Ok(analysis) = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/ANALYSIS.md")) {
+    // The maintained analysis goes with every quiet run's numbers; a run with
+    // a CPU load beside is read against the quiet one, whose report has it.
+    if ctx.cpu_load > 0 {
+        md.push_str(LOADED_NOTE);
+    } else if let Ok(analysis) = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/ANALYSIS.md")) {
         md.push_str(&analysis);
         md.push('\n');
     }
     md.push_str(
         "Command: `cargo xtask bench-compare` (`--quick` for a short run, `--rounds N`; `BENCH_DIR` picks the file \
-         system, `BENCH_WARM=1` turns segment warm-up on, `BENCH_POOL=1` sends the log's appends through the write-buffer pool, `BENCH_NO_BACKGROUND_FLUSH=1` keeps the async flusher idle, `BENCH_PREP_CHUNK` and `BENCH_PREP_RATE` set the prepared-segments row's step and budget, `BENCH_PREP_FAULTED=1` faults its segments in and `BENCH_PREP_MMAP=1` writes them through the mapping; `--only SYSTEM[:abc]` runs a subset, for profiling; `--baseline FILE` adds the ratios to an earlier run's results document, docs/benchmarks.json, or to `commitlog bench --json`).\n",
+         system, `BENCH_WARM=1` turns segment warm-up on, `BENCH_POOL=1` sends the log's appends through the write-buffer pool, `BENCH_NO_BACKGROUND_FLUSH=1` keeps the async flusher idle, `BENCH_PREP_CHUNK` and `BENCH_PREP_RATE` set the prepared-segments row's step and budget, `BENCH_PREP_FAULTED=1` faults its segments in and `BENCH_PREP_MMAP=1` writes them through the mapping, `BENCH_SPIN_US` and `BENCH_GATHER_US` set the group-commit spin and gather bounds; `--only SYSTEM[,SYSTEM…][:abcsd]` runs a subset, for profiling or a pair; `--cpu-load N` runs N busy loops beside the whole run (through xtask, the report goes to docs/benchmarks-loaded.md); `--baseline FILE` adds the ratios to an earlier run's results document, docs/benchmarks.json, or to `commitlog bench --json`).\n",
     );
     md
 }
