@@ -389,7 +389,9 @@ fn main() {
         cpu_load,
         plot: out_path
             .as_deref()
-            .and_then(|path| Path::new(path).with_extension("svg").file_name().map(|n| n.to_string_lossy().into_owned()))
+            .and_then(|path| {
+                Path::new(path).with_extension("svg").file_name().map(|n| n.to_string_lossy().into_owned())
+            })
             .unwrap_or_else(|| "benchmarks.svg".into()),
         sizes,
         memcpy: median_line(&physical.memcpy).clone(),
