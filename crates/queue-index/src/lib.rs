@@ -197,6 +197,8 @@ struct State {
     runs: Vec<Arc<Run>>,
     /// Directory rows of the runs sealed since the queue table was written.
     rows_since_table: usize,
+    /// The log offset the queue table on disk holds extents as of (0: none).
+    table_point: u64,
 }
 
 /// How a [`QueueIndex`] keeps its files.
@@ -345,6 +347,7 @@ impl QueueIndex {
             }
             Some(Ok((point, extents))) if first_dropped.is_none_or(|d| d >= point) => {
                 state.extents = extents;
+                state.table_point = point;
                 covered = point;
             }
             Some(Ok((point, _))) => {
@@ -599,6 +602,7 @@ impl QueueIndex {
         };
         storage.replace_small(&path, &bytes).map_err(|source| IndexError::Io { path, source })?;
         state.rows_since_table = 0;
+        state.table_point = state.active.from;
         Ok(())
     }
 
@@ -698,7 +702,15 @@ impl QueueIndex {
                 }
             }
         }
-        if !expired.is_empty() {
+        // A queue whose entries all lie below the log's front is known from
+        // then on only by the runs that hold them (or the table): with the
+        // table's point below the front, one of those runs may be the only
+        // record of the queue's end, and losing it (a damaged file deleted)
+        // would start the queue again at 0. So the table is written then too,
+        // though no run expired, once per move of the front past its point.
+        let stale_table =
+            state.table_point < log_min && state.active.from > state.table_point && !state.extents.is_empty();
+        if !expired.is_empty() || stale_table {
             // The table first, then the files: a crash in between leaves runs
             // the next expiry deletes, never extents that forget them.
             self.write_table(storage, &mut state)?;

@@ -614,3 +614,28 @@ fn room_reserved_for_new_queues_takes_them_without_growing_a_table() {
     }
     assert_eq!(index.heap_bytes(), sealed + vectors, "the next run's table grew");
 }
+
+/// The log's front moves past every entry of queue 1 while one run, which
+/// also holds later entries of queue 2, spans it (so no run expires): the
+/// queue table is written then, so that losing that run later (a damaged
+/// file deleted) still leaves queue 1's end known, not a queue that starts
+/// again at 0 and gives acknowledged offsets twice.
+#[test]
+fn a_front_past_a_queues_entries_writes_the_table_though_no_run_expires() {
+    let sim = SimStorage::new();
+    let index = open(&sim, &Log::default());
+    for k in 0..4u64 {
+        index.append(1, k, Entry { log_offset: k * 100, size: 100, tag: 0 }).unwrap();
+    }
+    index.append(2, 0, Entry { log_offset: 400, size: 100, tag: 0 }).unwrap();
+    index.seal(&sim, 500).unwrap(); // one run, [0, 500); too few rows for a table
+    assert_eq!(index.expire(&sim, 400).unwrap(), 0, "the run holds queue 2's entry: it stays");
+    assert_eq!(index.extent(1), Some((4, 4)), "queue 1 has nothing live, and ends at 4");
+    drop(index);
+    for run in run_files(&sim) {
+        sim.remove(&Path::new(DIR).join(run)).unwrap();
+    }
+    let (index, report) = QueueIndex::open(&sim, Path::new(DIR)).unwrap();
+    assert_eq!(index.extent(1), Some((4, 4)), "its end from the table ({report:?})");
+    assert!(index.covers_from() > 400, "the lost run's range is not covered: an owner rebuilds");
+}
