@@ -304,7 +304,11 @@ impl MessageStore {
         let trust_ahead = false;
         let ahead = index_report.replay_from > log.max_offset() && !trust_ahead;
         let front_lost = queue_index.covers_from() > log.min_offset() && log.max_offset() > log.min_offset();
-        let mut kept_ends = Vec::new();
+        // The ends the queue table held when the index did not use it (runs
+        // it covered were dropped): a queue whose messages all went with the
+        // log's front is known by nothing else, and keeps its end (given after
+        // the replay, to queues the replay left without a live entry).
+        let mut kept_ends = if ahead { Vec::new() } else { std::mem::take(&mut index_report.table_ends) };
         if ahead || front_lost {
             // Sealed past what the log holds (never done: a seal waits for the
             // log's flush), or runs lost at the front (deleted, not expired):
@@ -326,7 +330,7 @@ impl MessageStore {
             if !ahead {
                 // A queue whose records all went with the log's front keeps
                 // the end the runs and table kept know (given after the replay).
-                kept_ends = queue_index.ends();
+                kept_ends.extend(queue_index.ends());
             }
             drop(queue_index);
             remove_files(&*storage, &dir)?;

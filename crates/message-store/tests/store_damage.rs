@@ -313,6 +313,45 @@ fn runs_lost_while_a_queue_had_expired_whole_keep_its_end_from_the_queue_table()
     store.shutdown().unwrap();
 }
 
+/// As above, but the first run left is damaged instead (dropped at the open,
+/// with every run after it): the queue table, which covered them, is not
+/// used, and its ends are what keeps queue 0's end. Both layouts of runs the
+/// flush service's timing gives (one per segment, or one for the whole log)
+/// are taken: the seals are made by the test.
+#[test]
+fn a_damaged_front_run_keeps_an_expired_queues_end_from_the_unused_table() {
+    for per_segment in [true, false] {
+        let sim = SimStorage::new();
+        let store = open(&sim, config(FlushDiskType::SyncFlush));
+        store.create_topic("t", 2).unwrap();
+        for _ in 0..200u32 {
+            store.put_message(&Message::new("t", 0, vec![7u8; 1000])).unwrap().durability.wait().unwrap();
+        }
+        if per_segment {
+            assert!(store.wait_for("t", 0, 199, std::time::Duration::from_secs(10)).unwrap().arrived());
+            store.seal_index().unwrap();
+        }
+        for _ in 0..130u32 {
+            store.put_message(&Message::new("t", 1, vec![8u8; 1000])).unwrap().durability.wait().unwrap();
+        }
+        assert!(store.wait_for("t", 1, 129, std::time::Duration::from_secs(10)).unwrap().arrived());
+        store.seal_index().unwrap();
+        let front = store.log().max_offset() - 100;
+        assert!(store.log().delete_segments_before(front, usize::MAX).unwrap() > 0);
+        store.shutdown().unwrap();
+        let first = runs(&sim)[0].clone();
+        let bytes = sim.file_bytes(&first).unwrap();
+        assert!(sim.patch_file(&first, bytes.len() / 2, &[bytes[bytes.len() / 2] ^ 0x10]));
+        let store = open(&sim, config(FlushDiskType::SyncFlush));
+        let report = store.open_report();
+        assert_eq!(store.queue_range("t", 0).unwrap(), 200..200, "per segment {per_segment}: {report:?}");
+        assert_eq!(store.put_message(&Message::new("t", 0, &b"next"[..])).unwrap().queue_offset, 200);
+        let kept = read_queue(&store, "t", 1);
+        assert!(!kept.is_empty() && kept.last().unwrap().0 == 129, "queue 1 from the log: {} messages", kept.len());
+        store.shutdown().unwrap();
+    }
+}
+
 /// The store's files as a real directory (what `inspect::check` reads).
 fn to_disk(sim: &SimStorage) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();

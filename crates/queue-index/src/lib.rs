@@ -177,6 +177,13 @@ pub struct OpenReport {
     /// or it covers a run that was dropped. Extents then come from the runs
     /// alone, and queues whose runs all expired are forgotten.
     pub table_unused: Option<String>,
+    /// Each queue's end, `(queue, end)`, as the queue table not used held it
+    /// (empty when the table was used, missing or damaged). An owner whose
+    /// log no longer holds the records of the dropped runs gives these to
+    /// [`seed_ends`](QueueIndex::seed_ends) after it dispatched again: a
+    /// queue whose records all went with the log's front then keeps its end,
+    /// and its offsets are not given twice.
+    pub table_ends: Vec<(u64, u64)>,
 }
 
 /// A queue's extent: its first offset still indexed and its end (the offset
@@ -340,18 +347,21 @@ impl QueueIndex {
         // Runs kept end before the table's point: runs it covered are gone
         // (expiry deletes from the front only: none is left past it then).
         let runs_end = state.runs.last().map(|r| r.log_to);
+        let ends = |extents: &QueueMap<Extent>| extents.iter().map(|(&queue, e)| (queue, e.end)).collect();
         match table {
-            Some(Ok((point, _))) if runs_end.is_some_and(|end| end < point) => {
+            Some(Ok((point, extents))) if runs_end.is_some_and(|end| end < point) => {
                 report.table_unused =
                     Some(format!("it covers the log up to {point}, past the runs kept (to {})", runs_end.unwrap_or(0)));
+                report.table_ends = ends(&extents);
             }
             Some(Ok((point, extents))) if first_dropped.is_none_or(|d| d >= point) => {
                 state.extents = extents;
                 state.table_point = point;
                 covered = point;
             }
-            Some(Ok((point, _))) => {
+            Some(Ok((point, extents))) => {
                 report.table_unused = Some(format!("it covers the log up to {point}, past the dropped runs"));
+                report.table_ends = ends(&extents);
             }
             Some(Err(reason)) => report.table_unused = Some(reason),
             None => {}
@@ -708,8 +718,12 @@ impl QueueIndex {
         // record of the queue's end, and losing it (a damaged file deleted)
         // would start the queue again at 0. So the table is written then too,
         // though no run expired, once per move of the front past its point.
+        // Not with cuts about (an owner whose queues are cut, a raft engine,
+        // keeps its queues' state itself): the table's point then stays at a
+        // seal.
+        let cuts = state.runs.iter().any(|r| r.cuts) || !state.active.cuts.is_empty();
         let stale_table =
-            state.table_point < log_min && state.active.from > state.table_point && !state.extents.is_empty();
+            state.table_point < log_min && state.active.from > state.table_point && !state.extents.is_empty() && !cuts;
         if !expired.is_empty() || stale_table {
             // The table first, then the files: a crash in between leaves runs
             // the next expiry deletes, never extents that forget them.
