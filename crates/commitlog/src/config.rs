@@ -201,11 +201,8 @@ impl CommitLogConfig {
                 return invalid(format!("{buffers} write buffers of {size} bytes do not fit in the address space"));
             }
         }
-        let chunk = self.preparation_chunk_bytes;
-        if self.segment_preparation.writes_blocks() && (chunk == 0 || !chunk.is_multiple_of(4096) || chunk > size) {
-            return invalid(format!(
-                "preparation_chunk_bytes {chunk} must be a positive multiple of 4096 no larger than a segment ({size})"
-            ));
+        if let Err(reason) = self.segment_preparation.check_chunk(self.preparation_chunk_bytes, size) {
+            return invalid(reason);
         }
         if self.checkpoint_interval_ms == 0 {
             return invalid("checkpoint_interval_ms must be positive".into());

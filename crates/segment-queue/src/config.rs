@@ -67,6 +67,21 @@ impl SegmentPreparation {
     pub fn writes_blocks(self) -> bool {
         !matches!(self, SegmentPreparation::Allocated)
     }
+
+    /// Checks a preparation step of `chunk_bytes` for segments of
+    /// `segment_bytes`: when this preparation writes blocks, a positive
+    /// multiple of 4096 no larger than a segment. The error says why.
+    pub fn check_chunk(self, chunk_bytes: usize, segment_bytes: usize) -> Result<(), String> {
+        let chunk = chunk_bytes;
+        if self.writes_blocks()
+            && (chunk == 0 || !chunk.is_multiple_of(mapped_file::OS_PAGE_SIZE) || chunk > segment_bytes)
+        {
+            return Err(format!(
+                "preparation_chunk_bytes {chunk} must be a positive multiple of 4096 no larger than the segment ({segment_bytes})"
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Configuration of a [`SegmentQueue`](crate::SegmentQueue).

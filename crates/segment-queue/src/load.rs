@@ -42,15 +42,7 @@ impl SegmentQueue {
             });
         }
         let chunk = config.preparation_chunk_bytes;
-        if config.segment_preparation.writes_blocks()
-            && (chunk == 0 || !chunk.is_multiple_of(mapped_file::OS_PAGE_SIZE) || chunk > size)
-        {
-            return Err(QueueError::InvalidConfig {
-                reason: format!(
-                    "preparation_chunk_bytes {chunk} must be a positive multiple of 4096 no larger than the segment ({size})"
-                ),
-            });
-        }
+        config.segment_preparation.check_chunk(chunk, size).map_err(|reason| QueueError::InvalidConfig { reason })?;
         if let Some(pool) = &pool {
             if pool.buffer_size_bytes() != size {
                 return Err(QueueError::InvalidConfig {
