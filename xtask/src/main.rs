@@ -450,25 +450,15 @@ fn fuzz(seconds: u64) -> Result<(), String> {
 /// ratios to it to the report and its bars to the plot.
 fn bench_compare(args: &[String]) -> Result<(), String> {
     let cwd = std::env::current_dir().map_err(|e| e.to_string())?;
-    // A run with busy loops beside writes its own report: the quiet one stays.
-    let load = match args.iter().position(|a| a == "--cpu-load") {
-        Some(i) => Some(args.get(i + 1).ok_or("--cpu-load needs a number of busy loops")?.clone()),
-        None => None,
-    };
-    let out = cwd.join(if load.is_some() { "docs/benchmarks-loaded.md" } else { "docs/benchmarks.md" });
-    let out = out.to_str().ok_or("non-UTF-8 path")?.to_string();
-    let mut run = vec!["run", "--release", "--manifest-path", "bench-compare/Cargo.toml", "--", "--out", &out];
-    if let Some(loops) = &load {
-        loops.parse::<usize>().map_err(|_| format!("--cpu-load {loops}: not a number"))?;
-        run.extend(["--cpu-load", loops]);
-    }
+    let (mut quick, mut baseline, mut load) = (false, None, None);
     let mut rest = args.iter();
-    let mut baseline = None;
     while let Some(arg) = rest.next() {
         match arg.as_str() {
-            "--quick" => run.push("--quick"),
+            "--quick" => quick = true,
             "--cpu-load" => {
-                rest.next(); // taken above
+                let loops = rest.next().ok_or("--cpu-load needs a number of busy loops")?;
+                loops.parse::<usize>().map_err(|_| format!("--cpu-load {loops}: not a number"))?;
+                load = Some(loops.clone());
             }
             "--baseline" => {
                 let file = rest.next().ok_or("--baseline needs a file")?;
@@ -477,6 +467,16 @@ fn bench_compare(args: &[String]) -> Result<(), String> {
             }
             other => return Err(format!("bench-compare: unknown option {other}\n{USAGE}")),
         }
+    }
+    // A run with busy loops beside writes its own report: the quiet one stays.
+    let out = cwd.join(if load.is_some() { "docs/benchmarks-loaded.md" } else { "docs/benchmarks.md" });
+    let out = out.to_str().ok_or("non-UTF-8 path")?.to_string();
+    let mut run = vec!["run", "--release", "--manifest-path", "bench-compare/Cargo.toml", "--", "--out", &out];
+    if quick {
+        run.push("--quick");
+    }
+    if let Some(loops) = &load {
+        run.extend(["--cpu-load", loops]);
     }
     if let Some(file) = &baseline {
         run.extend(["--baseline", file]);
