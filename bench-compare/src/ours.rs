@@ -42,8 +42,8 @@ pub const PWRITE: System = System {
     ours: true,
     a: |s| durable_batches(s, DEFAULT),
     b: |s| group_commit(s, DEFAULT),
-    c: |s| no_sync(s, DEFAULT, false),
-    c_single: |s| no_sync(s, DEFAULT, true),
+    c: |s| no_sync(s, DEFAULT, Unit::Batch),
+    c_single: |s| no_sync(s, DEFAULT, Unit::Appends),
 };
 
 /// The log writing through a read-write mapping, synced with msync.
@@ -52,8 +52,8 @@ pub const MMAP: System = System {
     ours: true,
     a: |s| durable_batches(s, MAPPED),
     b: |s| group_commit(s, MAPPED),
-    c: |s| no_sync(s, MAPPED, false),
-    c_single: |s| no_sync(s, MAPPED, true),
+    c: |s| no_sync(s, MAPPED, Unit::Batch),
+    c_single: |s| no_sync(s, MAPPED, Unit::Appends),
 };
 
 /// The default write path in a store that keeps two spare segments
@@ -64,8 +64,8 @@ pub const RECYCLING: System = System {
     ours: true,
     a: |s| durable_batches(s, SPARES),
     b: |s| group_commit(s, SPARES),
-    c: |s| no_sync(s, SPARES, false),
-    c_single: |s| no_sync(s, SPARES, true),
+    c: |s| no_sync(s, SPARES, Unit::Batch),
+    c_single: |s| no_sync(s, SPARES, Unit::Appends),
 };
 
 /// The default write path with new segments prepared in the background
@@ -79,9 +79,14 @@ pub const PREPARED: System = System {
     ours: true,
     a: |s| durable_batches(s, PREPARED_SEGMENTS),
     b: |s| group_commit(s, PREPARED_SEGMENTS),
-    c: |s| no_sync(s, PREPARED_SEGMENTS, false),
-    c_single: |s| no_sync(s, PREPARED_SEGMENTS, true),
+    c: |s| no_sync(s, PREPARED_SEGMENTS, Unit::Batch),
+    c_single: |s| no_sync(s, PREPARED_SEGMENTS, Unit::Appends),
 };
+
+/// What the single-record candidates answer outside (c').
+fn single_records_only(_: &Sizes) -> Outcome {
+    Outcome::NotApplicable("a path for single records, measured in (c') only")
+}
 
 /// (c') only: single records pushed one at a time into a [`BatchWriter`] (64
 /// records at most), which appends them as one batch when full: a candidate
@@ -89,10 +94,10 @@ pub const PREPARED: System = System {
 pub const BATCH_WRITER: System = System {
     name: "commitlog, pwrite, batch writer (single records only)",
     ours: true,
-    a: |_| Outcome::NotApplicable("a path for single records, measured in (c') only"),
-    b: |_| Outcome::NotApplicable("a path for single records, measured in (c') only"),
-    c: |_| Outcome::NotApplicable("a path for single records, measured in (c') only"),
-    c_single: |s| single_records_batched(s, DEFAULT),
+    a: single_records_only,
+    b: single_records_only,
+    c: single_records_only,
+    c_single: |s| no_sync(s, DEFAULT, Unit::Pushes),
 };
 
 /// (c') only: single records copied into the mapping of segments prepared
@@ -102,10 +107,10 @@ pub const BATCH_WRITER: System = System {
 pub const PREPARED_MAPPING: System = System {
     name: "commitlog, mmap, prepared and faulted segments (single records only)",
     ours: true,
-    a: |_| Outcome::NotApplicable("a path for single records, measured in (c') only"),
-    b: |_| Outcome::NotApplicable("a path for single records, measured in (c') only"),
-    c: |_| Outcome::NotApplicable("a path for single records, measured in (c') only"),
-    c_single: |s| no_sync(s, PREPARED_MAPPED, true),
+    a: single_records_only,
+    b: single_records_only,
+    c: single_records_only,
+    c_single: |s| no_sync(s, PREPARED_MAPPED, Unit::Appends),
 };
 
 /// The default write path behind the write-buffer pool (RocketMQ's
@@ -116,8 +121,8 @@ pub const POOL: System = System {
     ours: true,
     a: |s| durable_batches(s, POOLED),
     b: |s| group_commit(s, POOLED),
-    c: |s| no_sync(s, POOLED, false),
-    c_single: |s| no_sync(s, POOLED, true),
+    c: |s| no_sync(s, POOLED, Unit::Batch),
+    c_single: |s| no_sync(s, POOLED, Unit::Appends),
 };
 
 fn config(flush: FlushDiskType, variant: Variant) -> CommitLogConfig {
@@ -269,46 +274,50 @@ fn group_commit(sizes: &Sizes, variant: Variant) -> Outcome {
 
 /// (c): async flush, batches of 64.
 /// (c), or with `single` (c'): the same records, one per append.
-/// (c') through a [`BatchWriter`]: each unit pushes its 64 records one at a
-/// time; the writer appends when full (so a unit's time holds one batch
-/// append, the previous unit's), and the last records at the end.
-fn single_records_batched(sizes: &Sizes, variant: Variant) -> Outcome {
-    let (_dir, log) = open(FlushDiskType::AsyncFlush, variant);
-    let bodies = bodies();
-    let mut writer = BatchWriter::new(log.clone());
-    let mut lat = Vec::with_capacity(sizes.c_batches);
-    let start = Instant::now();
-    for _ in 0..sizes.c_batches {
-        let t = Instant::now();
-        for body in &bodies {
-            writer.push(body).expect("push");
-        }
-        lat.push(t.elapsed().as_nanos() as u64);
-    }
-    writer.flush().expect("flush");
-    let seconds = start.elapsed().as_secs_f64();
-    drop(writer);
-    log.shutdown().expect("shutdown");
-    Outcome::Measured(Line::new((sizes.c_batches * BATCH) as u64, seconds, lat))
+/// How (c)'s units of 64 records reach the log.
+#[derive(Clone, Copy)]
+enum Unit {
+    /// One `append_batch` of 64 ((c)).
+    Batch,
+    /// 64 `append`s ((c')).
+    Appends,
+    /// 64 pushes into a [`BatchWriter`], which appends when full (so a unit's
+    /// time holds one batch append, the previous unit's), and the last ones
+    /// at the end ((c') through the writer).
+    Pushes,
 }
 
-fn no_sync(sizes: &Sizes, variant: Variant, single: bool) -> Outcome {
+fn no_sync(sizes: &Sizes, variant: Variant, unit: Unit) -> Outcome {
     let (_dir, log) = open(FlushDiskType::AsyncFlush, variant);
     let bodies = bodies();
+    let mut writer = matches!(unit, Unit::Pushes).then(|| BatchWriter::new(log.clone()));
     let mut lat = Vec::with_capacity(sizes.c_batches);
     let start = Instant::now();
     for _ in 0..sizes.c_batches {
         let t = Instant::now();
-        if single {
-            for body in &bodies {
-                log.append(body).expect("append");
+        match unit {
+            Unit::Batch => {
+                log.append_batch(&bodies).expect("append");
             }
-        } else {
-            log.append_batch(&bodies).expect("append");
+            Unit::Appends => {
+                for body in &bodies {
+                    log.append(body).expect("append");
+                }
+            }
+            Unit::Pushes => {
+                let writer = writer.as_mut().expect("pushes have a writer");
+                for body in &bodies {
+                    writer.push(body).expect("push");
+                }
+            }
         }
         lat.push(t.elapsed().as_nanos() as u64);
     }
+    if let Some(writer) = writer.as_mut() {
+        writer.flush().expect("flush");
+    }
     let seconds = start.elapsed().as_secs_f64();
+    drop(writer);
     log.shutdown().expect("shutdown");
     Outcome::Measured(Line::new((sizes.c_batches * BATCH) as u64, seconds, lat))
 }
