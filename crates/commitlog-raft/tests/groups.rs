@@ -74,6 +74,18 @@ async fn reclaim(engine: &RaftLogEngine<TypeConfig>) -> commitlog_raft::ReclaimS
     tokio::task::spawn_blocking(move || engine.reclaim()).await.unwrap().unwrap()
 }
 
+/// Groups 1 and 2 of `engine`, written in turn: 400 entries of group 1 (over
+/// several segments) and 10 of group 2 between them. Returns their stores and
+/// the log's end.
+async fn two_groups(engine: &RaftLogEngine<TypeConfig>) -> (RaftLogStore<TypeConfig>, RaftLogStore<TypeConfig>, u64) {
+    let (mut one, mut two) = (engine.open_group(1).unwrap(), engine.open_group(2).unwrap());
+    for k in 0..10 {
+        one.blocking_append(entries(1, 1, k * 40 + 1..=k * 40 + 40, 800)).await.unwrap();
+        two.blocking_append(entries(2, 1, k + 1..=k + 1, 500)).await.unwrap();
+    }
+    (one, two, engine.commit_log().max_offset())
+}
+
 /// Each suite test gets a group (7) of a fresh engine on which two other groups
 /// append, truncate and purge all along, and every engine round runs every few
 /// milliseconds with a small rewrite lag, so the suite's group is rewritten
@@ -142,12 +154,7 @@ fn openraft_storage_suite_passes_for_a_group_beside_busy_groups() {
 async fn groups_are_created_and_dropped_at_run_time() {
     let dir = tempfile::tempdir().unwrap();
     let engine = RaftLogEngine::<TypeConfig>::open(dir.path(), config()).unwrap();
-    let (mut one, mut two) = (engine.open_group(1).unwrap(), engine.open_group(2).unwrap());
-    for k in 0..10 {
-        one.blocking_append(entries(1, 1, k * 40 + 1..=k * 40 + 40, 800)).await.unwrap();
-        two.blocking_append(entries(2, 1, k + 1..=k + 1, 500)).await.unwrap();
-    }
-    let written = engine.commit_log().max_offset();
+    let (mut one, mut two, written) = two_groups(&engine).await;
     assert!(written > 4 * SEGMENT as u64, "group 1 spans several segments");
     engine.drop_group(1).await.unwrap();
     assert_eq!(engine.groups(), vec![2]);
@@ -197,12 +204,7 @@ async fn groups_are_created_and_dropped_at_run_time() {
 async fn purges_that_empty_every_group_free_the_log_at_the_next_round() {
     let dir = tempfile::tempdir().unwrap();
     let engine = RaftLogEngine::<TypeConfig>::open(dir.path(), config()).unwrap();
-    let (mut one, mut two) = (engine.open_group(1).unwrap(), engine.open_group(2).unwrap());
-    for k in 0..10 {
-        one.blocking_append(entries(1, 1, k * 40 + 1..=k * 40 + 40, 800)).await.unwrap();
-        two.blocking_append(entries(2, 1, k + 1..=k + 1, 500)).await.unwrap();
-    }
-    let written = engine.commit_log().max_offset();
+    let (mut one, mut two, written) = two_groups(&engine).await;
     assert!(written > 4 * SEGMENT as u64, "the groups span several segments");
     one.purge(log_id(1, 400)).await.unwrap();
     two.purge(log_id(1, 10)).await.unwrap();

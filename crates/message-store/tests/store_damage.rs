@@ -282,14 +282,19 @@ fn a_store_of_the_consume_queue_layout_is_converted_and_expired_queues_keep_thei
     again.shutdown().unwrap();
 }
 
-#[test]
-fn runs_lost_while_a_queue_had_expired_whole_keep_its_end_from_the_queue_table() {
-    let sim = SimStorage::new();
-    let store = open(&sim, config(FlushDiskType::SyncFlush));
+/// A store of topic "t" whose queue 0's 200 messages all went with the log's
+/// front and whose queue 1's 130 stay in part, closed. The test seals the
+/// queue index after queue 1's messages, and (`seal_between`) after queue
+/// 0's too: one run over both queues, or a run for each.
+fn store_with_an_expired_queue(sim: &SimStorage, seal_between: bool) {
+    let store = open(sim, config(FlushDiskType::SyncFlush));
     store.create_topic("t", 2).unwrap();
-    // Queue 0's messages all go with the log's first segments; queue 1's stay in part.
     for _ in 0..200u32 {
         store.put_message(&Message::new("t", 0, vec![7u8; 1000])).unwrap().durability.wait().unwrap();
+    }
+    if seal_between {
+        assert!(store.wait_for("t", 0, 199, std::time::Duration::from_secs(10)).unwrap().arrived());
+        store.seal_index().unwrap();
     }
     for _ in 0..130u32 {
         store.put_message(&Message::new("t", 1, vec![8u8; 1000])).unwrap().durability.wait().unwrap();
@@ -299,6 +304,22 @@ fn runs_lost_while_a_queue_had_expired_whole_keep_its_end_from_the_queue_table()
     let front = store.log().max_offset() - 100;
     assert!(store.log().delete_segments_before(front, usize::MAX).unwrap() > 0);
     store.shutdown().unwrap();
+}
+
+/// Queue 0 of [`store_with_an_expired_queue`] kept its end (its next put
+/// takes 200) and queue 1 reads back from the log; the store is closed.
+fn check_the_expired_queue_kept_its_end(store: MessageStore, why: &str) {
+    assert_eq!(store.queue_range("t", 0).unwrap(), 200..200, "its messages expired: it keeps its end ({why})");
+    assert_eq!(store.put_message(&Message::new("t", 0, &b"next"[..])).unwrap().queue_offset, 200);
+    let kept = read_queue(&store, "t", 1);
+    assert!(!kept.is_empty() && kept.last().unwrap().0 == 129, "queue 1 from the log: {} messages", kept.len());
+    store.shutdown().unwrap();
+}
+
+#[test]
+fn runs_lost_while_a_queue_had_expired_whole_keep_its_end_from_the_queue_table() {
+    let sim = SimStorage::new();
+    store_with_an_expired_queue(&sim, false);
     // Every run is lost (what `commitlog recover` deletes when a check finds
     // a run wrong); the queue table stays.
     for run in runs(&sim) {
@@ -306,49 +327,24 @@ fn runs_lost_while_a_queue_had_expired_whole_keep_its_end_from_the_queue_table()
     }
     let store = open(&sim, config(FlushDiskType::SyncFlush));
     assert!(store.open_report().rebuilt_all.is_some(), "{:?}", store.open_report());
-    assert_eq!(store.queue_range("t", 0).unwrap(), 200..200, "its messages expired: it keeps its end");
-    assert_eq!(store.put_message(&Message::new("t", 0, &b"next"[..])).unwrap().queue_offset, 200);
-    let kept = read_queue(&store, "t", 1);
-    assert!(!kept.is_empty() && kept.last().unwrap().0 == 129, "queue 1 from the log: {} messages", kept.len());
-    store.shutdown().unwrap();
+    check_the_expired_queue_kept_its_end(store, "every run lost");
 }
 
 /// As above, but the first run left is damaged instead (dropped at the open,
 /// with every run after it): the queue table, which covered them, is not
-/// used, and its ends are what keeps queue 0's end. Both layouts of runs the
-/// flush service's timing gives (one per segment, or one for the whole log)
-/// are taken: the seals are made by the test.
+/// used, and its ends are what keeps queue 0's end. With one run over both
+/// queues and with a run for each.
 #[test]
 fn a_damaged_front_run_keeps_an_expired_queues_end_from_the_unused_table() {
-    for per_segment in [true, false] {
+    for seal_between in [true, false] {
         let sim = SimStorage::new();
-        let store = open(&sim, config(FlushDiskType::SyncFlush));
-        store.create_topic("t", 2).unwrap();
-        for _ in 0..200u32 {
-            store.put_message(&Message::new("t", 0, vec![7u8; 1000])).unwrap().durability.wait().unwrap();
-        }
-        if per_segment {
-            assert!(store.wait_for("t", 0, 199, std::time::Duration::from_secs(10)).unwrap().arrived());
-            store.seal_index().unwrap();
-        }
-        for _ in 0..130u32 {
-            store.put_message(&Message::new("t", 1, vec![8u8; 1000])).unwrap().durability.wait().unwrap();
-        }
-        assert!(store.wait_for("t", 1, 129, std::time::Duration::from_secs(10)).unwrap().arrived());
-        store.seal_index().unwrap();
-        let front = store.log().max_offset() - 100;
-        assert!(store.log().delete_segments_before(front, usize::MAX).unwrap() > 0);
-        store.shutdown().unwrap();
+        store_with_an_expired_queue(&sim, seal_between);
         let first = runs(&sim)[0].clone();
         let bytes = sim.file_bytes(&first).unwrap();
         assert!(sim.patch_file(&first, bytes.len() / 2, &[bytes[bytes.len() / 2] ^ 0x10]));
         let store = open(&sim, config(FlushDiskType::SyncFlush));
-        let report = store.open_report();
-        assert_eq!(store.queue_range("t", 0).unwrap(), 200..200, "per segment {per_segment}: {report:?}");
-        assert_eq!(store.put_message(&Message::new("t", 0, &b"next"[..])).unwrap().queue_offset, 200);
-        let kept = read_queue(&store, "t", 1);
-        assert!(!kept.is_empty() && kept.last().unwrap().0 == 129, "queue 1 from the log: {} messages", kept.len());
-        store.shutdown().unwrap();
+        let report = format!("sealed between {seal_between}: {:?}", store.open_report());
+        check_the_expired_queue_kept_its_end(store, &report);
     }
 }
 
