@@ -41,6 +41,11 @@ pub enum Bug {
     /// The queue index keeps its runs after the log deleted their segments:
     /// each queue's first offset stays on messages that are gone.
     IndexKeptAfterSegment = 256,
+    /// A compaction of the consumer-offsets journal keeps in memory the
+    /// names of groups and topics its snapshot leaves out (no offset holds
+    /// them): a later commit uses such a name by id without naming it, and
+    /// the next open cannot read the journal.
+    CompactionKeepsUnusedNames = 512,
 }
 
 static ACTIVE: AtomicU16 = AtomicU16::new(0);

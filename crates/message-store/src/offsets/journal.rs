@@ -74,6 +74,12 @@ impl Names {
         self.by_name.insert(name.clone(), id);
         self.by_id.insert(id, name);
     }
+
+    /// Forgets every name whose id `used` rejects.
+    fn retain(&mut self, used: impl Fn(u32) -> bool) {
+        self.by_id.retain(|&id, _| used(id));
+        self.by_name.retain(|_, id| used(*id));
+    }
 }
 
 /// (group id, topic id, queue id).
@@ -111,10 +117,87 @@ impl Table {
         }
     }
 
+    /// Forgets the groups' and topics' names no offset holds: what a
+    /// snapshot names, so that the table and the journal it starts agree on
+    /// which names a later record must write again (a name left in memory
+    /// but absent from the snapshot would be used by id without being named,
+    /// and the journal would no longer read).
+    pub(crate) fn drop_unused_names(&mut self) {
+        let groups: std::collections::BTreeSet<u32> = self.offsets.keys().map(|k| k.0).collect();
+        let topics: std::collections::BTreeSet<u32> = self.offsets.keys().map(|k| k.1).collect();
+        self.groups.retain(|id| groups.contains(&id));
+        self.topics.retain(|id| topics.contains(&id));
+    }
+
     fn remove_where(&mut self, gone: impl Fn(&Key) -> bool) -> bool {
         let before = self.offsets.len();
         self.offsets.retain(|k, _| !gone(k));
         self.offsets.len() != before
+    }
+
+    /// Applies `change` as [`apply`](Self::apply) does, noting in `undo` what
+    /// it replaced, so that [`Undo::revert`] can take it back.
+    pub(crate) fn apply_noting(&mut self, change: Change, undo: &mut Undo) -> bool {
+        match change {
+            Change::Commit(key, offset) => {
+                let before = self.offsets.insert(key, offset);
+                undo.offsets.push((key, before));
+                before != Some(offset)
+            }
+            _ => {
+                let gone: Vec<(Key, u64)> = self
+                    .offsets
+                    .iter()
+                    .filter(|(k, _)| match change {
+                        Change::RemoveGroup(group) => k.0 == group,
+                        Change::Remove(group, topic) => k.0 == group && k.1 == topic,
+                        Change::RemoveTopic(topic) => k.1 == topic,
+                        Change::Commit(..) => false,
+                    })
+                    .map(|(&k, &v)| (k, v))
+                    .collect();
+                undo.offsets.extend(gone.iter().map(|&(k, v)| (k, Some(v))));
+                self.apply(change)
+            }
+        }
+    }
+}
+
+/// What an edit of a [`Table`] changed, to take it back when its records
+/// could not be written: the table in memory never shows a change the journal
+/// does not hold, nor a name it never wrote.
+#[derive(Debug)]
+pub(crate) struct Undo {
+    /// Each offset touched, with its value before (in the order touched).
+    offsets: Vec<(Key, Option<u64>)>,
+    /// The highest group and topic ids before the edit: names interned since
+    /// have higher ids.
+    last_group: Option<u32>,
+    last_topic: Option<u32>,
+}
+
+impl Undo {
+    /// Ready to note the edits of `table`.
+    pub(crate) fn of(table: &Table) -> Self {
+        Undo {
+            offsets: Vec::new(),
+            last_group: table.groups.by_id.keys().next_back().copied(),
+            last_topic: table.topics.by_id.keys().next_back().copied(),
+        }
+    }
+
+    /// Takes every noted change back, last first, and forgets the names
+    /// interned since.
+    pub(crate) fn revert(self, table: &mut Table) {
+        for (key, before) in self.offsets.into_iter().rev() {
+            match before {
+                Some(offset) => table.offsets.insert(key, offset),
+                None => table.offsets.remove(&key),
+            };
+        }
+        let (groups, topics) = (self.last_group, self.last_topic);
+        table.groups.retain(|id| groups.is_some_and(|last| id <= last));
+        table.topics.retain(|id| topics.is_some_and(|last| id <= last));
     }
 }
 
@@ -133,7 +216,9 @@ impl Encoder {
         Encoder { generation, position, bytes: Vec::new() }
     }
 
-    /// A new journal: its header, then the snapshot of `table`.
+    /// A new journal: its header, then the snapshot of `table` (which names
+    /// only the groups and topics its offsets hold:
+    /// [`Table::drop_unused_names`] first).
     pub(crate) fn snapshot(generation: u64, table: &Table) -> Self {
         let mut e = Encoder { generation, position: 0, bytes: Vec::with_capacity(HEADER_LEN) };
         e.bytes.extend_from_slice(MAGIC);

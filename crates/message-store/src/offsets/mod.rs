@@ -24,7 +24,7 @@ use store_io::Storage;
 use crate::error::{io_err, StoreError};
 use crate::textfile;
 use crate::topic::{validate_group, validate_topic};
-use journal::{Change, Encoder, Table};
+use journal::{Change, Encoder, Table, Undo};
 
 /// The first line of the text file of offsets the store kept before the journal.
 const LEGACY_HEADER: &str = "# message-store consumer offsets v1: <group> <topic> <queue> <offset>";
@@ -354,12 +354,12 @@ impl ConsumerOffsets {
         group: &str,
         commits: Commits<'_>,
     ) -> Result<(), StoreError> {
-        self.change(storage, |table, e| {
+        self.change(storage, |table, e, undo| {
             let group = intern(&mut table.groups, group, |id, name| e.group_name(id, name));
             for &(topic, queue, offset) in commits {
                 let topic = intern(&mut table.topics, topic, |id, name| e.topic_name(id, name));
                 let change = Change::Commit((group, topic, queue), offset);
-                if table.apply(change) {
+                if table.apply_noting(change, undo) {
                     e.change(change);
                 }
             }
@@ -394,10 +394,10 @@ impl ConsumerOffsets {
         change: impl FnOnce(&Table) -> Option<Change>,
     ) -> Result<usize, StoreError> {
         let mut removed = 0;
-        self.change(storage, |table, e| {
+        self.change(storage, |table, e, undo| {
             let Some(change) = change(table) else { return };
             let before = table.offsets.len();
-            if table.apply(change) {
+            if table.apply_noting(change, undo) {
                 removed = before - table.offsets.len();
                 e.change(change);
             }
@@ -406,25 +406,39 @@ impl ConsumerOffsets {
     }
 
     /// Applies `edit` to the table under the lock, appends the records it
-    /// encoded, and waits until they are durable.
-    fn change(&self, storage: &dyn Storage, edit: impl FnOnce(&mut Table, &mut Encoder)) -> Result<(), StoreError> {
+    /// encoded, and waits until they are durable. Where the records cannot
+    /// be written (an append or a compaction fails), the edit is taken back:
+    /// the table never shows what the journal does not hold.
+    fn change(
+        &self,
+        storage: &dyn Storage,
+        edit: impl FnOnce(&mut Table, &mut Encoder, &mut Undo),
+    ) -> Result<(), StoreError> {
         let (ticket, file, base) = {
             let mut inner = self.inner.lock();
             let journal = inner.journal.as_ref().ok_or(StoreError::Shutdown)?;
             let mut e = Encoder::at(journal.generation, journal.file.wrote_position());
             let failed = journal.file.is_latched();
-            edit(&mut inner.table, &mut e);
+            let mut undo = Undo::of(&inner.table);
+            edit(&mut inner.table, &mut e, &mut undo);
             if e.bytes.is_empty() {
                 drop(inner);
                 // Nothing changed; still wait for what is under way (the value
                 // may be one a commit still syncing appended).
                 return self.wait_durable(self.current_ticket(), None);
             }
-            let appended = !failed && self.append(inner.journal.as_ref().ok_or(StoreError::Shutdown)?, &e.bytes)?;
-            if !appended {
-                // Full (or failed: a failed sync latches the file for good):
-                // the table, with this change, goes into the next generation.
-                self.compact(storage, &mut inner)?;
+            let written = (|| {
+                let appended = !failed && self.append(inner.journal.as_ref().ok_or(StoreError::Shutdown)?, &e.bytes)?;
+                if !appended {
+                    // Full (or failed: a failed sync latches the file for good):
+                    // the table, with this change, goes into the next generation.
+                    self.compact(storage, &mut inner)?;
+                }
+                Ok::<_, StoreError>(())
+            })();
+            if let Err(err) = written {
+                undo.revert(&mut inner.table);
+                return Err(err);
             }
             let journal = inner.journal.as_ref().ok_or(StoreError::Shutdown)?;
             (journal.ticket(), Arc::clone(&journal.file), journal.base)
@@ -450,6 +464,15 @@ impl ConsumerOffsets {
     fn compact(&self, storage: &dyn Storage, inner: &mut Inner) -> Result<(), StoreError> {
         let old = inner.journal.as_ref().ok_or(StoreError::Shutdown)?;
         let base = old.ticket().saturating_add(1);
+        #[cfg(planted_bugs)]
+        let drop_names = !crate::planted::is_active(crate::planted::Bug::CompactionKeepsUnusedNames);
+        #[cfg(not(planted_bugs))]
+        let drop_names = true;
+        if drop_names {
+            // What the snapshot names is all the table names: a name used
+            // again after this writes its record again.
+            inner.table.drop_unused_names();
+        }
         let journal =
             Self::write_generation(storage, &self.dir, old.generation + 1, &inner.table, base, self.min_size)?;
         if let Err(err) = old.file.destroy() {

@@ -240,3 +240,72 @@ fn a_damaged_journal_or_current_is_an_error_naming_it() {
     let err = ConsumerOffsets::load(&legacy, Path::new(ROOT), MIN).unwrap_err();
     assert!(err.to_string().contains("consumer_offsets"), "{err}");
 }
+
+/// Fills the journal with commits of `filler` until it compacts once.
+fn until_compacted(offsets: &ConsumerOffsets, storage: &dyn Storage, filler: &str) {
+    let generation = |o: &ConsumerOffsets| o.inner.lock().journal.as_ref().unwrap().generation;
+    let before = generation(offsets);
+    let mut i = 0;
+    while generation(offsets) == before {
+        commit(offsets, storage, filler, 0, i);
+        i += 1;
+    }
+}
+
+#[test]
+fn names_whose_offsets_went_are_named_again_when_used_after_a_compaction() {
+    // Group "g" removed, topic "u" cleaned: the compaction's snapshot names
+    // neither, so a later commit of either must name it again in the journal,
+    // or the next load finds a record of a name it never read.
+    let sim = SimStorage::new();
+    let offsets = load(&sim);
+    commit(&offsets, &sim, "g", 0, 1);
+    offsets.commit_many(&sim, "h", &[("u", 0, 4)]).unwrap();
+    assert_eq!(offsets.remove_group(&sim, "g").unwrap(), 1);
+    assert_eq!(offsets.remove_topic(&sim, "u").unwrap(), 1);
+    until_compacted(&offsets, &sim, "filler");
+    commit(&offsets, &sim, "g", 0, 2);
+    offsets.commit_many(&sim, "h", &[("u", 1, 5)]).unwrap();
+    sim.crash_losing_unsynced();
+    let reloaded = ConsumerOffsets::load(&sim, Path::new(ROOT), MIN).expect("the journal loads");
+    assert_eq!(reloaded.get("g", "t", 0), Some(2));
+    assert_eq!(reloaded.get("h", "u", 1), Some(5));
+    assert_eq!(reloaded.get("h", "u", 0), None);
+    // The names no offset holds are dropped from memory at the compaction.
+    until_compacted(&reloaded, &sim, "filler");
+    reloaded.remove_group(&sim, "g").unwrap();
+    until_compacted(&reloaded, &sim, "filler");
+    assert_eq!(reloaded.inner.lock().table.groups.id("g"), None, "a name no offset holds is forgotten");
+}
+
+#[test]
+fn a_commit_whose_records_cannot_be_written_leaves_the_table_as_it_was() {
+    // The journal full, its compaction fails (no sync succeeds): the commit
+    // fails, and neither its offset nor its new names stay in memory, so
+    // `get` never shows a value the journal does not hold, and a later commit
+    // of the same names writes their records.
+    let sim = SimStorage::new();
+    let offsets = load(&sim);
+    commit(&offsets, &sim, "g", 0, 1);
+    let position = |o: &ConsumerOffsets| o.inner.lock().journal.as_ref().unwrap().file.wrote_position();
+    let size = offsets.inner.lock().journal.as_ref().unwrap().file.file_size();
+    let mut i = 0;
+    while position(&offsets) + 2 * journal::COMMIT_RECORD_LEN < size {
+        commit(&offsets, &sim, "g", 0, i);
+        i += 1;
+    }
+    commit(&offsets, &sim, "g", 0, 7);
+    sim.fail_all_syncs(true);
+    let failed = (0..4).find_map(|n| {
+        offsets.commit_many(&sim, &format!("new{n}"), &[("fresh", 0, 9), ("t", 0, 3)]).err().map(|e| (n, e))
+    });
+    let (n, _) = failed.expect("a commit that needs a compaction fails while no sync succeeds");
+    assert_eq!(offsets.get(&format!("new{n}"), "fresh", 0), None, "the failed commit's offset is not shown");
+    assert_eq!(offsets.get("g", "t", 0), Some(7));
+    assert!(offsets.inner.lock().table.groups.id(&format!("new{n}")).is_none(), "its new name is forgotten");
+    sim.fail_all_syncs(false);
+    offsets.commit_many(&sim, &format!("new{n}"), &[("fresh", 0, 9)]).unwrap();
+    sim.crash_losing_unsynced();
+    let reloaded = load(&sim);
+    assert_eq!(reloaded.get(&format!("new{n}"), "fresh", 0), Some(9));
+}
