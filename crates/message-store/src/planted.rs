@@ -46,6 +46,14 @@ pub enum Bug {
     /// them): a later commit uses such a name by id without naming it, and
     /// the next open cannot read the journal.
     CompactionKeepsUnusedNames = 512,
+    /// A topic made under async flush keeps its creation point (the log's
+    /// written end) though a power cut took the log back below it: every
+    /// later put to the topic lies below the point and is never dispatched.
+    TopicMadePastDurableLog = 1024,
+    /// An open adds back the topics the dispatch checkpoint names and the
+    /// registry lacks, though the registry was read whole: a topic deleted
+    /// after the last checkpoint comes back after a crash.
+    DeletionUndoneByCheckpoint = 2048,
 }
 
 static ACTIVE: AtomicU16 = AtomicU16::new(0);

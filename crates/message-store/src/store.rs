@@ -344,6 +344,15 @@ impl MessageStore {
         if !kept {
             queue_index.expire(&*storage, log.min_offset())?;
         }
+        // Queues of topics no longer in the registry (deleted, with a crash
+        // before the index's table was written without them): never read
+        // nor appended to again, so forgotten now.
+        let live_ids: std::collections::HashSet<u64> = registry.topics().map(|(_, e)| u64::from(e.id)).collect();
+        let orphans = queue_index.forget(&*storage, |key| !live_ids.contains(&(key >> 32)))?;
+        if orphans > 0 {
+            tracing::info!(queues = orphans, "queues of deleted topics forgotten by the queue index");
+        }
+        kept_ends.retain(|(key, _)| live_ids.contains(&(key >> 32)));
         // Room for every queue of every topic, and for the queues in use.
         let queue_count: usize = registry.topics().map(|(_, e)| e.queues as usize).sum();
         queue_index.reserve(queue_count.saturating_sub(queue_index.queue_count()));
@@ -909,6 +918,9 @@ impl MessageStore {
         max: usize,
     ) -> Result<Vec<StoredMessage>, StoreError> {
         self.check_open()?;
+        if self.core.queues.topic(topic).is_none() {
+            return Err(StoreError::UnknownTopic { topic: topic.to_string() });
+        }
         let Some(index) = &self.core.dispatcher.index else { return Ok(Vec::new()) };
         let max = max.min(MAX_QUERY);
         let mut found = Vec::new();
@@ -918,7 +930,10 @@ impl MessageStore {
                 break;
             }
             let Some(message) = self.core.message_at(offset)? else { continue };
-            if message.topic == topic && message.keys.iter().any(|k| k == key) {
+            // Only the topic's own: not a record of a topic of its name
+            // deleted before (below its creation point).
+            let own = self.core.queues.key_of_record(topic, message.queue_id, message.log_offset).is_some();
+            if own && message.topic == topic && message.keys.iter().any(|k| k == key) {
                 found.push(message);
             }
         }
@@ -1228,15 +1243,37 @@ fn recover_registry(
     let first_version = found == Found::FirstVersion;
     let mut added = 0usize;
     let mut ids_lost = false;
+    let lost = matches!(found, Found::Lost(_));
+    #[cfg(planted_bugs)]
+    let lost = lost || crate::planted::is_active(crate::planted::Bug::DeletionUndoneByCheckpoint);
     if let Some(recorded) = recorded {
         registry.raise_next_id(recorded.next_id);
+        // A topic the checkpoint names and a registry file read whole lacks
+        // was deleted since (the file is written before a topic is used);
+        // only a lost file is made up from the checkpoint.
         let known: std::collections::HashSet<String> = registry.topics().map(|(t, _)| t.to_string()).collect();
-        for (topic, entry) in &recorded.topics {
+        for (topic, entry) in recorded.topics.iter().filter(|_| lost) {
             if !known.contains(topic) && registry.add_at_least(topic, entry.queues, entry.id, entry.since) {
                 added += 1;
                 ids_lost |= entry.id.is_none();
             }
         }
+    }
+    #[cfg(planted_bugs)]
+    let lowered = if crate::planted::is_active(crate::planted::Bug::TopicMadePastDurableLog) {
+        0
+    } else {
+        registry.lower_since(log.max_offset())
+    };
+    #[cfg(not(planted_bugs))]
+    let lowered = registry.lower_since(log.max_offset());
+    if lowered > 0 && added == 0 && found != Found::FirstVersion {
+        tracing::warn!(
+            topics = lowered,
+            end = log.max_offset(),
+            "topics made past the log's recovered end start at it"
+        );
+        registry.persist(storage)?;
     }
     if matches!(found, Found::Lost(_)) {
         // Topics made after the checkpoint (or with none) are known only by

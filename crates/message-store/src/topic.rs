@@ -201,6 +201,22 @@ impl Registry {
         true
     }
 
+    /// Lowers every topic's creation point to at most `log_end` (the log's
+    /// end as recovery found it); returns how many moved. Under async flush a
+    /// topic is made at the log's written end, which a power cut can take
+    /// back: a point past the log's end would leave every later record of the
+    /// topic below it, never dispatched. No record of a topic of the same name
+    /// deleted before lies past the log's end, so the lowered point still
+    /// keeps them out.
+    pub(crate) fn lower_since(&mut self, log_end: u64) -> usize {
+        let mut lowered = 0;
+        for entry in self.topics.values_mut().filter(|e| e.since > log_end) {
+            entry.since = log_end;
+            lowered += 1;
+        }
+        lowered
+    }
+
     /// Raises the next id to at least `next` (recovered: ids given before).
     pub(crate) fn raise_next_id(&mut self, next: u32) {
         self.next_id = self.next_id.max(next);
