@@ -171,6 +171,14 @@ impl Dispatcher {
                 return Ok(());
             }
         };
+        if header.queue_offset == u64::MAX {
+            // No put gives it (the queue's end would pass u64::MAX): a record
+            // appended to the log by other means, skipped like one that is
+            // not a message.
+            tracing::warn!(offset = record.offset, topic = %header.topic, queue = header.queue_id, "dispatch: a message with queue offset u64::MAX skipped");
+            self.skipped.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
         let Some(key) = self.queues.key_of_record(&header.topic, header.queue_id, record.offset) else {
             tracing::debug!(offset = record.offset, topic = %header.topic, queue = header.queue_id, "dispatch: a message of an unknown queue skipped");
             self.skipped.fetch_add(1, Ordering::Relaxed);

@@ -1386,6 +1386,40 @@ mod tests {
     use crate::Message;
 
     #[test]
+    fn a_record_with_the_last_queue_offset_is_skipped_and_counted_never_a_panic() {
+        // No put makes one (a queue's end would pass u64::MAX), but a record
+        // appended to the log directly can: dispatch skips it as it does a
+        // record that is not a message, and the store still opens.
+        let sim = store_io::sim::SimStorage::new();
+        let log =
+            CommitLogConfig::builder().mapped_file_size_commit_log(64 << 10).max_message_size(4096).build().unwrap();
+        let log = CommitLogConfig { disk_space_warning_level_ratio: 100, disk_max_used_space_ratio: 100, ..log };
+        let config = MessageStoreConfig::new(log);
+        let storage: Arc<dyn Storage> = Arc::new(sim);
+        let store = MessageStore::open_with_storage("/s", config.clone(), Arc::clone(&storage)).unwrap();
+        store.create_topic("t", 2).unwrap();
+        let bad = |queue| {
+            let mut bad = Message::new("t", queue, &b"bad"[..]).encode(&config.limits, 1).unwrap();
+            set_queue_offset(&mut bad, u64::MAX);
+            store.log().append(&bad).unwrap().durability.wait().unwrap();
+        };
+        // The first record of queue 0; one after a message in queue 1.
+        bad(0);
+        store.put_message(&Message::new("t", 1, &b"0"[..])).unwrap().durability.wait().unwrap();
+        bad(1);
+        store.put_message(&Message::new("t", 1, &b"1"[..])).unwrap().durability.wait().unwrap();
+        store.put_message(&Message::new("t", 0, &b"0"[..])).unwrap().durability.wait().unwrap();
+        store.dispatch_now().unwrap();
+        let stats = store.stats();
+        assert_eq!((stats.dispatch_error, stats.records_skipped), (None, 2));
+        assert_eq!((store.queue_range("t", 0).unwrap(), store.queue_range("t", 1).unwrap()), (0..1, 0..2));
+        store.shutdown().unwrap();
+        let reopened = MessageStore::open_with_storage("/s", config.clone(), storage).unwrap();
+        assert_eq!((reopened.queue_range("t", 0).unwrap(), reopened.queue_range("t", 1).unwrap()), (0..1, 0..2));
+        reopened.shutdown().unwrap();
+    }
+
+    #[test]
     fn a_put_indexes_only_its_queues_next_entry_never_one_past_what_dispatch_has_not_put() {
         let sim = store_io::sim::SimStorage::new();
         let log = CommitLogConfig::builder()

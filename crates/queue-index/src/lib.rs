@@ -428,7 +428,8 @@ impl QueueIndex {
         // records between went with the log's front (an index rebuilt after
         // the log deleted part of what a lost run covered).
         let fits = |e: Extent| e.end == offset || (e.min == e.end && offset > e.end);
-        if !in_order || entry.log_offset < active.from || extent.is_some_and(|e| !fits(e)) {
+        // u64::MAX is never an entry's offset: the queue's end would pass it.
+        if !in_order || entry.log_offset < active.from || extent.is_some_and(|e| !fits(e)) || offset == u64::MAX {
             return Err(IndexError::NotInOrder {
                 queue,
                 offset,

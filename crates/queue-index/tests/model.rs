@@ -666,3 +666,16 @@ fn a_front_past_a_queues_entries_writes_the_table_though_no_run_expires() {
     assert_eq!(index.extent(1), Some((4, 4)), "its end from the table ({report:?})");
     assert!(index.covers_from() > 400, "the lost run's range is not covered: an owner rebuilds");
 }
+
+#[test]
+fn the_last_offset_is_refused_as_an_entry_never_an_overflow() {
+    // A queue's end would pass u64::MAX: an error, whether the queue is new
+    // or holds entries, and the index unchanged.
+    let sim = SimStorage::new();
+    let index = QueueIndex::open_with(&sim, Path::new(DIR), IndexConfig::default()).unwrap().0;
+    let entry = |log_offset| Entry { log_offset, size: 16, tag: 0 };
+    assert!(index.append(0, u64::MAX, entry(0)).is_err(), "a new queue");
+    index.append(1, 0, entry(16)).unwrap();
+    assert!(index.append(1, u64::MAX, entry(32)).is_err(), "after an entry");
+    assert_eq!((index.extent(0), index.extent(1)), (None, Some((0, 1))));
+}
