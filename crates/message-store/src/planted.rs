@@ -54,6 +54,10 @@ pub enum Bug {
     /// registry lacks, though the registry was read whole: a topic deleted
     /// after the last checkpoint comes back after a crash.
     DeletionUndoneByCheckpoint = 2048,
+    /// A put indexes its message and wakes the queue's consumers though its
+    /// record is still in the write buffer, past the log's readable end: the
+    /// woken consumer's read fails (`IndexMismatch`).
+    WokenBeforeReadable = 4096,
 }
 
 static ACTIVE: AtomicU16 = AtomicU16::new(0);

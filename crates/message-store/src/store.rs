@@ -1088,6 +1088,17 @@ impl Core {
         if !self.index_on_put || !queue.is_tailed() {
             return;
         }
+        // A record still in the write buffer (the write-buffer pool) lies
+        // past the log's readable end until the commit service copies it:
+        // dispatch indexes it then, so no consumer is woken for a message it
+        // cannot read yet.
+        #[cfg(planted_bugs)]
+        let unreadable_ok = crate::planted::is_active(crate::planted::Bug::WokenBeforeReadable);
+        #[cfg(not(planted_bugs))]
+        let unreadable_ok = false;
+        if entry.log_offset.saturating_add(u64::from(entry.size)) > self.log.max_offset() && !unreadable_ok {
+            return;
+        }
         let index = &self.dispatcher.queue_index;
         let end = index.extent(queue.key).map_or(0, |(_, end)| end);
         // Only the queue's next entry: where one before it is not indexed
@@ -1384,6 +1395,44 @@ mod tests {
 
     use super::*;
     use crate::Message;
+
+    #[test]
+    fn a_put_through_the_write_buffer_pool_wakes_consumers_only_once_its_record_is_readable() {
+        // The record stays in the write buffer until the commit service
+        // copies it into the segment (every 200 ms and 4 pages by default):
+        // past the log's readable end meanwhile, so the put must not index it
+        // and wake a consumer who would then fail to read it.
+        let sim = store_io::sim::SimStorage::new();
+        let mut log = CommitLogConfig::builder()
+            .mapped_file_size_commit_log(64 << 10)
+            .max_message_size(4096)
+            .flush_disk_type(FlushDiskType::AsyncFlush)
+            .build()
+            .unwrap();
+        log.transient_store_pool_enable = true;
+        log.transient_store_pool_size = 2;
+        log.flush.commit_interval_commit_log_ms = 3_600_000; // copied out of the buffer only by `flush_all`
+        log.flush.commit_commit_log_thorough_interval_ms = 3_600_000;
+        log.flush.wake_commit_when_put_message = false;
+        let log = CommitLogConfig { disk_space_warning_level_ratio: 100, disk_max_used_space_ratio: 100, ..log };
+        let store = MessageStore::open_with_storage("/s", MessageStoreConfig::new(log), Arc::new(sim)).unwrap();
+        store.create_topic("t", 1).unwrap();
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut arrival = store.arrival("t", 0, 0).unwrap();
+        assert!(Pin::new(&mut arrival).poll(&mut cx).is_pending());
+        let put = store.put_message(&Message::new("t", 0, &b"in the buffer"[..])).unwrap();
+        let readable = put.log_offset < store.log().max_offset();
+        if Pin::new(&mut arrival).poll(&mut cx).is_ready() || readable {
+            // Woken (or readable at once): the message must read.
+            let got = store.get_messages(&crate::GetRequest::new("t", 0, 0));
+            assert_eq!(got.map(|g| g.messages.len()).ok(), Some(1), "a woken consumer reads the message");
+        }
+        store.log().flush_all().unwrap();
+        assert!(store.wait_for("t", 0, 0, Duration::from_secs(10)).unwrap().arrived());
+        let got = store.get_messages(&crate::GetRequest::new("t", 0, 0)).unwrap();
+        assert_eq!(&got.messages[0].body[..], b"in the buffer");
+        store.shutdown().unwrap();
+    }
 
     #[test]
     fn a_record_with_the_last_queue_offset_is_skipped_and_counted_never_a_panic() {
