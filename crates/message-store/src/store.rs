@@ -199,6 +199,14 @@ pub(crate) struct Core {
     index_on_put: bool,
     /// Entries it did.
     indexed_on_put: AtomicU64,
+    /// Held shared by a call that checks a topic exists and then writes for
+    /// it (an offset commit or reset), exclusive by `delete_topic`: no such
+    /// write lands after the deletion it raced.
+    topic_life: parking_lot::RwLock<()>,
+    /// Pauses an offset commit between its checks and its write (tests of
+    /// the race with `delete_topic`).
+    #[cfg(test)]
+    commit_checked: Mutex<Option<Arc<std::sync::Barrier>>>,
 }
 
 /// RocketMQ's `DefaultMessageStore`: topics of queues over one commit log.
@@ -430,6 +438,9 @@ impl MessageStore {
             shut_down: AtomicBool::new(false),
             index_on_put,
             indexed_on_put: AtomicU64::new(0),
+            topic_life: parking_lot::RwLock::new(()),
+            #[cfg(test)]
+            commit_checked: Mutex::new(None),
         });
         if recovery.first_version {
             core.registry.lock().persist(&*core.storage)?; // with the ids the index now uses
@@ -589,6 +600,12 @@ impl MessageStore {
     pub fn delete_topic(&self, topic: &str) -> Result<bool, StoreError> {
         self.check_open()?;
         validate_topic(topic)?;
+        // No commit that checked the topic is between its check and its write.
+        #[cfg(planted_bugs)]
+        let _life = (!crate::planted::is_active(crate::planted::Bug::CommitAfterDeletion))
+            .then(|| self.core.topic_life.write());
+        #[cfg(not(planted_bugs))]
+        let _life = self.core.topic_life.write();
         let mut registry = self.core.registry.lock();
         let Some(entry) = registry.remove(&*self.core.storage, topic)? else { return Ok(false) };
         self.core.queues.remove_topic(topic);
@@ -803,6 +820,7 @@ impl MessageStore {
     pub fn commit_offsets(&self, group: &str, commits: &[(&str, u32, u64)]) -> Result<(), StoreError> {
         self.check_open()?;
         validate_group(group)?;
+        let _life = self.core.topic_life.read();
         for &(topic, queue_id, offset) in commits {
             let max = self.queue_end_for_commit(topic, queue_id, offset)?;
             if offset > max {
@@ -813,6 +831,14 @@ impl MessageStore {
                     offset,
                     max,
                 });
+            }
+        }
+        #[cfg(test)]
+        {
+            let pause = self.core.commit_checked.lock().clone();
+            if let Some(barrier) = pause {
+                barrier.wait(); // checked
+                barrier.wait(); // let go
             }
         }
         self.core.offsets.commit_many(&*self.core.storage, group, commits)
@@ -851,6 +877,7 @@ impl MessageStore {
     ) -> Result<Vec<(u32, u64)>, StoreError> {
         self.check_open()?;
         validate_group(group)?;
+        let _life = self.core.topic_life.read();
         let queues =
             self.core.queues.topic(topic).ok_or_else(|| StoreError::UnknownTopic { topic: topic.into() })?.queues;
         // A queue the topic does not have is refused by `queue_range` below.
@@ -1395,6 +1422,53 @@ mod tests {
 
     use super::*;
     use crate::Message;
+
+    #[test]
+    fn a_commit_that_checked_its_topic_never_lands_after_the_topics_deletion() {
+        // The commit is paused between its checks and its write; the
+        // deletion started then either waits for it (and removes its offset)
+        // or, were it let through, would return first and leave the commit
+        // to write an offset of a deleted topic, which a topic made again
+        // under the name would start with.
+        let sim = store_io::sim::SimStorage::new();
+        let log =
+            CommitLogConfig::builder().mapped_file_size_commit_log(64 << 10).max_message_size(4096).build().unwrap();
+        let log = CommitLogConfig { disk_space_warning_level_ratio: 100, disk_max_used_space_ratio: 100, ..log };
+        let store = MessageStore::open_with_storage("/s", MessageStoreConfig::new(log), Arc::new(sim)).unwrap();
+        store.create_topic("t", 1).unwrap();
+        for i in 0..4u8 {
+            store.put_message(&Message::new("t", 0, vec![i])).unwrap().durability.wait().unwrap();
+        }
+        store.dispatch_now().unwrap();
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        *store.core.commit_checked.lock() = Some(Arc::clone(&barrier));
+        let committer = {
+            let store = store.clone();
+            std::thread::spawn(move || store.commit_offset("g", "t", 0, 3))
+        };
+        barrier.wait(); // the commit has checked the topic
+        *store.core.commit_checked.lock() = None;
+        let (deleted_tx, deleted) = std::sync::mpsc::channel();
+        let deleter = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let deleted = store.delete_topic("t");
+                let _ = deleted_tx.send(());
+                deleted
+            })
+        };
+        // A deletion that does not wait for the commit returns meanwhile.
+        let returned_first = deleted.recv_timeout(Duration::from_millis(200)).is_ok();
+        barrier.wait(); // the commit goes on
+        let committed = committer.join().unwrap();
+        assert!(deleter.join().unwrap().unwrap());
+        assert!(!returned_first, "the deletion returned while a commit of the topic was under way");
+        assert!(committed.is_ok() || matches!(committed, Err(StoreError::UnknownTopic { .. })), "{committed:?}");
+        assert_eq!(store.committed_offsets(), vec![], "no offset of the deleted topic is left");
+        store.create_topic("t", 1).unwrap();
+        assert_eq!(store.committed_offset("g", "t", 0), None, "the topic made again has no offset");
+        store.shutdown().unwrap();
+    }
 
     #[test]
     fn a_put_through_the_write_buffer_pool_wakes_consumers_only_once_its_record_is_readable() {
