@@ -302,10 +302,18 @@ impl QueueIndex {
             Err(err) if read_only && err.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             listing => listing.map_err(io)?,
         };
-        let mut listed: Vec<(u64, String, u64)> = listing
-            .into_iter()
-            .filter_map(|e| mapped_file::parse_file_name(&e.name).map(|from| (from, e.name, e.len)))
-            .collect();
+        let mut listed: Vec<(u64, String, u64)> = Vec::with_capacity(listing.len());
+        for entry in listing {
+            if let Some(from) = mapped_file::parse_file_name(&entry.name) {
+                listed.push((from, entry.name, entry.len));
+            } else if entry.name.ends_with(mapped_file::TEMPORARY_SUFFIX) && !read_only {
+                // A run a crash left before its rename (or a small file's
+                // replacement before its own): never a run, deleted.
+                let path = dir.join(&entry.name);
+                tracing::info!(path = %path.display(), "temporary file of an unfinished write deleted");
+                storage.remove(&path).map_err(|source| IndexError::Io { path: path.clone(), source })?;
+            }
+        }
         listed.sort_unstable();
         let mut report = OpenReport::default();
         let mut state = State::default();
