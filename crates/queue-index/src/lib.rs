@@ -202,6 +202,11 @@ struct State {
     sealing: Option<Arc<Active>>,
     /// Sealed runs in log order, contiguous.
     runs: Vec<Arc<Run>>,
+    /// Runs expired (out of the extents and the table) whose files a
+    /// deletion failed to remove, in log order: the next expiry deletes them
+    /// before any later run, so the files on disk stay contiguous (a gap
+    /// reads as a lost run at open) and none stays for good.
+    undeleted: Vec<Arc<Run>>,
     /// Directory rows of the runs sealed since the queue table was written.
     rows_since_table: usize,
     /// The log offset the queue table on disk holds extents as of (0: none).
@@ -687,6 +692,9 @@ impl QueueIndex {
     /// the log's new front stays, its entries there are no longer read);
     /// returns the runs deleted. Readers holding entries keep them. Call it
     /// after [`open`](Self::open) too: the runs do not know the log's front.
+    /// A run whose file cannot be deleted (the error returned) is out of the
+    /// index already; its file, and those of the later expired runs, are
+    /// deleted by the next expiry, first.
     pub fn expire(&self, storage: &dyn Storage, log_min: u64) -> Result<usize, IndexError> {
         let _no_seal = self.sealer.lock();
         let mut state = self.state.write();
@@ -737,10 +745,17 @@ impl QueueIndex {
             // the next expiry deletes, never extents that forget them.
             self.write_table(storage, &mut state)?;
         }
+        // The runs an earlier expiry could not delete go first: deleting a
+        // later run while an earlier one stays would leave a gap on disk.
+        let mut doomed = std::mem::take(&mut state.undeleted);
+        doomed.extend(expired);
         drop(state);
-        for run in &expired {
+        for (i, run) in doomed.iter().enumerate() {
             if let Err(err) = run.destroy() {
-                tracing::warn!(path = %run.path().display(), %err, "expired queue-index run not deleted");
+                tracing::warn!(path = %run.path().display(), %err, "expired queue-index run not deleted: the next expiry tries again");
+                // Seals wait for this expiry (`_no_seal`), so nothing came
+                // between: the runs left are the oldest files on disk.
+                self.state.write().undeleted = doomed.split_off(i);
                 return Err(err);
             }
         }
@@ -810,7 +825,10 @@ impl QueueIndex {
     /// the storage's lock is released. Reads find only the active run after.
     pub fn close(&self) {
         let _no_seal = self.sealer.lock();
-        self.state.write().runs.clear();
+        let mut state = self.state.write();
+        state.runs.clear();
+        state.undeleted.clear();
+        drop(state);
         self.locator.lock().clear();
     }
 

@@ -743,3 +743,28 @@ fn an_open_deletes_a_leftover_temporary_run_and_never_takes_it() {
     assert_eq!((report.runs, report.replay_from, index.extent(1)), (0, 0, None), "a temporary file is no run");
     assert!(all_files(&sim).is_empty(), "the temporary file is deleted: {:?}", all_files(&sim));
 }
+
+/// Runs an expiry could not delete (a removal failing) stay the index's to
+/// delete: the next expiry deletes them first, in log order, so that the
+/// files left never hold a gap (which an open takes for a lost run, dropping
+/// every later one) and none stays on disk for good.
+#[test]
+fn runs_an_expiry_could_not_delete_are_deleted_by_the_next_one() {
+    let sim = SimStorage::new();
+    let index = open(&sim, &Log::default());
+    for k in 0..4u64 {
+        index.append(1, k, Entry { log_offset: k * 100, size: 100, tag: 0 }).unwrap();
+        index.seal(&sim, (k + 1) * 100).unwrap();
+    }
+    sim.fail_removes(true);
+    assert!(index.expire(&sim, 200).is_err(), "the deletion failed");
+    sim.fail_removes(false);
+    assert_eq!(index.extent(1), Some((2, 4)), "the expired runs are out of the extents");
+    assert_eq!(run_files(&sim).len(), 4, "and still on disk");
+    assert_eq!(index.expire(&sim, 300).unwrap(), 1);
+    assert_eq!(run_files(&sim), vec![format!("{:020}", 300)], "the runs left over are deleted first");
+    drop(index);
+    let (index, report) = QueueIndex::open(&sim, Path::new(DIR)).unwrap();
+    assert!(report.dropped.is_empty(), "no gap: {report:?}");
+    assert_eq!(index.extent(1), Some((3, 4)));
+}
