@@ -776,13 +776,19 @@ impl QueueIndex {
         let mut state = self.state.write();
         let mut seeded = 0;
         for (queue, end) in ends {
-            let extent = state.extents.entry(queue).or_default();
-            if extent.min == extent.end && extent.end < end {
-                *extent = Extent { min: end, end };
-                seeded += 1;
+            // Only the queues seeded change: a queue the index knows with
+            // end 0 (cut back to 0) stays known, and an end of 0 makes
+            // none known.
+            match state.extents.get_mut(&queue) {
+                Some(extent) if extent.min == extent.end && extent.end < end => *extent = Extent { min: end, end },
+                Some(_) => continue,
+                None if end > 0 => {
+                    state.extents.insert(queue, Extent { min: end, end });
+                }
+                None => continue,
             }
+            seeded += 1;
         }
-        state.extents.retain(|_, e| e.end > 0);
         if seeded > 0 {
             self.write_table(storage, &mut state)?;
         }

@@ -768,3 +768,20 @@ fn runs_an_expiry_could_not_delete_are_deleted_by_the_next_one() {
     assert!(report.dropped.is_empty(), "no gap: {report:?}");
     assert_eq!(index.extent(1), Some((3, 4)));
 }
+
+/// Seeding ends changes only the queues it seeds: a queue cut back to
+/// offset 0 (known, with end 0) stays known, whatever ends are given, and
+/// an end of 0 makes no queue known.
+#[test]
+fn seeding_ends_forgets_no_queue_whose_end_is_0() {
+    let sim = SimStorage::new();
+    let index = open(&sim, &Log::default());
+    index.append(1, 0, Entry { log_offset: 0, size: 100, tag: 0 }).unwrap();
+    assert!(index.truncate(1, 0, 100).unwrap());
+    assert_eq!(index.extent(1), Some((0, 0)));
+    assert_eq!(index.seed_ends(&sim, []).unwrap(), 0);
+    assert_eq!(index.extent(1), Some((0, 0)), "the cut queue is still known");
+    assert_eq!(index.seed_ends(&sim, [(2, 0), (3, 5)]).unwrap(), 1);
+    assert_eq!((index.extent(1), index.extent(2), index.extent(3)), (Some((0, 0)), None, Some((5, 5))));
+    assert_eq!(index.queue_count(), 2);
+}
