@@ -785,3 +785,64 @@ fn seeding_ends_forgets_no_queue_whose_end_is_0() {
     assert_eq!((index.extent(1), index.extent(2), index.extent(3)), (Some((0, 0)), None, Some((5, 5))));
     assert_eq!(index.queue_count(), 2);
 }
+
+/// The ends of a queue table an open does not use are the only record of
+/// the end of a queue whose entries all expired: they are written to the
+/// file `ends` before the table goes, reported by every open until
+/// `seed_ends` has written them into a new table (an owner that crashes
+/// before it finds them again), and their file is deleted then.
+#[test]
+fn the_ends_of_an_unused_table_stay_on_disk_until_they_are_seeded() {
+    let sim = SimStorage::new();
+    let mut config = IndexConfig::default();
+    config.table_every_rows = 1;
+    let (index, _) = QueueIndex::open_with(&sim, Path::new(DIR), config).unwrap();
+    index.append(1, 0, Entry { log_offset: 0, size: 100, tag: 0 }).unwrap();
+    index.append(2, 0, Entry { log_offset: 100, size: 100, tag: 0 }).unwrap();
+    index.seal(&sim, 200).unwrap();
+    index.append(2, 1, Entry { log_offset: 200, size: 100, tag: 0 }).unwrap();
+    index.seal(&sim, 300).unwrap();
+    assert_eq!(index.expire(&sim, 200).unwrap(), 1);
+    assert_eq!(index.extent(1), Some((1, 1)), "queue 1's entries all expired");
+    drop(index);
+    let run = Path::new(DIR).join(format!("{:020}", 200));
+    let bytes = sim.file_bytes(&run).unwrap();
+    assert!(sim.patch_file(&run, bytes.len() - 1, &[bytes[bytes.len() - 1] ^ 1]));
+    let ends_file = Path::new(DIR).join("ends");
+    let (index, report) = QueueIndex::open(&sim, Path::new(DIR)).unwrap();
+    assert!(report.table_unused.is_some() && report.dropped.len() == 1, "{report:?}");
+    assert_eq!(report.table_ends, vec![(1, 1), (2, 2)]);
+    assert!(sim.file_bytes(&Path::new(DIR).join("table")).is_none(), "the table not used is deleted");
+    assert!(sim.file_bytes(&ends_file).is_some(), "its ends are kept");
+    // A crash before the owner dispatched again and seeded the ends.
+    drop(index);
+    let (index, report) = QueueIndex::open(&sim, Path::new(DIR)).unwrap();
+    assert_eq!(report.table_ends, vec![(1, 1), (2, 2)], "the ends are reported again");
+    index.append(2, 1, Entry { log_offset: 200, size: 100, tag: 0 }).unwrap();
+    assert_eq!(index.seed_ends(&sim, []).unwrap(), 1, "queue 1: the kept ends are seeded");
+    assert_eq!((index.extent(1), index.extent(2)), (Some((1, 1)), Some((1, 2))));
+    assert!(sim.file_bytes(&ends_file).is_none(), "seeded: the file goes");
+    drop(index);
+    let (index, report) = QueueIndex::open(&sim, Path::new(DIR)).unwrap();
+    assert!(report.table_ends.is_empty() && report.table_unused.is_none(), "{report:?}");
+    assert_eq!(index.extent(1), Some((1, 1)), "queue 1's end from the new table");
+}
+
+/// An index deleted for a rebuild keeps the ends it is given on disk, for
+/// the next open to report, and nothing else.
+#[test]
+fn an_index_removed_for_a_rebuild_keeps_the_ends_given() {
+    let sim = SimStorage::new();
+    let index = open(&sim, &Log::default());
+    index.append(1, 0, Entry { log_offset: 0, size: 100, tag: 0 }).unwrap();
+    index.seal(&sim, 100).unwrap();
+    drop(index);
+    assert!(QueueIndex::remove_keeping_ends(&sim, Path::new(DIR), [(1, 1), (3, 7), (3, 5)]).unwrap() >= 1);
+    assert_eq!(all_files(&sim), vec!["ends".to_string()]);
+    let (index, report) = QueueIndex::open(&sim, Path::new(DIR)).unwrap();
+    assert_eq!((report.runs, report.table_ends.clone()), (0, vec![(1, 1), (3, 7)]));
+    assert_eq!(index.extent(1), None, "not seeded before the owner dispatched again");
+    drop(index);
+    QueueIndex::remove_keeping_ends(&sim, Path::new(DIR), []).unwrap();
+    assert!(all_files(&sim).is_empty(), "no ends given: none kept");
+}
