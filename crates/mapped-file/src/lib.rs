@@ -63,8 +63,8 @@ mod loom_models;
 
 pub use error::MappedFileError;
 pub use latch::{FailureLatch, SyncFailure};
-use name::{check_offset_space, new_segment_path};
-pub use name::{file_name, parse_file_name, segment_end, FILE_NAME_LEN};
+use name::{check_offset_space, new_segment_path, new_temporary_path};
+pub use name::{file_name, parse_file_name, segment_end, temporary_file_name, FILE_NAME_LEN, TEMPORARY_SUFFIX};
 pub use outcome::{is_due, AppendStatus, Appended, Placed, Progress};
 // The I/O layer this crate's API names, re-exported so a user of one segment
 // needs no second dependency.
@@ -135,6 +135,26 @@ impl MappedFile {
         file_size: usize,
     ) -> Result<Self, MappedFileError> {
         Self::create_with(dir, file_from_offset, file_size, |path| storage.create_deferred(path, file_size))
+    }
+
+    /// [`create`](Self::create) under the segment's
+    /// [`temporary_file_name`] in `dir` (durably, as `create` makes it): for a
+    /// file written whole and synced there, then moved to its name with
+    /// [`Storage::rename`] (and opened there again), so that nothing ever finds
+    /// it unwritten under its name, a reader beside the writer or an open after
+    /// a crash. A crash before the rename leaves the temporary file: the owner
+    /// deletes it when it lists the directory.
+    pub fn create_temporary(
+        storage: &dyn Storage,
+        dir: &Path,
+        file_from_offset: u64,
+        file_size: usize,
+    ) -> Result<Self, MappedFileError> {
+        let path = new_temporary_path(dir, file_from_offset, file_size)?;
+        let opened = storage
+            .create(&path, file_size)
+            .map_err(|source| MappedFileError::Create { path: path.clone(), source })?;
+        Ok(Self::from_opened(path, file_from_offset, opened))
     }
 
     /// The segment file of `file_from_offset` in `dir`, made by `make`.

@@ -8,6 +8,16 @@ use crate::error::MappedFileError;
 /// Width of a segment file name.
 pub const FILE_NAME_LEN: usize = 20;
 
+/// What [`temporary_file_name`] appends to a segment's name.
+pub const TEMPORARY_SUFFIX: &str = ".tmp";
+
+/// The name a segment starting at `offset` is written under before it is
+/// renamed into place ([`MappedFile::create_temporary`](crate::MappedFile::create_temporary)):
+/// its name with [`TEMPORARY_SUFFIX`], which [`parse_file_name`] never takes.
+pub fn temporary_file_name(offset: u64) -> String {
+    format!("{}{TEMPORARY_SUFFIX}", file_name(offset))
+}
+
 /// The file name of the segment starting at `offset`: 20 zero-padded digits.
 pub fn file_name(offset: u64) -> String {
     format!("{offset:020}")
@@ -48,7 +58,20 @@ pub(crate) fn new_segment_path(
     file_from_offset: u64,
     file_size: usize,
 ) -> Result<PathBuf, MappedFileError> {
-    let path = dir.join(file_name(file_from_offset));
+    checked_path(dir.join(file_name(file_from_offset)), file_from_offset, file_size)
+}
+
+/// [`new_segment_path`] under the segment's [`temporary_file_name`].
+pub(crate) fn new_temporary_path(
+    dir: &Path,
+    file_from_offset: u64,
+    file_size: usize,
+) -> Result<PathBuf, MappedFileError> {
+    checked_path(dir.join(temporary_file_name(file_from_offset)), file_from_offset, file_size)
+}
+
+/// `path`, once the size and the offset space of its segment are checked.
+fn checked_path(path: PathBuf, file_from_offset: u64, file_size: usize) -> Result<PathBuf, MappedFileError> {
     if file_size == 0 {
         return Err(MappedFileError::BadPosition { path, pos: 0, file_size });
     }

@@ -313,9 +313,11 @@ impl MessageStore {
         let ahead = index_report.replay_from > log.max_offset() && !trust_ahead;
         let front_lost = queue_index.covers_from() > log.min_offset() && log.max_offset() > log.min_offset();
         // The ends the queue table held when the index did not use it (runs
-        // it covered were dropped): a queue whose messages all went with the
-        // log's front is known by nothing else, and keeps its end (given after
-        // the replay, to queues the replay left without a live entry).
+        // it covered were dropped), and those kept by an open a crash cut
+        // short: a queue whose messages all went with the log's front is
+        // known by nothing else, and keeps its end (given after the replay,
+        // to queues the replay left without a live entry). The index keeps
+        // them on disk until then.
         let mut kept_ends = if ahead { Vec::new() } else { std::mem::take(&mut index_report.table_ends) };
         if ahead || front_lost {
             // Sealed past what the log holds (never done: a seal waits for the
@@ -341,8 +343,11 @@ impl MessageStore {
                 kept_ends.extend(queue_index.ends());
             }
             drop(queue_index);
-            remove_files(&*storage, &dir)?;
+            // The ends are written before the files go, and the open reports
+            // them again: a crash before they are seeded loses none.
+            QueueIndex::remove_keeping_ends(&*storage, &dir, kept_ends)?;
             (queue_index, index_report) = QueueIndex::open_with(&*storage, &dir, index_config)?;
+            kept_ends = std::mem::take(&mut index_report.table_ends);
             rebuilt_all = Some(why);
         }
         #[cfg(planted_bugs)]

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use commitlog::FlushDiskType;
 use message_store::{Message, MessageStore};
-use store_io::sim::SimStorage;
+use store_io::sim::{SimSnapshot, SimStorage};
 use store_io::Storage;
 
 use common::{config, open, read_queue, ROOT};
@@ -345,6 +345,42 @@ fn a_damaged_front_run_keeps_an_expired_queues_end_from_the_unused_table() {
         let store = open(&sim, config(FlushDiskType::SyncFlush));
         let report = format!("sealed between {seal_between}: {:?}", store.open_report());
         check_the_expired_queue_kept_its_end(store, &report);
+    }
+}
+
+/// A power cut anywhere inside an open that recovers the queue index (after
+/// it dropped a damaged run and the queue table covering it, or deleted the
+/// whole index to build it from the log, and before the replay's ends are
+/// written back) leaves queue 0 its end all the same: the open after the
+/// power cut gives it 200, not 0, and no acknowledged offset is given again.
+#[test]
+fn a_power_cut_inside_a_recovering_open_keeps_an_expired_queues_end() {
+    for every_run_lost in [false, true] {
+        let sim = SimStorage::new();
+        store_with_an_expired_queue(&sim, true);
+        if every_run_lost {
+            for run in runs(&sim) {
+                sim.remove(&run).unwrap();
+            }
+        } else {
+            let first = runs(&sim)[0].clone();
+            let bytes = sim.file_bytes(&first).unwrap();
+            assert!(sim.patch_file(&first, bytes.len() / 2, &[bytes[bytes.len() / 2] ^ 0x10]));
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel::<SimSnapshot>(16);
+        let collector = std::thread::spawn(move || rx.iter().collect::<Vec<SimSnapshot>>());
+        sim.set_snapshot_sink(Some(tx));
+        let store = open(&sim, config(FlushDiskType::SyncFlush));
+        sim.set_snapshot_sink(None);
+        let states = collector.join().unwrap();
+        check_the_expired_queue_kept_its_end(store, &format!("every run lost {every_run_lost}: the open"));
+        assert!(!states.is_empty());
+        for state in &states {
+            let image = state.crash_image(|_| false);
+            let store = open(&image, config(FlushDiskType::SyncFlush));
+            let why = format!("every run lost {every_run_lost}: a power cut at event {} of the open", state.event);
+            check_the_expired_queue_kept_its_end(store, &why);
+        }
     }
 }
 

@@ -177,12 +177,17 @@ pub struct OpenReport {
     /// or it covers a run that was dropped. Extents then come from the runs
     /// alone, and queues whose runs all expired are forgotten.
     pub table_unused: Option<String>,
-    /// Each queue's end, `(queue, end)`, as the queue table not used held it
-    /// (empty when the table was used, missing or damaged). An owner whose
-    /// log no longer holds the records of the dropped runs gives these to
-    /// [`seed_ends`](QueueIndex::seed_ends) after it dispatched again: a
-    /// queue whose records all went with the log's front then keeps its end,
-    /// and its offsets are not given twice.
+    /// Each queue's end, `(queue, end)`, as the queue table not used held it,
+    /// and as the ends kept by an open or a
+    /// [`remove_keeping_ends`](QueueIndex::remove_keeping_ends) before a crash
+    /// held them (empty when the table was used, missing or damaged and
+    /// no ends were kept). An owner whose log no longer holds the records of
+    /// the dropped runs gives these to [`seed_ends`](QueueIndex::seed_ends)
+    /// after it dispatched again: a queue whose records all went with the
+    /// log's front then keeps its end, and its offsets are not given twice.
+    /// They stay on disk (the file `ends`) until that `seed_ends` has written
+    /// them into the queue table: a crash before it loses none, and the next
+    /// open reports them again.
     pub table_ends: Vec<(u64, u64)>,
 }
 
@@ -202,10 +207,20 @@ struct State {
     sealing: Option<Arc<Active>>,
     /// Sealed runs in log order, contiguous.
     runs: Vec<Arc<Run>>,
+    /// Runs expired (out of the extents and the table) whose files a
+    /// deletion failed to remove, in log order: the next expiry deletes them
+    /// before any later run, so the files on disk stay contiguous (a gap
+    /// reads as a lost run at open) and none stays for good.
+    undeleted: Vec<Arc<Run>>,
     /// Directory rows of the runs sealed since the queue table was written.
     rows_since_table: usize,
     /// The log offset the queue table on disk holds extents as of (0: none).
     table_point: u64,
+    /// The ends kept in the file `ends` (reported in
+    /// [`OpenReport::table_ends`]), while it exists: the next
+    /// [`QueueIndex::seed_ends`] seeds them too, writes the table and deletes
+    /// the file.
+    kept_ends: Option<Vec<(u64, u64)>>,
 }
 
 /// How a [`QueueIndex`] keeps its files.
@@ -246,6 +261,24 @@ const ACTIVE_ROWS_RESERVED: usize = 65_536;
 
 fn table_path(dir: &Path) -> PathBuf {
     dir.join("table")
+}
+
+/// The file of the ends kept for [`QueueIndex::seed_ends`]: the queue
+/// table's format (`table.rs`), at point 0, each queue's first offset its end.
+fn ends_path(dir: &Path) -> PathBuf {
+    dir.join("ends")
+}
+
+/// The bytes of the file of kept `ends`.
+fn encode_ends(ends: &QueueMap<u64>) -> Vec<u8> {
+    let extents: QueueMap<Extent> = ends.iter().map(|(&queue, &end)| (queue, Extent { min: end, end })).collect();
+    table::encode(0, &extents)
+}
+
+/// Adds `(queue, end)` to `ends`, keeping the higher end of a queue given twice.
+fn keep_end(ends: &mut QueueMap<u64>, queue: u64, end: u64) {
+    let kept = ends.entry(queue).or_insert(end);
+    *kept = (*kept).max(end);
 }
 
 /// The index of many queues over one commit log (see the crate documentation).
@@ -302,10 +335,18 @@ impl QueueIndex {
             Err(err) if read_only && err.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             listing => listing.map_err(io)?,
         };
-        let mut listed: Vec<(u64, String, u64)> = listing
-            .into_iter()
-            .filter_map(|e| mapped_file::parse_file_name(&e.name).map(|from| (from, e.name, e.len)))
-            .collect();
+        let mut listed: Vec<(u64, String, u64)> = Vec::with_capacity(listing.len());
+        for entry in listing {
+            if let Some(from) = mapped_file::parse_file_name(&entry.name) {
+                listed.push((from, entry.name, entry.len));
+            } else if entry.name.ends_with(mapped_file::TEMPORARY_SUFFIX) && !read_only {
+                // A run a crash left before its rename (or a small file's
+                // replacement before its own): never a run, deleted.
+                let path = dir.join(&entry.name);
+                tracing::info!(path = %path.display(), "temporary file of an unfinished write deleted");
+                storage.remove(&path).map_err(|source| IndexError::Io { path: path.clone(), source })?;
+            }
+        }
         listed.sort_unstable();
         let mut report = OpenReport::default();
         let mut state = State::default();
@@ -342,17 +383,38 @@ impl QueueIndex {
                 storage.remove(&path).map_err(|source| IndexError::Io { path: path.clone(), source })?;
             }
         }
+        // Ends kept by an open or a removal that a crash cut short before the
+        // seeding that writes them into the table.
+        let mut kept_ends: QueueMap<u64> = QueueMap::default();
+        let ends_file = ends_path(dir);
+        let mut ends_on_disk = false;
+        match storage.read_small(&ends_file).map_err(io)?.map(|bytes| table::decode(&bytes)) {
+            Some(Ok((_, extents))) => {
+                ends_on_disk = true;
+                for (queue, extent) in extents {
+                    keep_end(&mut kept_ends, queue, extent.end);
+                }
+            }
+            Some(Err(reason)) => {
+                tracing::warn!(%reason, path = %ends_file.display(), "queue-index kept ends damaged: not used");
+                if !read_only {
+                    storage.remove(&ends_file).map_err(|source| IndexError::Io { path: ends_file.clone(), source })?;
+                }
+            }
+            None => {}
+        }
         let table = storage.read_small(&table_path(dir)).map_err(io)?.map(|bytes| table::decode(&bytes));
         let mut covered = 0;
         // Runs kept end before the table's point: runs it covered are gone
         // (expiry deletes from the front only: none is left past it then).
         let runs_end = state.runs.last().map(|r| r.log_to);
-        let ends = |extents: &QueueMap<Extent>| extents.iter().map(|(&queue, e)| (queue, e.end)).collect();
+        // The ends of a table not used: kept (unless the table was used).
+        let mut unused_ends = QueueMap::default();
         match table {
             Some(Ok((point, extents))) if runs_end.is_some_and(|end| end < point) => {
                 report.table_unused =
                     Some(format!("it covers the log up to {point}, past the runs kept (to {})", runs_end.unwrap_or(0)));
-                report.table_ends = ends(&extents);
+                unused_ends = extents;
             }
             Some(Ok((point, extents))) if first_dropped.is_none_or(|d| d >= point) => {
                 state.extents = extents;
@@ -361,16 +423,34 @@ impl QueueIndex {
             }
             Some(Ok((point, extents))) => {
                 report.table_unused = Some(format!("it covers the log up to {point}, past the dropped runs"));
-                report.table_ends = ends(&extents);
+                unused_ends = extents;
             }
             Some(Err(reason)) => report.table_unused = Some(reason),
             None => {}
         }
+        for (&queue, extent) in &unused_ends {
+            keep_end(&mut kept_ends, queue, extent.end);
+        }
         if let Some(reason) = report.table_unused.as_ref().filter(|_| !read_only) {
             // Deleted, so no later open trusts it past what is dispatched again.
             tracing::warn!(%reason, "queue-index table not used: extents from the runs alone");
+            if !unused_ends.is_empty() {
+                // The table is the only durable record of the end of a queue
+                // whose records all went with the log's front: its ends are
+                // written (durably) before it goes, and stay until the seeding
+                // after the replay wrote them into a new table.
+                storage
+                    .replace_small(&ends_file, &encode_ends(&kept_ends))
+                    .map_err(|source| IndexError::Io { path: ends_file.clone(), source })?;
+                ends_on_disk = true;
+            }
             let path = table_path(dir);
             storage.remove(&path).map_err(|source| IndexError::Io { path, source })?;
+        }
+        report.table_ends = kept_ends.iter().map(|(&queue, &end)| (queue, end)).collect();
+        report.table_ends.sort_unstable();
+        if ends_on_disk {
+            state.kept_ends = Some(report.table_ends.clone());
         }
         // The runs with entries past the table's point (one may straddle it:
         // its entries below the point are in the table already), in log
@@ -680,6 +760,9 @@ impl QueueIndex {
     /// the log's new front stays, its entries there are no longer read);
     /// returns the runs deleted. Readers holding entries keep them. Call it
     /// after [`open`](Self::open) too: the runs do not know the log's front.
+    /// A run whose file cannot be deleted (the error returned) is out of the
+    /// index already; its file, and those of the later expired runs, are
+    /// deleted by the next expiry, first.
     pub fn expire(&self, storage: &dyn Storage, log_min: u64) -> Result<usize, IndexError> {
         let _no_seal = self.sealer.lock();
         let mut state = self.state.write();
@@ -730,10 +813,17 @@ impl QueueIndex {
             // the next expiry deletes, never extents that forget them.
             self.write_table(storage, &mut state)?;
         }
+        // The runs an earlier expiry could not delete go first: deleting a
+        // later run while an earlier one stays would leave a gap on disk.
+        let mut doomed = std::mem::take(&mut state.undeleted);
+        doomed.extend(expired);
         drop(state);
-        for run in &expired {
+        for (i, run) in doomed.iter().enumerate() {
             if let Err(err) = run.destroy() {
-                tracing::warn!(path = %run.path().display(), %err, "expired queue-index run not deleted");
+                tracing::warn!(path = %run.path().display(), %err, "expired queue-index run not deleted: the next expiry tries again");
+                // Seals wait for this expiry (`_no_seal`), so nothing came
+                // between: the runs left are the oldest files on disk.
+                self.state.write().undeleted = doomed.split_off(i);
                 return Err(err);
             }
         }
@@ -744,7 +834,11 @@ impl QueueIndex {
     /// index holds no live entry of it and a lower end: a queue whose records
     /// all went with the log's front, whose end an owner rebuilding the index
     /// from the log knows from elsewhere (so that its offsets are not given
-    /// again). The queue table is rewritten if any was. Returns how many.
+    /// again). The ends the index keeps on disk
+    /// ([`OpenReport::table_ends`]) are seeded too, and their file deleted
+    /// once the queue table holds them. Call it once the log is dispatched
+    /// again from [`OpenReport::replay_from`]. The queue table is rewritten
+    /// if any queue was seeded or ends were kept. Returns how many.
     pub fn seed_ends(
         &self,
         storage: &dyn Storage,
@@ -753,18 +847,77 @@ impl QueueIndex {
         let _no_seal = self.sealer.lock();
         let mut state = self.state.write();
         let mut seeded = 0;
-        for (queue, end) in ends {
-            let extent = state.extents.entry(queue).or_default();
-            if extent.min == extent.end && extent.end < end {
-                *extent = Extent { min: end, end };
-                seeded += 1;
+        let kept = state.kept_ends.take();
+        for (queue, end) in ends.into_iter().chain(kept.iter().flatten().copied()) {
+            // Only the queues seeded change: a queue the index knows with
+            // end 0 (cut back to 0) stays known, and an end of 0 makes
+            // none known.
+            match state.extents.get_mut(&queue) {
+                Some(extent) if extent.min == extent.end && extent.end < end => *extent = Extent { min: end, end },
+                Some(_) => continue,
+                None if end > 0 => {
+                    state.extents.insert(queue, Extent { min: end, end });
+                }
+                None => continue,
+            }
+            seeded += 1;
+        }
+        if seeded > 0 || kept.is_some() {
+            if let Err(err) = self.write_table(storage, &mut state) {
+                state.kept_ends = kept;
+                return Err(err);
             }
         }
-        state.extents.retain(|_, e| e.end > 0);
-        if seeded > 0 {
-            self.write_table(storage, &mut state)?;
+        if kept.is_some() {
+            // The table holds every kept end now (seeded, or lower than the
+            // end the queue has): their file goes.
+            let path = ends_path(&self.dir);
+            if let Err(source) = storage.remove(&path) {
+                state.kept_ends = kept;
+                return Err(IndexError::Io { path, source });
+            }
         }
         Ok(seeded)
+    }
+
+    /// Deletes the index in `dir` (not open) for a rebuild from the log, all
+    /// but `ends` — `(queue, end)`, the ends of queues whose records the log
+    /// may no longer hold — which are written first, durably: the next open
+    /// reports them in [`OpenReport::table_ends`], and they stay on disk
+    /// until [`seed_ends`](Self::seed_ends) has written them into a new queue
+    /// table, so that a crash in between loses none. With no ends, ends kept
+    /// before go too. Returns the files deleted.
+    pub fn remove_keeping_ends(
+        storage: &dyn Storage,
+        dir: &Path,
+        ends: impl IntoIterator<Item = (u64, u64)>,
+    ) -> Result<usize, IndexError> {
+        let io = |source| IndexError::Io { path: dir.to_path_buf(), source };
+        let mut kept = QueueMap::default();
+        for (queue, end) in ends {
+            keep_end(&mut kept, queue, end);
+        }
+        let ends_file = ends_path(dir);
+        if !kept.is_empty() {
+            storage.create_dir_all(dir).map_err(io)?;
+            storage
+                .replace_small(&ends_file, &encode_ends(&kept))
+                .map_err(|source| IndexError::Io { path: ends_file.clone(), source })?;
+        }
+        let files = match storage.list(dir) {
+            Ok(files) => files,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(source) => return Err(io(source)),
+        };
+        let mut removed = 0;
+        for file in files {
+            let path = dir.join(&file.name);
+            if path != ends_file || kept.is_empty() {
+                storage.remove(&path).map_err(|source| IndexError::Io { path, source })?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
     }
 
     /// Every queue's end, `(queue, end)`, in no order: what an owner keeps
@@ -803,7 +956,10 @@ impl QueueIndex {
     /// the storage's lock is released. Reads find only the active run after.
     pub fn close(&self) {
         let _no_seal = self.sealer.lock();
-        self.state.write().runs.clear();
+        let mut state = self.state.write();
+        state.runs.clear();
+        state.undeleted.clear();
+        drop(state);
         self.locator.lock().clear();
     }
 

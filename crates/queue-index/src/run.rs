@@ -15,9 +15,14 @@
 //! truncation, or entries written again: see `QueueIndex::truncate`); runs
 //! written before truncations existed hold zeros there, as the bit means. In
 //! such a run, bit 31 of a row's count says the cut left its queue with no
-//! entry: nothing below the row's first offset is the queue's any more. A run is written whole and
-//! synced before anything relies on it, so a run that fails either CRC was
-//! torn by a crash before its sync returned, or damaged since.
+//! entry: nothing below the row's first offset is the queue's any more.
+//!
+//! A run is written whole under a temporary name (its name and `.tmp`),
+//! synced, and renamed to its name (durably) before anything relies on it:
+//! a file under a run's name was complete when it got the name, so one that
+//! fails either CRC was damaged since (or torn by a crash inside a seal of a
+//! version that wrote runs in place). A crash before the rename leaves the
+//! temporary file, which the next open deletes.
 
 use std::path::Path;
 
@@ -101,6 +106,14 @@ pub(crate) fn encode(log_from: u64, log_to: u64, flags: u32, rows: &[Row<'_>]) -
     bytes
 }
 
+/// Deletes the file at `path`, saying so if it cannot (a file a failed seal
+/// leaves, which the next open deletes or drops).
+fn remove_or_warn(storage: &dyn Storage, path: &Path) {
+    if let Err(err) = storage.remove(path) {
+        tracing::warn!(path = %path.display(), %err, "a run that failed to write was not deleted");
+    }
+}
+
 fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or_default())
 }
@@ -122,18 +135,43 @@ pub(crate) struct Run {
 }
 
 impl Run {
-    /// Writes the run `bytes` (from [`encode`]) to `dir` and syncs it.
+    /// Writes the run `bytes` (from [`encode`]) to `dir` and syncs it: under
+    /// a temporary name first ([`mapped_file::temporary_file_name`]), renamed
+    /// to the run's name once whole and synced, so that a reader beside the
+    /// index (a tool, a copy for backup) or an open after a crash never finds
+    /// the run's name on a file not written yet. The rename is durable (the
+    /// directory is synced: [`Storage::rename`]) before this returns.
     pub(crate) fn write(storage: &dyn Storage, dir: &Path, bytes: &[u8]) -> Result<Run, IndexError> {
         let log_from = u64_at(bytes, 8);
-        let file = MappedFile::create(storage, dir, log_from, bytes.len())?;
+        let file = MappedFile::create_temporary(storage, dir, log_from, bytes.len())?;
+        let temporary = file.path().to_path_buf();
         if let Err(err) = file.append_bytes(0, bytes).and_then(|_| file.flush(0)) {
-            // No half-written run stays under the name the next seal takes.
+            // No half-written file stays: the next seal takes the same name.
             if let Err(gone) = file.destroy() {
-                tracing::warn!(path = %file.path().display(), %gone, "a run that failed to write was not deleted");
+                tracing::warn!(path = %temporary.display(), %gone, "a run that failed to write was not deleted");
             }
             return Err(err.into());
         }
-        Self::from_file(file)
+        // Unmapped before it moves: it is opened again under its name.
+        drop(file);
+        let path = dir.join(mapped_file::file_name(log_from));
+        if let Err(source) = storage.rename(&temporary, &path) {
+            remove_or_warn(storage, &temporary);
+            return Err(IndexError::Io { path, source });
+        }
+        let file = MappedFile::open(storage, &path, bytes.len()).and_then(|file| {
+            file.set_positions(bytes.len())?;
+            Ok(file)
+        });
+        match file {
+            Ok(file) => Self::from_file(file),
+            Err(err) => {
+                // Not a run of the index: it must not stay under the name
+                // the next seal takes.
+                remove_or_warn(storage, &path);
+                Err(err.into())
+            }
+        }
     }
 
     /// Opens the run file at `path` of `len` bytes, checking both CRCs.

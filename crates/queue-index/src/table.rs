@@ -7,6 +7,10 @@
 //! "QITABLE1" | point u64 | queues u64 | crc32c of what follows u32 | reserved u32
 //! queues × 24 bytes, ascending: queue u64 | first offset u64 | end u64
 //! ```
+//!
+//! The file `ends` (the ends kept for `QueueIndex::seed_ends` while a table
+//! not used is replaced) has the same layout, at point 0, each queue's first
+//! offset its end.
 
 use crate::{Extent, QueueMap};
 

@@ -678,4 +678,183 @@ fn the_last_offset_is_refused_as_an_entry_never_an_overflow() {
     index.append(1, 0, entry(16)).unwrap();
     assert!(index.append(1, u64::MAX, entry(32)).is_err(), "after an entry");
     assert_eq!((index.extent(0), index.extent(1)), (None, Some((0, 1))));
+
+/// Every file name in the index's directory, sorted.
+fn all_files(storage: &dyn Storage) -> Vec<String> {
+    let mut names: Vec<String> = storage.list(Path::new(DIR)).unwrap().into_iter().map(|e| e.name).collect();
+    names.sort();
+    names
+}
+
+/// A run appears under its name only whole and synced: a reader beside the
+/// index (a tool copying the files) at any step of a seal, and an open after
+/// a power cut at any step, finds each run whole or not at all, never a
+/// file created and not yet written (dropped as damaged). The temporary
+/// file a power cut leaves is deleted by the open, not taken for a run.
+#[test]
+fn a_run_appears_under_its_name_only_whole() {
+    let sim = SimStorage::new();
+    let index = open(&sim, &Log::default());
+    for i in 0..30u64 {
+        index.append(i % 3, i / 3, Entry { log_offset: i * 100, size: 100, tag: 0 }).unwrap();
+    }
+    let (tx, rx) = std::sync::mpsc::sync_channel::<SimSnapshot>(1024);
+    sim.set_snapshot_sink(Some(tx));
+    index.seal(&sim, 3000).unwrap();
+    sim.set_snapshot_sink(None);
+    let states: Vec<SimSnapshot> = rx.try_iter().collect();
+    assert!(!states.is_empty());
+    for state in &states {
+        // What a reader sees now: every byte written so far.
+        let seen = state.crash_image(|_| true);
+        let (_, report) = QueueIndex::open_read_only(&seen, Path::new(DIR)).unwrap();
+        assert!(report.dropped.is_empty(), "event {}: a reader sees {:?}", state.event, report.dropped);
+        // A power cut: only what was synced.
+        let cut = state.crash_image(|_| false);
+        let (index, report) = QueueIndex::open(&cut, Path::new(DIR)).unwrap();
+        assert!(
+            report.dropped.is_empty(),
+            "event {}: an open after a power cut drops {:?}",
+            state.event,
+            report.dropped
+        );
+        assert!(report.runs <= 1 && index.run_count() == report.runs);
+        assert!(
+            all_files(&cut).iter().all(|n| !n.ends_with(".tmp")),
+            "event {}: a temporary file left: {:?}",
+            state.event,
+            all_files(&cut)
+        );
+        if report.runs == 1 {
+            assert_eq!(index.extent(0), Some((0, 10)), "event {}", state.event);
+        }
+    }
+    drop(index);
+    let (index, report) = QueueIndex::open(&sim, Path::new(DIR)).unwrap();
+    assert_eq!((report.runs, index.extent(2)), (1, Some((0, 10))));
+}
+
+/// A temporary file left by a crash between a run's write and its rename
+/// is deleted at the open, and never taken for a run, however whole it is.
+#[test]
+fn an_open_deletes_a_leftover_temporary_run_and_never_takes_it() {
+    let sim = SimStorage::new();
+    let index = open(&sim, &Log::default());
+    index.append(1, 0, Entry { log_offset: 0, size: 100, tag: 0 }).unwrap();
+    index.seal(&sim, 100).unwrap();
+    drop(index);
+    let run = Path::new(DIR).join(format!("{:020}", 0));
+    let bytes = sim.file_bytes(&run).unwrap();
+    sim.remove(&run).unwrap();
+    let temporary = Path::new(DIR).join(format!("{:020}.tmp", 0));
+    sim.write_file(&temporary, &bytes);
+    let (read_only, report) = QueueIndex::open_read_only(&sim, Path::new(DIR)).unwrap();
+    assert_eq!((report.runs, read_only.extent(1)), (0, None), "a temporary file is no run");
+    assert!(sim.file_bytes(&temporary).is_some(), "a read-only open changes nothing");
+    let (index, report) = QueueIndex::open(&sim, Path::new(DIR)).unwrap();
+    assert_eq!((report.runs, report.replay_from, index.extent(1)), (0, 0, None), "a temporary file is no run");
+    assert!(all_files(&sim).is_empty(), "the temporary file is deleted: {:?}", all_files(&sim));
+}
+
+/// Runs an expiry could not delete (a removal failing) stay the index's to
+/// delete: the next expiry deletes them first, in log order, so that the
+/// files left never hold a gap (which an open takes for a lost run, dropping
+/// every later one) and none stays on disk for good.
+#[test]
+fn runs_an_expiry_could_not_delete_are_deleted_by_the_next_one() {
+    let sim = SimStorage::new();
+    let index = open(&sim, &Log::default());
+    for k in 0..4u64 {
+        index.append(1, k, Entry { log_offset: k * 100, size: 100, tag: 0 }).unwrap();
+        index.seal(&sim, (k + 1) * 100).unwrap();
+    }
+    sim.fail_removes(true);
+    assert!(index.expire(&sim, 200).is_err(), "the deletion failed");
+    sim.fail_removes(false);
+    assert_eq!(index.extent(1), Some((2, 4)), "the expired runs are out of the extents");
+    assert_eq!(run_files(&sim).len(), 4, "and still on disk");
+    assert_eq!(index.expire(&sim, 300).unwrap(), 1);
+    assert_eq!(run_files(&sim), vec![format!("{:020}", 300)], "the runs left over are deleted first");
+    drop(index);
+    let (index, report) = QueueIndex::open(&sim, Path::new(DIR)).unwrap();
+    assert!(report.dropped.is_empty(), "no gap: {report:?}");
+    assert_eq!(index.extent(1), Some((3, 4)));
+}
+
+/// Seeding ends changes only the queues it seeds: a queue cut back to
+/// offset 0 (known, with end 0) stays known, whatever ends are given, and
+/// an end of 0 makes no queue known.
+#[test]
+fn seeding_ends_forgets_no_queue_whose_end_is_0() {
+    let sim = SimStorage::new();
+    let index = open(&sim, &Log::default());
+    index.append(1, 0, Entry { log_offset: 0, size: 100, tag: 0 }).unwrap();
+    assert!(index.truncate(1, 0, 100).unwrap());
+    assert_eq!(index.extent(1), Some((0, 0)));
+    assert_eq!(index.seed_ends(&sim, []).unwrap(), 0);
+    assert_eq!(index.extent(1), Some((0, 0)), "the cut queue is still known");
+    assert_eq!(index.seed_ends(&sim, [(2, 0), (3, 5)]).unwrap(), 1);
+    assert_eq!((index.extent(1), index.extent(2), index.extent(3)), (Some((0, 0)), None, Some((5, 5))));
+    assert_eq!(index.queue_count(), 2);
+}
+
+/// The ends of a queue table an open does not use are the only record of
+/// the end of a queue whose entries all expired: they are written to the
+/// file `ends` before the table goes, reported by every open until
+/// `seed_ends` has written them into a new table (an owner that crashes
+/// before it finds them again), and their file is deleted then.
+#[test]
+fn the_ends_of_an_unused_table_stay_on_disk_until_they_are_seeded() {
+    let sim = SimStorage::new();
+    let mut config = IndexConfig::default();
+    config.table_every_rows = 1;
+    let (index, _) = QueueIndex::open_with(&sim, Path::new(DIR), config).unwrap();
+    index.append(1, 0, Entry { log_offset: 0, size: 100, tag: 0 }).unwrap();
+    index.append(2, 0, Entry { log_offset: 100, size: 100, tag: 0 }).unwrap();
+    index.seal(&sim, 200).unwrap();
+    index.append(2, 1, Entry { log_offset: 200, size: 100, tag: 0 }).unwrap();
+    index.seal(&sim, 300).unwrap();
+    assert_eq!(index.expire(&sim, 200).unwrap(), 1);
+    assert_eq!(index.extent(1), Some((1, 1)), "queue 1's entries all expired");
+    drop(index);
+    let run = Path::new(DIR).join(format!("{:020}", 200));
+    let bytes = sim.file_bytes(&run).unwrap();
+    assert!(sim.patch_file(&run, bytes.len() - 1, &[bytes[bytes.len() - 1] ^ 1]));
+    let ends_file = Path::new(DIR).join("ends");
+    let (index, report) = QueueIndex::open(&sim, Path::new(DIR)).unwrap();
+    assert!(report.table_unused.is_some() && report.dropped.len() == 1, "{report:?}");
+    assert_eq!(report.table_ends, vec![(1, 1), (2, 2)]);
+    assert!(sim.file_bytes(&Path::new(DIR).join("table")).is_none(), "the table not used is deleted");
+    assert!(sim.file_bytes(&ends_file).is_some(), "its ends are kept");
+    // A crash before the owner dispatched again and seeded the ends.
+    drop(index);
+    let (index, report) = QueueIndex::open(&sim, Path::new(DIR)).unwrap();
+    assert_eq!(report.table_ends, vec![(1, 1), (2, 2)], "the ends are reported again");
+    index.append(2, 1, Entry { log_offset: 200, size: 100, tag: 0 }).unwrap();
+    assert_eq!(index.seed_ends(&sim, []).unwrap(), 1, "queue 1: the kept ends are seeded");
+    assert_eq!((index.extent(1), index.extent(2)), (Some((1, 1)), Some((1, 2))));
+    assert!(sim.file_bytes(&ends_file).is_none(), "seeded: the file goes");
+    drop(index);
+    let (index, report) = QueueIndex::open(&sim, Path::new(DIR)).unwrap();
+    assert!(report.table_ends.is_empty() && report.table_unused.is_none(), "{report:?}");
+    assert_eq!(index.extent(1), Some((1, 1)), "queue 1's end from the new table");
+}
+
+/// An index deleted for a rebuild keeps the ends it is given on disk, for
+/// the next open to report, and nothing else.
+#[test]
+fn an_index_removed_for_a_rebuild_keeps_the_ends_given() {
+    let sim = SimStorage::new();
+    let index = open(&sim, &Log::default());
+    index.append(1, 0, Entry { log_offset: 0, size: 100, tag: 0 }).unwrap();
+    index.seal(&sim, 100).unwrap();
+    drop(index);
+    assert!(QueueIndex::remove_keeping_ends(&sim, Path::new(DIR), [(1, 1), (3, 7), (3, 5)]).unwrap() >= 1);
+    assert_eq!(all_files(&sim), vec!["ends".to_string()]);
+    let (index, report) = QueueIndex::open(&sim, Path::new(DIR)).unwrap();
+    assert_eq!((report.runs, report.table_ends.clone()), (0, vec![(1, 1), (3, 7)]));
+    assert_eq!(index.extent(1), None, "not seeded before the owner dispatched again");
+    drop(index);
+    QueueIndex::remove_keeping_ends(&sim, Path::new(DIR), []).unwrap();
+    assert!(all_files(&sim).is_empty(), "no ends given: none kept");
 }
