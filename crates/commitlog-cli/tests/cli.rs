@@ -1145,3 +1145,36 @@ fn receive_exits_alike_with_and_without_follow() {
     assert_clean_failure(&wrong, 1, "--create-queues");
     assert!(!text(&wrong.stderr).contains("auto_create_topics"), "advice the tool cannot follow");
 }
+
+#[test]
+fn verify_says_what_the_open_repairs_of_a_lost_queue_index_runs_or_dispatch_checkpoint() {
+    for damage in ["queueindex/ deleted", "the runs deleted", "config/dispatch deleted"] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_str().unwrap();
+        thirty_messages(dir.path());
+        let index_dir = dir.path().join("queueindex");
+        match damage {
+            "queueindex/ deleted" => std::fs::remove_dir_all(&index_dir).unwrap(),
+            "the runs deleted" => {
+                for entry in std::fs::read_dir(&index_dir).unwrap() {
+                    let path = entry.unwrap().path();
+                    if path.file_name().unwrap().len() == 20 {
+                        std::fs::remove_file(path).unwrap();
+                    }
+                }
+            }
+            _ => std::fs::remove_file(dir.path().join("config").join("dispatch")).unwrap(),
+        }
+        let found = run(&["verify", "--dir", d]);
+        assert_eq!(found.status.code(), Some(3), "{damage}: {}", text(&found.stdout));
+        let said = text(&found.stdout);
+        assert!(said.contains("the next open"), "{damage}: {said}");
+        // Nothing was lost: an open repairs it, and the group reads on from 20.
+        let rest = run(&["receive", "--dir", d, "--topic", "t", "--group", "g"]);
+        let lines: Vec<String> = text(&rest.stdout).lines().map(String::from).collect();
+        assert_eq!(lines.len(), 10, "{damage}: {}", text(&rest.stderr));
+        assert_eq!(lines[0], "20\tmessage 20", "{damage}");
+        let clean = run(&["verify", "--dir", d]);
+        assert!(clean.status.success(), "{damage}: {}", text(&clean.stdout));
+    }
+}

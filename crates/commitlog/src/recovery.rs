@@ -33,6 +33,20 @@ pub struct RecoveryReport {
     pub last_timestamp_ms: u64,
 }
 
+impl RecoveryReport {
+    /// True when recovery cut anything after the end of the recovered log:
+    /// bytes erased in its last segment ([`bytes_truncated`](Self::bytes_truncated))
+    /// or later segments deleted ([`segments_deleted`](Self::segments_deleted)).
+    /// Records that were there before the open may then be gone even after a
+    /// clean shutdown (a damaged last record, its checkpoint lost), so whatever
+    /// was derived from them must be checked against the log's new end. False
+    /// says only that nothing was cut: a record wholly zeroed reads as the end
+    /// of data and is not counted.
+    pub fn cut_anything(&self) -> bool {
+        self.bytes_truncated > 0 || self.segments_deleted > 0
+    }
+}
+
 /// Where the scan of a log ends.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ScanEnd {

@@ -48,6 +48,7 @@ fn clean_shutdown_recovers_normally_with_nothing_truncated() {
     assert_eq!(report.durable_offset, end);
     assert_eq!(report.end_offset, end);
     assert_eq!(report.bytes_truncated, 0);
+    assert!(!report.cut_anything());
     assert_eq!(bodies(&log).len(), 500);
     assert_eq!(log.append(b"next").unwrap().wrote_offset, end, "appends continue at the end");
 }
@@ -76,7 +77,7 @@ fn a_torn_tail_above_the_checkpoint_is_truncated_and_reported() {
     let report = log.recovery_report().clone();
     assert_eq!(report.end_offset, last_offset);
     assert!(matches!(report.stopped_at, Some((o, Invalid::BadCrc { .. })) if o == last_offset));
-    assert!(report.bytes_truncated > 0);
+    assert!(report.bytes_truncated > 0 && report.cut_anything());
     assert_eq!(bodies(&log).len(), written.len() - 1, "a clean prefix, no garbage");
     assert_eq!(log.append(b"after").unwrap().wrote_offset, last_offset, "the torn bytes are reused");
     drop(log);

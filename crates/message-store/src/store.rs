@@ -161,7 +161,8 @@ pub struct OpenReport {
     /// Messages dispatched again.
     pub redispatched: u64,
     /// Consumer offsets lowered to their queue's end (only where the log
-    /// itself ends there: under async flush, after a crash took messages back).
+    /// itself ends there: under async flush, after a crash took messages back,
+    /// or after damage to the log's tail that its recovery cut).
     pub offsets_lowered: usize,
     /// Why the whole queue index was rebuilt from the log, if it was: a store
     /// of the consume-queue layout converted, topic ids lost with the topic
@@ -455,10 +456,14 @@ impl MessageStore {
             remove_consume_queue_files(&*core.storage, &core.root, &core.registry.lock())?;
         }
         // Offsets lowered only to an end the log itself holds. Only after a
-        // crash (a clean shutdown flushed the log, and a commit is never
-        // beyond its queue's end when it is made), or for offsets just
-        // converted from an older store's file.
-        let clean = core.log.recovery_report().clean_shutdown && !core.offsets.converted();
+        // crash, after a clean shutdown whose log lost records since (its
+        // recovery cut some, or the queue index covers more than the log now
+        // holds: a damaged tail whose checkpoint is gone), or for offsets
+        // just converted from an older store's file. Otherwise the log is
+        // whole (a clean shutdown flushed it, and a commit is never beyond
+        // its queue's end when it is made).
+        let log_recovery = core.log.recovery_report();
+        let clean = log_recovery.clean_shutdown && !log_recovery.cut_anything() && !ahead && !core.offsets.converted();
         let offsets_lowered = if clean { 0 } else { Self::lower_offsets(&core)? };
         if checkpoint_unusable.is_some() && rebuilt_all.is_none() && index_rebuilt {
             tracing::warn!(
@@ -553,8 +558,8 @@ impl MessageStore {
         Ok(())
     }
 
-    /// Lowers consumer offsets beyond their queue's end (after a crash that
-    /// took messages back); returns how many moved.
+    /// Lowers consumer offsets beyond their queue's end (after a crash, or
+    /// damage to the log, that took messages back); returns how many moved.
     fn lower_offsets(core: &Core) -> Result<usize, StoreError> {
         let index = &core.dispatcher.queue_index;
         core.offsets.clamp(&*core.storage, |(_, topic, queue)| {

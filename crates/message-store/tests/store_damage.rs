@@ -456,3 +456,67 @@ fn the_check_sees_each_damage_and_nothing_once_the_store_rebuilt_it() {
         assert!(left.is_empty(), "{what}: rebuilt, but {left:?}");
     }
 }
+
+#[test]
+fn the_check_says_what_the_open_repairs_of_lost_runs_and_a_lost_checkpoint() {
+    type Damage = fn(&SimStorage);
+    let damages: [(&str, Damage); 4] = [
+        ("queueindex/ deleted", |sim| remove_all_under(sim, &Path::new(ROOT).join("queueindex"))),
+        ("every run deleted, the table kept", |sim| {
+            for run in runs(sim) {
+                sim.remove(&run).unwrap();
+            }
+        }),
+        ("the last run deleted", |sim| sim.remove(runs(sim).last().unwrap()).unwrap()),
+        ("the checkpoint deleted", |sim| sim.remove(&Path::new(ROOT).join("config/dispatch")).unwrap()),
+    ];
+    for (what, damage) in damages {
+        let sim = SimStorage::new();
+        let bodies = clean_store(&sim, false);
+        damage(&sim);
+        let found = message_store::inspect::check(to_disk(&sim).path()).unwrap();
+        assert!(!found.problems.is_empty(), "{what}: seen in {found:?}");
+        let kind = if what.contains("checkpoint") {
+            message_store::inspect::Derived::Checkpoint
+        } else {
+            message_store::inspect::Derived::QueueIndex
+        };
+        assert!(found.problems.iter().all(|p| p.kind == kind), "{what}: {:?}", found.problems);
+        // Nothing lost: the open repairs it, and the check finds nothing after.
+        let store = check_repaired(&sim, &bodies, what, false);
+        store.shutdown().unwrap();
+        let left = problems(&sim);
+        assert!(left.is_empty(), "{what}: repaired, but {left:?}");
+    }
+}
+
+#[test]
+fn the_check_finds_a_crashed_store_whose_runs_lag_the_recorded_point_clean() {
+    let sim = SimStorage::new();
+    clean_store(&sim, false);
+    let store = open(&sim, config(FlushDiskType::SyncFlush));
+    let checkpoint = Path::new(ROOT).join("config/dispatch");
+    let at_open = sim.file_bytes(&checkpoint).unwrap();
+    for i in 0..5u8 {
+        store.put_message(&Message::new("t", 0, vec![i; 8])).unwrap().durability.wait().unwrap();
+    }
+    // The flush service records the point past the runs (it seals only at a
+    // segment's end or after many entries), and the log's checkpoint its end.
+    let end = store.log().max_offset();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let recorded = |dir: &Path| {
+        let log_durable = commitlog::inspect::store_files(dir).checkpoint.map_or(0, |c| c.flushed_offset);
+        (message_store::inspect::dispatch_point(dir).unwrap(), log_durable)
+    };
+    while recorded(to_disk(&sim).path()) != (Some(end), end) {
+        assert!(std::time::Instant::now() < deadline, "both checkpoints were recorded again");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_ne!(sim.file_bytes(&checkpoint).unwrap(), at_open);
+    let queue = message_store::inspect::queue(to_disk(&sim).path(), "t", 0).unwrap();
+    assert_eq!((queue.sealed_end, queue.max_offset), (30, 35), "the runs lag the point");
+    // A crash now: the open dispatches the messages after the runs again, as always.
+    let found = message_store::inspect::check(to_disk(&sim).path()).unwrap();
+    assert!(found.problems.is_empty(), "{:?}", found.problems);
+    drop(store);
+}

@@ -249,3 +249,51 @@ fn a_clean_reopen_on_a_real_disk_dispatches_nothing_again() {
     assert_eq!(again.queue_range("t", 0).unwrap(), 0..11);
     again.shutdown().unwrap();
 }
+
+#[test]
+fn a_clean_open_whose_log_recovery_cut_a_record_lowers_offsets_past_the_queues_end() {
+    // RocketMQ's `testRecoverDamagedCommitLogNormalShutdown`: a clean shutdown,
+    // then the log's checkpoint lost and its last record damaged (cut by the
+    // log's recovery) or zeroed (gone without a cut: the queue index is ahead).
+    for damage in ["a byte flipped", "zeroed"] {
+        let sim = SimStorage::new();
+        let store = open(&sim, config(FlushDiskType::SyncFlush));
+        store.create_topic("t", 1).unwrap();
+        let (mut last, mut size) = (0, 0);
+        for i in 0..3u8 {
+            let put = store.put_message(&Message::new("t", 0, vec![i; 8])).unwrap();
+            put.durability.wait().unwrap();
+            last = put.log_offset;
+            size = store.log().max_offset() - last;
+        }
+        assert!(store.wait_for("t", 0, 2, WAIT).unwrap().arrived());
+        store.commit_offset("g", "t", 0, 3).unwrap();
+        store.shutdown().unwrap();
+        sim.remove(&Path::new(ROOT).join(commitlog::CHECKPOINT_FILE)).unwrap();
+        let segment = Path::new(ROOT).join(commitlog::SEGMENT_DIR).join(format!("{:020}", 0));
+        let at = usize::try_from(last).unwrap();
+        if damage == "zeroed" {
+            assert!(sim.patch_file(&segment, at, &vec![0; usize::try_from(size).unwrap()]));
+        } else {
+            let at = at + commitlog::format::HEADER_SIZE + 1;
+            let byte = sim.file_bytes(&segment).unwrap()[at];
+            assert!(sim.patch_file(&segment, at, &[!byte]));
+        }
+
+        let reopened = open(&sim, config(FlushDiskType::SyncFlush));
+        let recovery = reopened.log().recovery_report().clone();
+        assert!(recovery.clean_shutdown && recovery.end_offset == last, "{damage}: {recovery:?}");
+        assert_eq!(recovery.cut_anything(), damage != "zeroed", "{damage}: {recovery:?}");
+        assert_eq!(store_range(&reopened, 0), (0, 2), "{damage}: the damaged record is gone");
+        assert_eq!(reopened.open_report().offsets_lowered, 1, "{damage}");
+        assert_eq!(reopened.committed_offset("g", "t", 0), Some(2), "{damage}: lowered to the queue's end");
+        let put = reopened.put_message(&Message::new("t", 0, &b"after"[..])).unwrap();
+        assert_eq!(put.queue_offset, 2, "{damage}");
+        put.durability.wait().unwrap();
+        assert!(reopened.wait_for("t", 0, 2, WAIT).unwrap().arrived());
+        let got = reopened.get_messages(&message_store::GetRequest::new("t", 0, 2).max_count(4)).unwrap();
+        assert_eq!(got.messages.len(), 1, "{damage}: the group's next message is the new one");
+        assert_eq!(&got.messages[0].body[..], b"after", "{damage}");
+        reopened.shutdown().unwrap();
+    }
+}

@@ -9,7 +9,11 @@
 //! the recorded point); the registry and the consumer offsets are compared
 //! with what the log holds. Problems are what the next open of the store (or
 //! `commitlog recover`) rebuilds from the log, or says it cannot (a consumer
-//! offset beyond its queue's end is lowered).
+//! offset beyond its queue's end is lowered), even where nothing was lost:
+//! runs that end short of the dispatch point a clean shutdown recorded (all of
+//! `queueindex/`, or its last runs, deleted since), and a missing dispatch
+//! checkpoint beside a log that holds records. What an open after a crash
+//! does anyway (dispatch the log past the runs again) is not a problem.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -115,8 +119,31 @@ pub fn check(root: &Path) -> Result<Check, StoreError> {
             out.problems.push(problem(Derived::Checkpoint, checkpoint_path(root), None, None, message));
             None
         }
+        Some(Loaded::Missing) | None if log_holds_records(&snapshot.listing)? => {
+            // The open writes it before the log takes a record: it was lost.
+            let message = "it is missing: the next open rebuilds the key index from the log".to_string();
+            out.problems.push(problem(Derived::Checkpoint, checkpoint_path(root), None, None, message));
+            None
+        }
         Some(Loaded::PointOnly(_)) | Some(Loaded::Missing) | None => None,
     };
+    // A clean shutdown seals the queue index up to the dispatch point it
+    // records: runs that end short of it were lost since (all of
+    // `queueindex/`, or its last runs), and the next open dispatches the log
+    // again from where they end. After a crash the runs may lag the point
+    // (it is recorded between seals), and a store of the consume-queue layout
+    // has none yet (its first open builds them).
+    let converting = recorded.as_ref().is_some_and(|r| r.topics.values().any(|t| t.id.is_none()));
+    if let Some(recorded) = recorded.as_ref().filter(|_| snapshot.clean_shutdown && !converting) {
+        let runs_end = snapshot.report.replay_from.max(front);
+        if runs_end < recorded.point {
+            let message = format!(
+                "its runs end at log offset {runs_end}, short of the dispatch point {} recorded at the last clean shutdown (runs were lost): the next open dispatches the log from {runs_end} again",
+                recorded.point
+            );
+            out.problems.push(problem(Derived::QueueIndex, index_dir.clone(), None, None, message));
+        }
+    }
     let topics_file = topics_path(root);
     if let Some(bytes) = read_optional(&topics_file)? {
         if let Err(err) = parse_topics(&topics_file, bytes) {
@@ -240,6 +267,14 @@ pub fn check(root: &Path) -> Result<Check, StoreError> {
         Err(err) => out.problems.push(problem(Derived::ConsumerOffsets, offsets_file, None, None, err.to_string())),
     }
     Ok(out)
+}
+
+/// Whether the log holds any record (its first segment starts with one):
+/// what makes the open rebuild the key index when the checkpoint is missing.
+fn log_holds_records(listing: &commitlog::inspect::Listing) -> Result<bool, StoreError> {
+    let Some(first) = listing.segments.first() else { return Ok(false) };
+    let header = commitlog::inspect::read_segment_range(first, 0, 4)?;
+    Ok(header.iter().any(|&b| b != 0))
 }
 
 /// The index files against the keyed messages below the recorded point:

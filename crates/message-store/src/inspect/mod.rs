@@ -113,6 +113,10 @@ pub(crate) struct Snapshot {
     pub(crate) listing: commitlog::inspect::Listing,
     /// The log's durable end (its checkpoint's flushed offset).
     pub(crate) durable: u64,
+    /// The log's last run shut down cleanly (no abort marker): no process
+    /// has it open, and the shutdown sealed the queue index up to the
+    /// dispatch point it recorded.
+    pub(crate) clean_shutdown: bool,
     /// The log's first offset.
     pub(crate) front: u64,
     /// Messages of the log after the runs that do not follow their queue in
@@ -133,9 +137,12 @@ impl Snapshot {
         // the copy, and a store open meanwhile is not disturbed.
         let (index, report) = QueueIndex::open_read_only(&store_io::CopyStorage, &dir)?;
         let listing = commitlog::inspect::list_segments(root)?;
-        let durable = commitlog::inspect::store_files(root).checkpoint.map_or(0, |c| c.flushed_offset);
+        let files = commitlog::inspect::store_files(root);
+        let durable = files.checkpoint.map_or(0, |c| c.flushed_offset);
+        let clean_shutdown = !files.abort_marker;
         let front = listing.segments.first().map_or(0, |s| s.start_offset);
-        let mut snapshot = Snapshot { index, report, topics, listing, durable, front, tail_problems: Vec::new() };
+        let mut snapshot =
+            Snapshot { index, report, topics, listing, durable, clean_shutdown, front, tail_problems: Vec::new() };
         let from = snapshot.report.replay_from.max(front);
         snapshot.scan_log(from, |snapshot, offset, size, header| {
             let Some(key) = snapshot.key_of_record(&header.topic, header.queue_id, offset) else { return };
