@@ -483,6 +483,17 @@ impl CommitLog {
         Ok(self.inner.queue.delete_expired_file_by_time(self.inner.config.file_reserved_time_ms, now_ms, max_batch)?)
     }
 
+    /// Keeps every segment that holds an offset at or past what `hold` gives
+    /// from deletion from the front (cleaning by age or for space,
+    /// [`delete_expired_segments`](Self::delete_expired_segments),
+    /// [`delete_segments_before`](Self::delete_segments_before)): an owner
+    /// whose records derived from the log are not durable yet keeps the log's
+    /// records until they are. `hold` runs under the segment list's lock; it
+    /// must be quick and must not call into the log.
+    pub fn set_front_hold(&self, hold: impl Fn() -> u64 + Send + Sync + 'static) {
+        self.inner.queue.set_front_hold(Box::new(hold));
+    }
+
     /// Deletes segments that lie wholly below `offset` (and are durable); never the last.
     pub fn delete_segments_before(&self, offset: u64, max_batch: usize) -> Result<usize, Error> {
         self.check_writeable()?;

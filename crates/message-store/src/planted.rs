@@ -62,6 +62,10 @@ pub enum Bug {
     /// topic before it: one lands after the deletion, and a topic made again
     /// under the name starts with its offset.
     CommitAfterDeletion = 8192,
+    /// The log deletes segments whose queue-index entries are still in
+    /// memory: a power cut then loses the end of a queue whose messages were
+    /// all in them, and its offsets are given again.
+    FrontPastUnsealedEntries = 16384,
 }
 
 static ACTIVE: AtomicU16 = AtomicU16::new(0);

@@ -448,6 +448,17 @@ impl MessageStore {
             #[cfg(test)]
             commit_checked: Mutex::new(None),
         });
+        // The log keeps the records whose queue-index entries are not sealed
+        // yet: were they deleted with the entries still in memory, a crash
+        // would lose the end of a queue whose messages were all there.
+        #[cfg(planted_bugs)]
+        let hold = !crate::planted::is_active(crate::planted::Bug::FrontPastUnsealedEntries);
+        #[cfg(not(planted_bugs))]
+        let hold = true;
+        if hold {
+            let index = Arc::downgrade(&core.dispatcher.queue_index);
+            core.log.set_front_hold(move || index.upgrade().map_or(u64::MAX, |index| index.sealed_to()));
+        }
         if recovery.first_version {
             core.registry.lock().persist(&*core.storage)?; // with the ids the index now uses
         }

@@ -36,7 +36,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use commitlog::{FlushDiskType, Storage};
-use message_store::{GetRequest, GetStatus, Message, MessageStore, MessageStoreConfig, OpenReport, ResetTo, Waited};
+use message_store::{
+    GetRequest, GetStatus, Message, MessageStore, MessageStoreConfig, OpenReport, ResetTo, StoreError, Waited,
+};
 use proptest::prelude::*;
 use store_io::sim::SimStorage;
 
@@ -302,8 +304,12 @@ fn check(store: &MessageStore, model: &mut Model) {
         let Some(queues) = model.topics.get(&t) else {
             assert!(store.queue_range(name, 0).is_err(), "deleted topic {name} has a queue");
             for key in KEYS {
-                let found = store.query_by_key(name, key, 0, u64::MAX, 1000).unwrap();
-                assert!(found.is_empty(), "key {key} of deleted topic {name} finds {:?}", serials(&found));
+                let found = store.query_by_key(name, key, 0, u64::MAX, 1000);
+                assert!(
+                    matches!(found, Err(StoreError::UnknownTopic { .. })),
+                    "key {key} of deleted topic {name} finds {:?}",
+                    found.map(|f| serials(&f))
+                );
             }
             continue;
         };

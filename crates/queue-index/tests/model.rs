@@ -678,6 +678,7 @@ fn the_last_offset_is_refused_as_an_entry_never_an_overflow() {
     index.append(1, 0, entry(16)).unwrap();
     assert!(index.append(1, u64::MAX, entry(32)).is_err(), "after an entry");
     assert_eq!((index.extent(0), index.extent(1)), (None, Some((0, 1))));
+}
 
 /// Every file name in the index's directory, sorted.
 fn all_files(storage: &dyn Storage) -> Vec<String> {

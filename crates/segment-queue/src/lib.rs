@@ -138,6 +138,11 @@ mod layout;
 /// See [`SegmentQueue::set_front_guard`].
 pub type FrontGuard = Box<dyn Fn(u64) -> Result<(), Box<dyn std::error::Error + Send + Sync>> + Send + Sync>;
 
+/// Gives the lowest offset the queue's owner still needs the segments of:
+/// no segment holding it or anything past it is deleted from the front.
+/// See [`SegmentQueue::set_front_hold`].
+pub type FrontHold = Box<dyn Fn() -> u64 + Send + Sync>;
+
 /// The segments of one directory, or of several (see [`load_dirs`](Self::load_dirs)).
 pub struct SegmentQueue {
     /// The directories, in the order given; never empty, at least one writable.
@@ -161,6 +166,8 @@ pub struct SegmentQueue {
     allocator: Mutex<Option<Allocator>>,
     /// Told the new front before segments leave it (see [`set_front_guard`](Self::set_front_guard)).
     front_guard: RwLock<Option<FrontGuard>>,
+    /// Where deletion from the front stops (see [`set_front_hold`](Self::set_front_hold)).
+    front_hold: RwLock<Option<FrontHold>>,
     /// One change of the segment list's tail at a time: roll-over, truncation,
     /// `clear`, `close`. Not the same as `files`' write lock, which is held only to
     /// push or pop, so readers never wait for a segment's creation. The commit

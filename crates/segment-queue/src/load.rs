@@ -146,6 +146,7 @@ impl SegmentQueue {
             deleted_mapped: Mutex::new(Vec::new()),
             allocator: Mutex::new(allocator),
             front_guard: RwLock::new(None),
+            front_hold: RwLock::new(None),
             roll_lock: Mutex::new(()),
             flush_lock: Mutex::new(()),
             commit_lock: Mutex::new(()),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use mapped_file::MappedFile;
 use transient_pool::TransientStorePool;
 
-use crate::{FrontGuard, QueueError, SegmentQueue};
+use crate::{FrontGuard, FrontHold, QueueError, SegmentQueue};
 
 impl SegmentQueue {
     /// Deletes segments from the front whose store timestamp is older than `now_ms - expired_ms`,
@@ -93,12 +93,24 @@ impl SegmentQueue {
         *self.front_guard.write() = Some(guard);
     }
 
+    /// Sets the front hold: every deletion from the front (by age, by offset,
+    /// to free space) stops at the first segment that ends past the offset it
+    /// gives. An owner whose derived data of the log's records is not durable
+    /// yet (a queue index whose entries are still in memory) keeps the records
+    /// until it is, so a crash never finds both gone. It runs under the
+    /// queue's segment lock; it must not call back into the queue.
+    pub fn set_front_hold(&self, hold: FrontHold) {
+        *self.front_hold.write() = Some(hold);
+    }
+
     fn delete_from_front(
         &self,
         max_batch: usize,
         mut expired: impl FnMut(&MappedFile) -> bool,
     ) -> Result<usize, QueueError> {
         let mut files = self.files.write();
+        let hold = self.front_hold.read().as_ref().map_or(u64::MAX, |hold| hold());
+        let mut expired = |f: &MappedFile| f.file_end() <= hold && expired(f);
         // Plan first: how many go, so the guard learns the front before any does.
         let mut planned = 0usize;
         while planned < max_batch && planned.saturating_add(1) < files.len() && expired(&files[planned]) {
