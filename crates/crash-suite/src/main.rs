@@ -7,7 +7,8 @@
 //! failure, 5 disk full, the guard and the cleaning service; 2f the message store
 //! (queue index, offsets, consumers) under simulated power loss; 2g its
 //! derived data damaged at random; 2h simulated power loss while the next
-//! segment is prepared in the background. Layers 6 (fuzzing)
+//! segment is prepared in the background; 2i the whole message store's life
+//! against its model (topics, offsets, deletions, power cuts). Layers 6 (fuzzing)
 //! and 7 (loom models) are run by `cargo xtask crash` around this binary. Each
 //! layer prints one line with its figure; the exit code is non-zero if any fails.
 //! `--planted` runs the planted bugs instead (a `--cfg planted_bugs` build only).
@@ -31,6 +32,7 @@ mod power_loss;
 mod races;
 mod raft_power_loss;
 mod segment_dirs;
+mod store_life;
 mod sync_failure;
 
 fn arg(args: &[String], name: &str) -> Option<String> {
@@ -191,6 +193,20 @@ fn main() -> ExitCode {
             m.add(t);
         }
         run.report(m.violations() == 0 && (run.repro || m.states >= 5_000 * scale as u64), message_line(&m, runs, t0));
+    }
+
+    if run.wanted("store-life") {
+        // 2i. The whole message store's life against its model.
+        let t0 = Instant::now();
+        let mut l = store_life::Tally::default();
+        let seeds = run.seeds(29_000, 48 * scale as u64);
+        let runs = seeds.len() as u64;
+        for s in seeds {
+            let t = store_life::run_seed(s, 40);
+            run.check("store-life", s, t.violations(), || store_life_line(&t, 1, t0));
+            l.add(t);
+        }
+        run.report(l.violations() == 0, store_life_line(&l, runs, t0));
     }
 
     if run.wanted("message-damage") {
@@ -453,6 +469,16 @@ fn message_line(m: &message_layer::Tally, runs: u64, t0: Instant) -> String {
         m.read_errors,
         m.repaired,
         t0.elapsed()
+    )
+}
+
+fn store_life_line(l: &store_life::Tally, runs: u64, t0: Instant) -> String {
+    format!(
+        "store-life (the whole message store against its model: topics made, deleted and made again, puts, reads, commits, removals, resets and journal compactions, seals, the log's front moving, reopens and power cuts; sync and async flush, the write-buffer pool on one run in three): {} steps over {runs} runs, {} runs failed a check ({:.1?}){}",
+        l.steps,
+        l.failed,
+        t0.elapsed(),
+        l.first.as_deref().map(|f| format!("; first: {f}")).unwrap_or_default()
     )
 }
 

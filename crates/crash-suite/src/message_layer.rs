@@ -267,6 +267,9 @@ pub fn run_seed(seed: u64, images_per_point: usize, stop_at_first: bool) -> Tall
         // The log's cleaning deletes its first segment: the index expires
         // with it (at the next thorough flush), never before.
         let _ = store.log().flush_all();
+        // The log keeps segments whose queue-index entries are not sealed.
+        let _ = store.dispatch_now();
+        let _ = store.seal_index();
         let _ = store.log().delete_segments_before(SEGMENT as u64, 1);
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -613,7 +613,8 @@ impl MessageStore {
     /// Deletes `topic` (RocketMQ's `deleteTopics`): it is gone from the
     /// registry, its queues from the queue index and every group's offsets in
     /// it from the consumer offsets, durably, before this returns; consumers
-    /// waiting on it return. Its messages stay in the log until the log's
+    /// waiting on it return. Offset commits and resets that checked the topic
+    /// before are waited for (their offsets go with the topic's). Its messages stay in the log until the log's
     /// cleaning deletes their segments, but are never read again: a topic
     /// created later under the same name starts empty, with new queue keys,
     /// and dispatch gives it none of the old topic's records. Returns whether
@@ -622,10 +623,6 @@ impl MessageStore {
         self.check_open()?;
         validate_topic(topic)?;
         // No commit that checked the topic is between its check and its write.
-        #[cfg(planted_bugs)]
-        let _life = (!crate::planted::is_active(crate::planted::Bug::CommitAfterDeletion))
-            .then(|| self.core.topic_life.write());
-        #[cfg(not(planted_bugs))]
         let _life = self.core.topic_life.write();
         let mut registry = self.core.registry.lock();
         let Some(entry) = registry.remove(&*self.core.storage, topic)? else { return Ok(false) };
@@ -955,8 +952,9 @@ impl MessageStore {
     /// The messages of `topic` with `key` stored within `[begin_ms, end_ms]`,
     /// newest first, at most `max` (and at most 1,024: RocketMQ #7948 ran out of
     /// memory on a huge `maxNum`). Candidates are checked against their record:
-    /// another key with the same hash is never returned. Empty when the index is
-    /// off.
+    /// another key with the same hash is never returned, nor a message of a
+    /// topic of the same name deleted before. Empty when the index is off;
+    /// [`StoreError::UnknownTopic`] for a topic that does not exist.
     pub fn query_by_key(
         &self,
         topic: &str,
