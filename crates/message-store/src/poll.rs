@@ -48,7 +48,10 @@ impl MessageStore {
     /// Blocks until `topic`'s queue holds a message at `offset` or later (its
     /// end passes `offset`), the store shuts down or the topic is deleted, or
     /// `timeout` passes (a timeout too long to add to now, `Duration::MAX`
-    /// say, waits without one).
+    /// say, waits without one). A wait started as the store shuts down or
+    /// the topic is deleted returns [`Waited::Closed`], or fails as one
+    /// started after them does ([`StoreError::Shutdown`],
+    /// [`StoreError::UnknownTopic`]).
     pub fn wait_for(&self, topic: &str, queue_id: u32, offset: u64, timeout: Duration) -> Result<Waited, StoreError> {
         let queue = self.watched(topic, queue_id)?;
         let passed = queue.signal.wait_past(offset, Instant::now().checked_add(timeout));
@@ -58,7 +61,9 @@ impl MessageStore {
     /// A future that resolves when `topic`'s queue holds a message at `offset`
     /// or later ([`Waited::Arrived`]), or the store shuts down or the topic is
     /// deleted ([`Waited::Closed`]). It has no timer of its own: wrap it in
-    /// the runtime's timeout (`tokio::time::timeout`).
+    /// the runtime's timeout (`tokio::time::timeout`). Made as the store
+    /// shuts down or the topic is deleted, it resolves at once, or is not
+    /// made, as for [`wait_for`](Self::wait_for).
     pub fn arrival(&self, topic: &str, queue_id: u32, offset: u64) -> Result<Arrival, StoreError> {
         Ok(Arrival { queue: self.watched(topic, queue_id)?, offset, token: new_token() })
     }

@@ -47,11 +47,23 @@ impl Queue {
 const LIVE_RESERVED: usize = 65_536;
 
 /// The topics (by name: queue count, id) and the queues in use.
+///
+/// A queue is closed (its waiters return) when its topic is deleted or the
+/// store shuts down, and none is made after: [`get_or_make`](Queues::get_or_make)
+/// makes a queue under the write lock of `live` only if the topic is still
+/// there and the flag `closed` not set, and [`remove_topic`](Queues::remove_topic)
+/// (which removes the topic first) and [`close_all`](Queues::close_all)
+/// (which sets the flag under it) take that lock to gather the queues they
+/// close: a queue made is among them, or none is made. Lock order: `live`
+/// before `topics`; neither is held while a signal wakes.
 #[derive(Debug, Default)]
 pub(crate) struct Queues {
     topics: RwLock<HashMap<String, TopicEntry>>,
     /// By key, under foldhash: a fast, seeded hash for the `u64` keys.
     live: RwLock<HashMap<u64, Arc<Queue>, foldhash::fast::RandomState>>,
+    /// Set by [`close_all`](Queues::close_all) under the write lock of
+    /// `live` and read under it (the lock orders them: relaxed is enough).
+    closed: AtomicBool,
 }
 
 impl Queues {
@@ -67,7 +79,8 @@ impl Queues {
         self.topics.write().insert(topic.to_string(), entry);
     }
 
-    /// Removes `topic`; its queues in use are closed (their waiters return).
+    /// Removes `topic`; its queues in use are closed (their waiters return),
+    /// and none is made for it after (see [`get_or_make`](Self::get_or_make)).
     /// Returns once no put to it is appending: a put checks its queue's key
     /// against the topics under the put lock, which this takes on each of the
     /// topic's queues after the topic is gone, so every put to it either
@@ -118,19 +131,37 @@ impl Queues {
         (queue_id < entry.queues && offset >= entry.since).then(|| queue_key(entry.id, queue_id))
     }
 
-    /// The queue of `key` in use, made if it is not: its signal starts at the
-    /// index's end of the queue (dispatch publishes to it from then on).
-    pub(crate) fn get_or_make(&self, key: u64, index: &QueueIndex) -> Arc<Queue> {
+    /// The queue of `key` (of `topic`'s queue `queue_id`) in use, made if it
+    /// is not: its signal starts at the index's end of the queue (dispatch
+    /// publishes to it from then on). Refused if the store shut down or
+    /// `topic` was deleted (or made again) since `key` was looked up: a
+    /// queue made then would be in no table [`close_all`](Self::close_all)
+    /// or [`remove_topic`](Self::remove_topic) closed, and its waiters would
+    /// wait to their timeout, or for ever.
+    pub(crate) fn get_or_make(
+        &self,
+        (topic, queue_id): (&str, u32),
+        key: u64,
+        index: &QueueIndex,
+    ) -> Result<Arc<Queue>, StoreError> {
+        // A queue in the table is among those a close gathers: closed
+        // already, or when that close goes on.
         if let Some(queue) = self.live.read().get(&key) {
-            return Arc::clone(queue);
+            return Ok(Arc::clone(queue));
         }
         let mut live = self.live.write();
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(StoreError::Shutdown);
+        }
+        if self.key(topic, queue_id)? != key {
+            return Err(StoreError::UnknownTopic { topic: topic.to_string() });
+        }
         let queue = live.entry(key).or_insert_with(|| Arc::new(Queue::new(key)));
         // Read under the lock dispatch looks the queue up with after its
         // append: an end it appended before is seen here, one after is
         // published to this signal.
         queue.signal.arrive(index.extent(key).map_or(0, |(_, end)| end));
-        Arc::clone(queue)
+        Ok(Arc::clone(queue))
     }
 
     /// The queue of `key` if it is in use.
@@ -159,8 +190,17 @@ impl Queues {
         before - live.len()
     }
 
-    /// Closes every queue in use: waiters return.
+    /// Closes every queue in use, and refuses to make one after: waiters
+    /// return, and a wait that looked up its queue's key before but makes
+    /// the queue after is refused.
     pub(crate) fn close_all(&self) {
-        self.live.read().values().for_each(|queue| queue.signal.close());
+        let queues: Vec<Arc<Queue>> = {
+            let live = self.live.write();
+            self.closed.store(true, Ordering::Relaxed);
+            live.values().cloned().collect()
+        };
+        // A wait that got one of them meanwhile registers with its signal
+        // before this closes it, or sees it closed: both under its lock.
+        queues.iter().for_each(|queue| queue.signal.close());
     }
 }

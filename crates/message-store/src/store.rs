@@ -208,6 +208,10 @@ pub(crate) struct Core {
     /// the race with `delete_topic`).
     #[cfg(test)]
     commit_checked: Mutex<Option<Arc<std::sync::Barrier>>>,
+    /// Pauses a lookup of a queue between finding its key and getting the
+    /// queue (tests of a wait that races a shutdown or a topic's deletion).
+    #[cfg(test)]
+    queue_looked_up: Mutex<Option<Arc<std::sync::Barrier>>>,
 }
 
 /// RocketMQ's `DefaultMessageStore`: topics of queues over one commit log.
@@ -447,6 +451,8 @@ impl MessageStore {
             topic_life: parking_lot::RwLock::new(()),
             #[cfg(test)]
             commit_checked: Mutex::new(None),
+            #[cfg(test)]
+            queue_looked_up: Mutex::new(None),
         });
         // The log keeps the records whose queue-index entries are not sealed
         // yet: were they deleted with the entries still in memory, a crash
@@ -786,7 +792,15 @@ impl MessageStore {
     /// The queue `topic`/`queue_id` in use (made if it is not), or why there is none.
     pub(crate) fn queue(&self, topic: &str, queue_id: u32) -> Result<Arc<Queue>, StoreError> {
         let key = self.core.queues.key(topic, queue_id)?;
-        Ok(self.core.queues.get_or_make(key, &self.core.dispatcher.queue_index))
+        #[cfg(test)]
+        {
+            let pause = self.core.queue_looked_up.lock().clone();
+            if let Some(barrier) = pause {
+                barrier.wait(); // looked up
+                barrier.wait(); // let go
+            }
+        }
+        self.core.queues.get_or_make((topic, queue_id), key, &self.core.dispatcher.queue_index)
     }
 
     /// The key of `topic`/`queue_id` in the queue index, the store checked open.
@@ -1440,7 +1454,7 @@ mod tests {
     use commitlog::{CommitLogConfig, FlushDiskType};
 
     use super::*;
-    use crate::Message;
+    use crate::{Message, Waited};
 
     #[test]
     fn a_commit_that_checked_its_topic_never_lands_after_the_topics_deletion() {
@@ -1487,6 +1501,115 @@ mod tests {
         store.create_topic("t", 1).unwrap();
         assert_eq!(store.committed_offset("g", "t", 0), None, "the topic made again has no offset");
         store.shutdown().unwrap();
+    }
+
+    /// How the waits of [`wait_across`] are ended.
+    #[derive(Debug, Clone, Copy)]
+    enum Ending {
+        Shutdown,
+        Deletion,
+    }
+
+    /// Opens a store with topic `t` of one queue and, for each way to wait on
+    /// its queue (`wait_for`, `arrival`, `arrivals`, `wait_for_any`), runs
+    /// the wait on a thread paused between looking up the queue's key and
+    /// getting the queue, ends the waits by `ending` meanwhile, lets the
+    /// thread go and checks the wait ends: with `Closed`, nothing arrived,
+    /// or the error of a store shut down or a topic unknown. With
+    /// `in_use`, another consumer waits on the queue from before, so it is
+    /// in the table of queues in use when the waits end.
+    fn wait_across(ending: Ending, in_use: bool) {
+        fn ended(result: &Result<(), StoreError>) -> bool {
+            matches!(result, Ok(()) | Err(StoreError::Shutdown | StoreError::UnknownTopic { .. }))
+        }
+        type Wait = Box<dyn FnOnce(&MessageStore) -> Result<(), StoreError> + Send>;
+        let mut cx = Context::from_waker(Waker::noop());
+        let waits: Vec<(&str, Wait)> = vec![
+            (
+                "wait_for",
+                Box::new(|store| match store.wait_for("t", 0, 0, Duration::MAX)? {
+                    Waited::Closed => Ok(()),
+                    other => panic!("wait_for returned {other:?}"),
+                }),
+            ),
+            (
+                "arrival",
+                Box::new(|store| {
+                    let mut arrival = store.arrival("t", 0, 0)?;
+                    let polled = Pin::new(&mut arrival).poll(&mut Context::from_waker(Waker::noop()));
+                    assert_eq!(polled, std::task::Poll::Ready(Waited::Closed), "the arrival waits on");
+                    Ok(())
+                }),
+            ),
+            (
+                "arrivals",
+                Box::new(|store| {
+                    let mut arrivals = store.arrivals(&[("t", 0, 0)])?;
+                    let polled = Pin::new(&mut arrivals).poll(&mut Context::from_waker(Waker::noop()));
+                    assert_eq!(polled, std::task::Poll::Ready(vec![]), "the arrivals wait on");
+                    Ok(())
+                }),
+            ),
+            (
+                "wait_for_any",
+                Box::new(|store| {
+                    assert_eq!(store.wait_for_any(&[("t", 0, 0)], Duration::MAX)?, Vec::<usize>::new());
+                    Ok(())
+                }),
+            ),
+        ];
+        for (name, wait) in waits {
+            let sim = store_io::sim::SimStorage::new();
+            let log = CommitLogConfig::builder()
+                .mapped_file_size_commit_log(64 << 10)
+                .max_message_size(4096)
+                .build()
+                .unwrap();
+            let log = CommitLogConfig { disk_space_warning_level_ratio: 100, disk_max_used_space_ratio: 100, ..log };
+            let store = MessageStore::open_with_storage("/s", MessageStoreConfig::new(log), Arc::new(sim)).unwrap();
+            store.create_topic("t", 1).unwrap();
+            let mut before = in_use.then(|| store.arrival("t", 0, 0).unwrap());
+            if let Some(before) = &mut before {
+                assert!(Pin::new(before).poll(&mut cx).is_pending());
+            }
+            let barrier = Arc::new(std::sync::Barrier::new(2));
+            *store.core.queue_looked_up.lock() = Some(Arc::clone(&barrier));
+            let (done_tx, done) = std::sync::mpsc::channel();
+            let waiter = {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    let _ = done_tx.send(wait(&store));
+                })
+            };
+            barrier.wait(); // the wait has looked up its queue's key
+            *store.core.queue_looked_up.lock() = None;
+            match ending {
+                Ending::Shutdown => store.shutdown().unwrap(),
+                Ending::Deletion => assert!(store.delete_topic("t").unwrap()),
+            }
+            barrier.wait(); // the wait goes on
+                            // A bound on a failure only: the wait ends at once, or never.
+            let result = done.recv_timeout(Duration::from_secs(10));
+            let ended_ok = result.as_ref().is_ok_and(ended);
+            assert!(ended_ok, "{name} after the {ending:?} (queue in use: {in_use}): {result:?}");
+            waiter.join().unwrap();
+            if let Some(before) = &mut before {
+                assert_eq!(Pin::new(before).poll(&mut cx), std::task::Poll::Ready(Waited::Closed));
+            }
+            store.shutdown().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_wait_that_looked_up_its_queue_before_a_shutdown_returns() {
+        wait_across(Ending::Shutdown, false);
+        wait_across(Ending::Shutdown, true);
+    }
+
+    #[test]
+    fn a_wait_that_looked_up_its_queue_before_its_topics_deletion_returns() {
+        wait_across(Ending::Deletion, false);
+        wait_across(Ending::Deletion, true);
     }
 
     #[test]
