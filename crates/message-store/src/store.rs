@@ -1456,6 +1456,17 @@ mod tests {
     use super::*;
     use crate::{Message, Waited};
 
+    /// A log of 64 KiB segments on a simulated disk, whose disk guard never refuses.
+    fn small_log(flush: FlushDiskType) -> CommitLogConfig {
+        let log = CommitLogConfig::builder()
+            .mapped_file_size_commit_log(64 << 10)
+            .max_message_size(4096)
+            .flush_disk_type(flush)
+            .build()
+            .unwrap();
+        CommitLogConfig { disk_space_warning_level_ratio: 100, disk_max_used_space_ratio: 100, ..log }
+    }
+
     #[test]
     fn a_commit_that_checked_its_topic_never_lands_after_the_topics_deletion() {
         // The commit is paused between its checks and its write; the
@@ -1464,9 +1475,7 @@ mod tests {
         // to write an offset of a deleted topic, which a topic made again
         // under the name would start with.
         let sim = store_io::sim::SimStorage::new();
-        let log =
-            CommitLogConfig::builder().mapped_file_size_commit_log(64 << 10).max_message_size(4096).build().unwrap();
-        let log = CommitLogConfig { disk_space_warning_level_ratio: 100, disk_max_used_space_ratio: 100, ..log };
+        let log = small_log(FlushDiskType::SyncFlush);
         let store = MessageStore::open_with_storage("/s", MessageStoreConfig::new(log), Arc::new(sim)).unwrap();
         store.create_topic("t", 1).unwrap();
         for i in 0..4u8 {
@@ -1560,12 +1569,7 @@ mod tests {
         ];
         for (name, wait) in waits {
             let sim = store_io::sim::SimStorage::new();
-            let log = CommitLogConfig::builder()
-                .mapped_file_size_commit_log(64 << 10)
-                .max_message_size(4096)
-                .build()
-                .unwrap();
-            let log = CommitLogConfig { disk_space_warning_level_ratio: 100, disk_max_used_space_ratio: 100, ..log };
+            let log = small_log(FlushDiskType::SyncFlush);
             let store = MessageStore::open_with_storage("/s", MessageStoreConfig::new(log), Arc::new(sim)).unwrap();
             store.create_topic("t", 1).unwrap();
             let mut before = in_use.then(|| store.arrival("t", 0, 0).unwrap());
@@ -1619,18 +1623,12 @@ mod tests {
         // past the log's readable end meanwhile, so the put must not index it
         // and wake a consumer who would then fail to read it.
         let sim = store_io::sim::SimStorage::new();
-        let mut log = CommitLogConfig::builder()
-            .mapped_file_size_commit_log(64 << 10)
-            .max_message_size(4096)
-            .flush_disk_type(FlushDiskType::AsyncFlush)
-            .build()
-            .unwrap();
+        let mut log = small_log(FlushDiskType::AsyncFlush);
         log.transient_store_pool_enable = true;
         log.transient_store_pool_size = 2;
         log.flush.commit_interval_commit_log_ms = 3_600_000; // copied out of the buffer only by `flush_all`
         log.flush.commit_commit_log_thorough_interval_ms = 3_600_000;
         log.flush.wake_commit_when_put_message = false;
-        let log = CommitLogConfig { disk_space_warning_level_ratio: 100, disk_max_used_space_ratio: 100, ..log };
         let store = MessageStore::open_with_storage("/s", MessageStoreConfig::new(log), Arc::new(sim)).unwrap();
         store.create_topic("t", 1).unwrap();
         let mut cx = Context::from_waker(Waker::noop());
@@ -1656,9 +1654,7 @@ mod tests {
         // appended to the log directly can: dispatch skips it as it does a
         // record that is not a message, and the store still opens.
         let sim = store_io::sim::SimStorage::new();
-        let log =
-            CommitLogConfig::builder().mapped_file_size_commit_log(64 << 10).max_message_size(4096).build().unwrap();
-        let log = CommitLogConfig { disk_space_warning_level_ratio: 100, disk_max_used_space_ratio: 100, ..log };
+        let log = small_log(FlushDiskType::SyncFlush);
         let config = MessageStoreConfig::new(log);
         let storage: Arc<dyn Storage> = Arc::new(sim);
         let store = MessageStore::open_with_storage("/s", config.clone(), Arc::clone(&storage)).unwrap();
@@ -1687,13 +1683,7 @@ mod tests {
     #[test]
     fn a_put_indexes_only_its_queues_next_entry_never_one_past_what_dispatch_has_not_put() {
         let sim = store_io::sim::SimStorage::new();
-        let log = CommitLogConfig::builder()
-            .mapped_file_size_commit_log(64 << 10)
-            .max_message_size(4096)
-            .flush_disk_type(FlushDiskType::AsyncFlush)
-            .build()
-            .unwrap();
-        let log = CommitLogConfig { disk_space_warning_level_ratio: 100, disk_max_used_space_ratio: 100, ..log };
+        let log = small_log(FlushDiskType::AsyncFlush);
         let store = MessageStore::open_with_storage("/s", MessageStoreConfig::new(log), Arc::new(sim)).unwrap();
         store.create_topic("t", 1).unwrap();
         let mut cx = Context::from_waker(Waker::noop());
