@@ -48,6 +48,10 @@ pub(crate) struct Dispatcher {
     error: Mutex<Option<String>>,
     /// Records of the log that are not messages of a known queue (skipped).
     pub(crate) skipped: AtomicU64,
+    /// Pauses the next record's dispatch between its queue's lookup and its
+    /// append (tests of the race with `delete_topic`); taken when used.
+    #[cfg(test)]
+    pub(crate) queue_looked_up: Mutex<Option<Arc<std::sync::Barrier>>>,
 }
 
 /// The queue-index entry of `record`.
@@ -76,6 +80,8 @@ impl Dispatcher {
             running: Mutex::new(()),
             error: Mutex::new(None),
             skipped: AtomicU64::new(0),
+            #[cfg(test)]
+            queue_looked_up: Mutex::new(None),
         }
     }
 
@@ -96,9 +102,10 @@ impl Dispatcher {
         }
     }
 
-    /// Holds dispatch off while the guard lives (a test's window: records
-    /// written and not dispatched).
-    #[cfg(test)]
+    /// Holds dispatch off while the guard lives: no record is between its
+    /// queue's lookup and its append (`delete_topic` forgets a topic's queues
+    /// under it), and in tests, a window of records written and not
+    /// dispatched. A dispatch round under way finishes first.
     pub(crate) fn hold(&self) -> parking_lot::MutexGuard<'_, ()> {
         self.running.lock()
     }
@@ -186,6 +193,14 @@ impl Dispatcher {
         };
         if record.offset < self.queue_index.sealed_to() {
             return self.index_keys(&header, record);
+        }
+        #[cfg(test)]
+        {
+            let pause = self.queue_looked_up.lock().take();
+            if let Some(barrier) = pause {
+                barrier.wait(); // looked up
+                barrier.wait(); // let go
+            }
         }
         let entry = entry_of(record, header.tags_code);
         let held = self.queue_index.extent(key).is_some_and(|(_, end)| end > header.queue_offset);

@@ -632,9 +632,13 @@ impl MessageStore {
         let _life = self.core.topic_life.write();
         let mut registry = self.core.registry.lock();
         let Some(entry) = registry.remove(&*self.core.storage, topic)? else { return Ok(false) };
+        // No record of the topic between its queue's lookup and its append:
+        // dispatch would put a forgotten queue back into the index.
+        let dispatch = self.core.dispatcher.hold();
         self.core.queues.remove_topic(topic);
         let id = u64::from(entry.id);
         self.core.dispatcher.queue_index.forget(&*self.core.storage, |key| key >> 32 == id)?;
+        drop(dispatch);
         drop(registry);
         self.core.offsets.remove_topic(&*self.core.storage, topic)?;
         tracing::info!(topic, "topic deleted");
@@ -1465,6 +1469,42 @@ mod tests {
             .build()
             .unwrap();
         CommitLogConfig { disk_space_warning_level_ratio: 100, disk_max_used_space_ratio: 100, ..log }
+    }
+
+    #[test]
+    fn a_record_dispatched_across_its_topics_deletion_never_puts_a_queue_back() {
+        // Dispatch is paused between a record's queue lookup and its append;
+        // the deletion started then waits for it (and forgets the entry), or,
+        // were it let through, would forget the queue first and dispatch
+        // would put it back into the index (its table and extents) as a
+        // queue of no topic.
+        let store = MessageStore::open_with_storage(
+            "/s",
+            MessageStoreConfig::new(small_log(FlushDiskType::AsyncFlush)),
+            Arc::new(store_io::sim::SimStorage::new()),
+        )
+        .unwrap();
+        store.create_topic("t", 1).unwrap();
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        *store.core.dispatcher.queue_looked_up.lock() = Some(Arc::clone(&barrier));
+        store.put_message(&Message::new("t", 0, &b"m"[..])).unwrap();
+        barrier.wait(); // dispatch has looked the record's queue up
+        let (deleted_tx, deleted) = std::sync::mpsc::channel();
+        let deleter = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let deleted = store.delete_topic("t");
+                let _ = deleted_tx.send(());
+                deleted
+            })
+        };
+        let returned_first = deleted.recv_timeout(Duration::from_millis(200)).is_ok();
+        barrier.wait(); // dispatch goes on
+        assert!(deleter.join().unwrap().unwrap());
+        store.dispatch_now().unwrap();
+        assert_eq!(store.stats().indexed_queues, 0, "no queue of the deleted topic is in the index");
+        assert!(!returned_first, "the deletion returned while a record of the topic was being dispatched");
+        store.shutdown().unwrap();
     }
 
     #[test]
