@@ -194,6 +194,9 @@ pub(crate) struct Core {
     expired_to: AtomicU64,
     /// One seal of the queue index at a time, with the flush it needs.
     sealing: Mutex<()>,
+    /// The queue index's sealed end as of its last seal: the log's front
+    /// hold (read under the log's segment lock, so never the index's).
+    sealed_mark: Arc<AtomicU64>,
     dispatch_wake: Arc<ServiceState>,
     shut_down: AtomicBool,
     /// The put path indexes its own message (dispatch by the written end).
@@ -208,6 +211,9 @@ pub(crate) struct Core {
     /// the race with `delete_topic`).
     #[cfg(test)]
     commit_checked: Mutex<Option<Arc<std::sync::Barrier>>>,
+    /// Meets a test once, as an offset commit is about to wait for dispatch.
+    #[cfg(test)]
+    commit_waiting: Mutex<Option<Arc<std::sync::Barrier>>>,
     /// Pauses a lookup of a queue between finding its key and getting the
     /// queue (tests of a wait that races a shutdown or a topic's deletion).
     #[cfg(test)]
@@ -362,15 +368,6 @@ impl MessageStore {
         if !kept {
             queue_index.expire(&*storage, log.min_offset())?;
         }
-        // Queues of topics no longer in the registry (deleted, with a crash
-        // before the index's table was written without them): never read
-        // nor appended to again, so forgotten now.
-        let live_ids: std::collections::HashSet<u64> = registry.topics().map(|(_, e)| u64::from(e.id)).collect();
-        let orphans = queue_index.forget(&*storage, |key| !live_ids.contains(&(key >> 32)))?;
-        if orphans > 0 {
-            tracing::info!(queues = orphans, "queues of deleted topics forgotten by the queue index");
-        }
-        kept_ends.retain(|(key, _)| live_ids.contains(&(key >> 32)));
         // Room for every queue of every topic, and for the queues in use.
         let queue_count: usize = registry.topics().map(|(_, e)| e.queues as usize).sum();
         queue_index.reserve(queue_count.saturating_sub(queue_index.queue_count()));
@@ -428,9 +425,19 @@ impl MessageStore {
         if converting {
             convert_consume_queue_layout(&*storage, &root, recorded.as_ref(), &registry, &queue_index)?;
         }
-        if !kept_ends.is_empty() {
-            let seeded = queue_index.seed_ends(&*storage, kept_ends)?;
+        // Always: the ends a crashed open kept on disk are seeded (and their
+        // file removed) even when none is given here.
+        let seeded = queue_index.seed_ends(&*storage, kept_ends)?;
+        if seeded > 0 {
             tracing::warn!(seeded, "queues whose messages all expired keep the ends the old queue index knew");
+        }
+        // Queues of topics no longer in the registry (deleted, with a crash
+        // before the index's table was written without them, or seeded from
+        // kept ends): never read nor appended to again, so forgotten now.
+        let live_ids: std::collections::HashSet<u64> = registry.topics().map(|(_, e)| u64::from(e.id)).collect();
+        let orphans = queue_index.forget(&*storage, |key| !live_ids.contains(&(key >> 32)))?;
+        if orphans > 0 {
+            tracing::info!(queues = orphans, "queues of deleted topics forgotten by the queue index");
         }
         let offsets = ConsumerOffsets::load(&*storage, &root, config.consumer_offsets_journal_size)?;
         let core = Arc::new(Core {
@@ -444,6 +451,7 @@ impl MessageStore {
             dispatcher,
             expired_to: AtomicU64::new(0),
             sealing: Mutex::new(()),
+            sealed_mark: Arc::new(AtomicU64::new(queue_index.sealed_to())),
             dispatch_wake: ServiceState::new(),
             shut_down: AtomicBool::new(false),
             index_on_put,
@@ -451,6 +459,8 @@ impl MessageStore {
             topic_life: parking_lot::RwLock::new(()),
             #[cfg(test)]
             commit_checked: Mutex::new(None),
+            #[cfg(test)]
+            commit_waiting: Mutex::new(None),
             #[cfg(test)]
             queue_looked_up: Mutex::new(None),
         });
@@ -462,8 +472,8 @@ impl MessageStore {
         #[cfg(not(planted_bugs))]
         let hold = true;
         if hold {
-            let index = Arc::downgrade(&core.dispatcher.queue_index);
-            core.log.set_front_hold(move || index.upgrade().map_or(u64::MAX, |index| index.sealed_to()));
+            let sealed = Arc::clone(&core.sealed_mark);
+            core.log.set_front_hold(move || sealed.load(Ordering::Acquire));
         }
         if recovery.first_version {
             core.registry.lock().persist(&*core.storage)?; // with the ids the index now uses
@@ -479,6 +489,7 @@ impl MessageStore {
         // just converted from an older store's file. Otherwise the log is
         // whole (a clean shutdown flushed it, and a commit is never beyond
         // its queue's end when it is made).
+        Self::remove_offsets_of_deleted_topics(&core)?;
         let log_recovery = core.log.recovery_report();
         let clean = log_recovery.clean_shutdown && !log_recovery.cut_anything() && !ahead && !core.offsets.converted();
         let offsets_lowered = if clean { 0 } else { Self::lower_offsets(&core)? };
@@ -572,6 +583,28 @@ impl MessageStore {
         })
         .map_err(io)?;
         self.life.services.lock().extend([dispatch, flush]);
+        Ok(())
+    }
+
+    /// Removes the committed offsets of topics the registry does not have: a
+    /// deletion a crash interrupted after the registry was written (a topic
+    /// made again under the name must not start with them).
+    fn remove_offsets_of_deleted_topics(core: &Core) -> Result<(), StoreError> {
+        let stale: std::collections::BTreeSet<String> = {
+            let registry = core.registry.lock();
+            core.offsets
+                .all()
+                .into_iter()
+                .map(|((_, topic, _), _)| topic)
+                .filter(|t| registry.get(t).is_none())
+                .collect()
+        };
+        for topic in &stale {
+            core.offsets.remove_topic(&*core.storage, topic)?;
+        }
+        if !stale.is_empty() {
+            tracing::warn!(topics = ?stale, "consumer offsets of topics the registry no longer has removed");
+        }
         Ok(())
     }
 
@@ -856,9 +889,14 @@ impl MessageStore {
     pub fn commit_offsets(&self, group: &str, commits: &[(&str, u32, u64)]) -> Result<(), StoreError> {
         self.check_open()?;
         validate_group(group)?;
+        // Waits for dispatch first, outside the topics' lock: a deletion
+        // meanwhile closes the queue and wakes the wait.
+        for &(topic, queue_id, offset) in commits {
+            self.wait_for_dispatch_of(topic, queue_id, offset)?;
+        }
         let _life = self.core.topic_life.read();
         for &(topic, queue_id, offset) in commits {
-            let max = self.queue_end_for_commit(topic, queue_id, offset)?;
+            let max = self.queue_range(topic, queue_id)?.end;
             if offset > max {
                 return Err(StoreError::OffsetBeyondQueue {
                     group: group.to_string(),
@@ -880,25 +918,30 @@ impl MessageStore {
         self.core.offsets.commit_many(&*self.core.storage, group, commits)
     }
 
-    /// The end of `topic`'s queue for a commit of `offset`: if dispatch has
-    /// not reached `offset` but the queue's puts have, the end once dispatch
-    /// has (or the wait's bound has passed).
-    fn queue_end_for_commit(&self, topic: &str, queue_id: u32, offset: u64) -> Result<u64, StoreError> {
+    /// Waits, for a commit of `offset` in `topic`'s queue, until dispatch
+    /// has reached it if the queue's puts have (or the wait's bound has
+    /// passed, or the queue was closed).
+    fn wait_for_dispatch_of(&self, topic: &str, queue_id: u32, offset: u64) -> Result<(), StoreError> {
         let key = self.queue_key_of(topic, queue_id)?;
-        let index = &self.core.dispatcher.queue_index;
-        let end_of = || index.extent(key).map_or(0, |(_, end)| end);
-        let end = end_of();
+        let end = self.core.dispatcher.queue_index.extent(key).map_or(0, |(_, end)| end);
         if offset <= end || self.core.config.commit_dispatch_wait_ms == 0 {
-            return Ok(end);
+            return Ok(());
         }
-        let Some(queue) = self.core.queues.live(key) else { return Ok(end) };
+        let Some(queue) = self.core.queues.live(key) else { return Ok(()) };
         let put_end = *queue.next_offset.lock();
         if put_end.is_none_or(|put_end| offset > put_end) {
-            return Ok(end);
+            return Ok(());
+        }
+        #[cfg(test)]
+        {
+            let pause = self.core.commit_waiting.lock().take();
+            if let Some(barrier) = pause {
+                barrier.wait(); // about to wait for dispatch
+            }
         }
         let deadline = Instant::now().checked_add(Duration::from_millis(self.core.config.commit_dispatch_wait_ms));
         queue.signal.wait_past(offset - 1, deadline);
-        Ok(end_of())
+        Ok(())
     }
 
     /// Moves `group`'s offsets in `topic` (every queue, or only `queue_id`)
@@ -1208,6 +1251,7 @@ impl Core {
             self.log.flush_all()?;
         }
         index.seal(&*self.storage, to)?;
+        self.sealed_mark.store(index.sealed_to(), Ordering::Release);
         Ok(())
     }
 
@@ -1504,6 +1548,48 @@ mod tests {
         store.dispatch_now().unwrap();
         assert_eq!(store.stats().indexed_queues, 0, "no queue of the deleted topic is in the index");
         assert!(!returned_first, "the deletion returned while a record of the topic was being dispatched");
+        store.shutdown().unwrap();
+    }
+
+    #[test]
+    fn a_commit_waiting_for_dispatch_never_holds_up_the_topics_deletion() {
+        // Dispatch limited to the durable end and nothing flushing: a commit
+        // of an offset the queue's puts reached waits for dispatch (up to a
+        // minute here). The deletion meanwhile neither waits for it nor lets
+        // it commit: it closes the queue, the commit wakes and is refused.
+        let mut config = MessageStoreConfig::new(small_log(FlushDiskType::AsyncFlush));
+        config.log.flush.flush_interval_commit_log_ms = 3_600_000;
+        config.log.flush.flush_commit_log_thorough_interval_ms = 3_600_000;
+        config.log.flush.wake_flush_when_put_message = false;
+        config.flush_interval_consume_queue_ms = 3_600_000;
+        config.flush_consume_queue_thorough_interval_ms = 3_600_000;
+        config.dispatch_limit = Some(DispatchLimit::Durable);
+        config.commit_dispatch_wait_ms = 60_000;
+        let store = MessageStore::open_with_storage("/s", config, Arc::new(store_io::sim::SimStorage::new())).unwrap();
+        store.create_topic("t", 1).unwrap();
+        store.put_message(&Message::new("t", 0, &b"not dispatched"[..])).unwrap();
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        *store.core.commit_waiting.lock() = Some(Arc::clone(&barrier));
+        let committer = {
+            let store = store.clone();
+            std::thread::spawn(move || store.commit_offset("g", "t", 0, 1))
+        };
+        barrier.wait(); // the commit is about to wait for dispatch
+        let (deleted_tx, deleted) = std::sync::mpsc::channel();
+        let deleter = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let deleted = store.delete_topic("t");
+                let _ = deleted_tx.send(());
+                deleted
+            })
+        };
+        let returned = deleted.recv_timeout(Duration::from_secs(20)).is_ok();
+        assert!(returned, "the deletion waited for a commit waiting for dispatch");
+        assert!(deleter.join().unwrap().unwrap());
+        let committed = committer.join().unwrap();
+        assert!(matches!(committed, Err(StoreError::UnknownTopic { .. })), "{committed:?}");
+        assert_eq!(store.committed_offsets(), vec![]);
         store.shutdown().unwrap();
     }
 

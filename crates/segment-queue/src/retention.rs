@@ -57,11 +57,14 @@ impl SegmentQueue {
     /// [`delete_expired_file_by_time`](Self::delete_expired_file_by_time) hold:
     /// from the front only, never the last segment, never one holding bytes not
     /// yet durable. Segments in other directories are deleted on the way when
-    /// they are older, but free nothing in `dir`. Returns how many were deleted.
+    /// they are older, but free nothing in `dir`. The front hold
+    /// ([`set_front_hold`](Self::set_front_hold)) gives way here, said loudly:
+    /// a full disk stops every append, the owner's derived data only loses
+    /// its protection against a crash. Returns how many were deleted.
     pub fn delete_oldest_to_free(&self, dir: &Path, bytes: u64, max_batch: usize) -> Result<usize, QueueError> {
         let flushed = self.flushed_where();
         let mut freed = 0u64;
-        self.delete_from_front(max_batch, |f| {
+        self.delete_from_front_past_hold(max_batch, |f| {
             if freed >= bytes || f.file_end() > flushed {
                 return false;
             }
@@ -103,14 +106,33 @@ impl SegmentQueue {
         *self.front_hold.write() = Some(hold);
     }
 
+    /// Deletes from the front while `expired` says so, stopping at the
+    /// front hold.
     fn delete_from_front(
+        &self,
+        max_batch: usize,
+        mut expired: impl FnMut(&MappedFile) -> bool,
+    ) -> Result<usize, QueueError> {
+        let hold = self.front_hold.read().as_ref().map_or(u64::MAX, |hold| hold());
+        self.delete_from_front_past_hold(max_batch, |f| f.file_end() <= hold && expired(f))
+    }
+
+    /// Deletes from the front while `expired` says so, past the front hold
+    /// if it says so (warned).
+    fn delete_from_front_past_hold(
         &self,
         max_batch: usize,
         mut expired: impl FnMut(&MappedFile) -> bool,
     ) -> Result<usize, QueueError> {
         let mut files = self.files.write();
         let hold = self.front_hold.read().as_ref().map_or(u64::MAX, |hold| hold());
-        let mut expired = |f: &MappedFile| f.file_end() <= hold && expired(f);
+        let mut expired = |f: &MappedFile| {
+            let gone = expired(f);
+            if gone && f.file_end() > hold {
+                tracing::warn!(segment = %f.path().display(), hold, "deleting a segment past the front hold to free space");
+            }
+            gone
+        };
         // Plan first: how many go, so the guard learns the front before any does.
         let mut planned = 0usize;
         while planned < max_batch && planned.saturating_add(1) < files.len() && expired(&files[planned]) {

@@ -265,7 +265,7 @@ fn deleting_to_free_space_stops_once_enough_is_gone_and_counts_views_still_held(
 }
 
 #[test]
-fn the_front_hold_keeps_every_segment_reaching_its_offset_whatever_deletes() {
+fn the_front_hold_keeps_every_segment_reaching_its_offset_but_from_a_full_disk() {
     let (_sim, storage) = sim();
     let queue = SegmentQueue::load(storage, dir(), config(), None).unwrap();
     for _ in 0..5 {
@@ -275,15 +275,17 @@ fn the_front_hold_keeps_every_segment_reaching_its_offset_whatever_deletes() {
     let hold = Arc::new(std::sync::atomic::AtomicU64::new(SIZE as u64 + 1));
     let given = Arc::clone(&hold);
     queue.set_front_hold(Box::new(move || given.load(std::sync::atomic::Ordering::SeqCst)));
-    // The hold lies inside segment 1: only segment 0 may go, by any rule.
+    // The hold lies inside segment 1: only segment 0 may go, by age or offset.
     assert_eq!(queue.delete_expired_file_by_offset(u64::MAX, 10).unwrap(), 1);
     assert_eq!(queue.delete_expired_file_by_time(0, u64::MAX, 10).unwrap(), 0);
-    assert_eq!(queue.delete_oldest_to_free(dir(), u64::MAX, 10).unwrap(), 0);
     assert_eq!(queue.min_offset(), SIZE as u64);
     // Raised past segment 2's end: segments 1 and 2 go, the rest stays.
     hold.store(3 * SIZE as u64, std::sync::atomic::Ordering::SeqCst);
     assert_eq!(queue.delete_expired_file_by_time(0, u64::MAX, 10).unwrap(), 2);
     assert_eq!(queue.min_offset(), 3 * SIZE as u64);
+    // Freeing space on a full disk goes past it: appends matter more.
+    assert_eq!(queue.delete_oldest_to_free(dir(), 1, 10).unwrap(), 1);
+    assert_eq!(queue.min_offset(), 4 * SIZE as u64);
 }
 
 #[test]

@@ -468,13 +468,23 @@ impl ConsumerOffsets {
         let drop_names = !crate::planted::is_active(crate::planted::Bug::CompactionKeepsUnusedNames);
         #[cfg(not(planted_bugs))]
         let drop_names = true;
+        // What the snapshot names is all the table names: a name used again
+        // after this writes its record again. Kept until the new generation
+        // is written: the old journal, still in use if it is not, names them.
+        let names = drop_names.then(|| (inner.table.groups.clone(), inner.table.topics.clone()));
         if drop_names {
-            // What the snapshot names is all the table names: a name used
-            // again after this writes its record again.
             inner.table.drop_unused_names();
         }
-        let journal =
-            Self::write_generation(storage, &self.dir, old.generation + 1, &inner.table, base, self.min_size)?;
+        let written = Self::write_generation(storage, &self.dir, old.generation + 1, &inner.table, base, self.min_size);
+        let journal = match written {
+            Ok(journal) => journal,
+            Err(err) => {
+                if let Some((groups, topics)) = names {
+                    (inner.table.groups, inner.table.topics) = (groups, topics);
+                }
+                return Err(err);
+            }
+        };
         if let Err(err) = old.file.destroy() {
             // Left behind: the next open deletes it (`CURRENT` names the new one).
             tracing::warn!(%err, "the compacted consumer offsets journal could not be deleted");

@@ -309,3 +309,37 @@ fn a_commit_whose_records_cannot_be_written_leaves_the_table_as_it_was() {
     let reloaded = load(&sim);
     assert_eq!(reloaded.get(&format!("new{n}"), "fresh", 0), Some(9));
 }
+
+#[test]
+fn a_failed_compaction_forgets_no_name_the_old_journal_still_holds() {
+    // A compaction drops the names no offset holds from memory before it
+    // writes the new generation. When that write fails they come back with
+    // the old journal: else a later change that fits in the old journal
+    // interns a dropped name again under a new id and writes a name record
+    // the old journal contradicts (it named the group under another id), and
+    // the next load refuses the journal.
+    let sim = SimStorage::new();
+    let offsets = load(&sim);
+    commit(&offsets, &sim, "old", 0, 1); // group "old": id 0
+    assert_eq!(offsets.remove_group(&sim, "old").unwrap(), 1); // no offset holds it; its name stays
+    let position = |o: &ConsumerOffsets| o.inner.lock().journal.as_ref().unwrap().file.wrote_position();
+    let size = offsets.inner.lock().journal.as_ref().unwrap().file.file_size();
+    // Room left for a name record (16 bytes for "old") and a commit record,
+    // but not for a commit of eight queues.
+    let mut i = 0;
+    while position(&offsets) + 45 + journal::COMMIT_RECORD_LEN < size {
+        commit(&offsets, &sim, "g", 0, i);
+        i += 1;
+    }
+    let generation = offsets.inner.lock().journal.as_ref().unwrap().generation;
+    sim.fail_all_syncs(true);
+    let big: Vec<(&str, u32, u64)> = (0..8).map(|q| ("t", q, 9)).collect();
+    assert!(offsets.commit_many(&sim, "g", &big).is_err(), "the compaction fails while no sync succeeds");
+    sim.fail_all_syncs(false);
+    // "old" used again: its records fit the old journal, no compaction.
+    commit(&offsets, &sim, "old", 0, 2);
+    assert_eq!(offsets.inner.lock().journal.as_ref().unwrap().generation, generation, "still the old journal");
+    sim.crash_losing_unsynced();
+    let reloaded = ConsumerOffsets::load(&sim, Path::new(ROOT), MIN).expect("the journal loads");
+    assert_eq!(reloaded.get("old", "t", 0), Some(2));
+}
