@@ -362,7 +362,7 @@ fn open_bounded(sim: &SimStorage, what: &str) -> Result<MessageStore, StoreError
 ///   goes back to an earlier commit's (higher, after a reset below it:
 ///   messages skipped). Telling it from a tail a power loss tore needs a
 ///   record of the acknowledged end.
-/// - The key index: its hash slots carry no checksum. A flipped bit in a
+/// - The key index: the live file's hash slots carry no checksum. A flipped bit in a
 ///   slot points the key's chain elsewhere, and the open does not see it:
 ///   the key's messages are no longer found by key (still read by queue).
 ///   Only key lookups are excused for it.
