@@ -14,7 +14,8 @@
 //!                                        (heap-backed memory; nightly with the miri component)
 //! cargo xtask crash [--soak]             the crash-consistency suite and loom (CI-sized, or hours with --soak)
 //! cargo xtask crash --layer L [--seed S]  one layer of the suite (with a seed: the one run a failure named)
-//! cargo xtask fuzz --seconds N           coverage-guided fuzzing of the recovery parser (nightly and
+//! cargo xtask fuzz --seconds N           coverage-guided fuzzing of the recovery parser and the message store's
+//!                                        own files, the seconds split between the targets (nightly and
 //!                                        cargo-fuzz; not part of ci, its own CI job)
 //! cargo xtask msrv                       cargo check of the workspace on the declared rust-version
 //! cargo xtask bench-compare [--quick] [--baseline FILE] [--cpu-load N]
@@ -405,8 +406,13 @@ fn seconds_arg(args: &[String]) -> Result<u64, String> {
     }
 }
 
-/// Runs the cargo-fuzz target on the nightly toolchain, installing cargo-fuzz
-/// first if it is missing.
+/// The cargo-fuzz targets (fuzz/Cargo.toml), each with what it feeds.
+const FUZZ_TARGETS: [(&str, &str); 2] =
+    [("parse_segment", "the recovery parser"), ("open_store_files", "the message store's own files, through an open")];
+
+/// Runs each cargo-fuzz target on the nightly toolchain for its share of
+/// `seconds` (at least one each), installing cargo-fuzz first if it is
+/// missing; stops at the first target that finds a crash.
 fn fuzz(seconds: u64) -> Result<(), String> {
     if !rustup_succeeds(&["run", "nightly", "rustc", "--version"]) {
         return Err("fuzzing needs the nightly toolchain (rustup toolchain install nightly)".into());
@@ -417,9 +423,18 @@ fn fuzz(seconds: u64) -> Result<(), String> {
             "installing cargo-fuzz failed",
         )?;
     }
+    let share = (seconds / FUZZ_TARGETS.len() as u64).max(1);
+    for (target, what) in FUZZ_TARGETS {
+        fuzz_target(target, what, share)?;
+    }
+    Ok(())
+}
+
+/// Runs the cargo-fuzz target `target` (which fuzzes `what`) for `seconds`.
+fn fuzz_target(target: &str, what: &str, seconds: u64) -> Result<(), String> {
     let started = Instant::now();
     let out = Command::new("rustup")
-        .args(["run", "nightly", "cargo", "fuzz", "run", "parse_segment", "--"])
+        .args(["run", "nightly", "cargo", "fuzz", "run", target, "--"])
         .arg(format!("-max_total_time={seconds}"))
         .arg("-print_final_stats=1")
         .output()
@@ -429,14 +444,14 @@ fn fuzz(seconds: u64) -> Result<(), String> {
         stderr.lines().find_map(|l| l.strip_prefix("stat::number_of_executed_units:")).map(|n| n.trim().to_string());
     match (out.status.success(), execs) {
         (true, Some(execs)) => {
-            println!("fuzz: {execs} executions of the recovery parser in {seconds} s of fuzzing, 0 crashes ({:.0?} with the build)", started.elapsed());
+            println!("fuzz {target}: {execs} executions of {what} in {seconds} s of fuzzing, 0 crashes ({:.0?} with the build)", started.elapsed());
             Ok(())
         }
-        (true, None) => Err(format!("cargo fuzz printed no execution count:\n{stderr}")),
+        (true, None) => Err(format!("cargo fuzz {target} printed no execution count:\n{stderr}")),
         (false, execs) => {
             eprintln!("{stderr}");
             Err(format!(
-                "fuzzing found a crash (see fuzz/artifacts/); {} executions",
+                "fuzzing {target} found a crash (see fuzz/artifacts/{target}/); {} executions",
                 execs.as_deref().unwrap_or("an unknown number of")
             ))
         }
