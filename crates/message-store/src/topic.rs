@@ -14,8 +14,11 @@ pub const MAX_TOPIC_LEN: usize = 127;
 /// The longest consumer group name (RocketMQ's `GROUP_MAX_LENGTH`).
 pub const MAX_GROUP_LEN: usize = 120;
 
-/// The first line of the registry file.
-const HEADER: &str =
+/// The first line of the registry file (sealed: a checksum line ends it).
+const HEADER: &str = "# message-store topics v3: next <topic id>, then <topic> <queue count> <topic id> <log offset created at>, then crc32c <hex>";
+/// The first line of the second version's file (no checksum line), read and
+/// written again as the third at the next change.
+const HEADER_V2: &str =
     "# message-store topics v2: next <topic id>, then <topic> <queue count> <topic id> <log offset created at>";
 /// The first line of the first version's file (no topic ids: a store of the
 /// consume-queue layout, converted at its first open).
@@ -101,7 +104,7 @@ pub(crate) fn parse_topics(path: &Path, bytes: Vec<u8>) -> Result<Parsed, StoreE
         let next_id = u32::try_from(topics.len()).unwrap_or(u32::MAX);
         return Ok(Parsed { topics, next_id, first_version: true });
     }
-    let lines = textfile::parse(path, bytes, HEADER, "topics", |line| {
+    let parse_line = |line: &str| {
         if let Some(next) = line.strip_prefix("next ") {
             return next.parse::<u32>().ok().map(Line::Next);
         }
@@ -111,7 +114,12 @@ pub(crate) fn parse_topics(path: &Path, bytes: Vec<u8>) -> Result<Parsed, StoreE
         let (id, since) = (id.parse::<u32>().ok()?, since.parse::<u64>().ok()?);
         (fields.next().is_none() && validate_topic(topic).is_ok())
             .then(|| Line::Topic(topic.to_string(), TopicEntry { queues, id, since }))
-    })?;
+    };
+    let lines = if bytes.starts_with(HEADER_V2.as_bytes()) {
+        textfile::parse(path, bytes, HEADER_V2, "topics", parse_line)?
+    } else {
+        textfile::parse_sealed(path, bytes, HEADER, "topics", parse_line)?
+    };
     let bad = |reason: String| StoreError::BadFile { path: path.to_path_buf(), reason };
     let mut topics = BTreeMap::new();
     let mut next_id = None;
@@ -295,7 +303,7 @@ impl Registry {
     pub(crate) fn persist(&self, storage: &dyn Storage) -> Result<(), StoreError> {
         let next = std::iter::once(format!("next {}", self.next_id));
         let lines = self.topics.iter().map(|(topic, e)| format!("{topic} {} {} {}", e.queues, e.id, e.since));
-        textfile::write(storage, &self.path, &textfile::render(HEADER, next.chain(lines)))
+        textfile::write(storage, &self.path, &textfile::render_sealed(HEADER, next.chain(lines)))
     }
 }
 
@@ -351,7 +359,27 @@ mod tests {
         assert_eq!(parsed.topics["alpha"], TopicEntry { queues: 4, id: 0, since: 0 });
         assert_eq!(parsed.topics["zeta"], TopicEntry { queues: 2, id: 1, since: 0 });
         assert_eq!(parsed.next_id, 2);
-        let dup = format!("{HEADER}\nnext 3\na 1 0 0\nb 1 0 0\n");
+        let dup = format!("{HEADER_V2}\nnext 3\na 1 0 0\nb 1 0 0\n");
         assert!(parse_topics(path, dup.into_bytes()).is_err(), "one id twice");
+        let v2 = format!("{HEADER_V2}\nnext 3\na 1 0 0\nb 2 2 70\n");
+        assert_eq!(
+            parse_topics(path, v2.into_bytes()).unwrap().topics["b"],
+            TopicEntry { queues: 2, id: 2, since: 70 }
+        );
+    }
+
+    #[test]
+    fn a_registry_cut_at_a_lines_end_or_with_a_digit_changed_is_damaged_not_shorter() {
+        let path = Path::new("/store/config/topics");
+        let text = textfile::render_sealed(HEADER, ["next 2".to_string(), "a 4 0 0".into(), "b 1 1 90".into()]);
+        assert_eq!(parse_topics(path, text.clone().into_bytes()).unwrap().topics.len(), 2);
+        let b_line = text.find("b 1 1 90").unwrap();
+        for bytes in [
+            text.as_bytes()[..b_line].to_vec(),                  // cut before b's line
+            text.replacen("a 4 0 0", "a 5 0 0", 1).into_bytes(), // a queue count changed
+            text.as_bytes()[..text.len() - 1].to_vec(),          // the checksum line's end cut
+        ] {
+            assert!(matches!(parse_topics(path, bytes), Err(StoreError::BadFile { .. })));
+        }
     }
 }
