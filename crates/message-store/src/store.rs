@@ -1504,6 +1504,22 @@ mod tests {
     use super::*;
     use crate::{Message, Waited};
 
+    /// `delete_topic(topic)` on a thread of its own, and a channel told
+    /// when it returns (a test of a race waits on it with a bound).
+    fn delete_in_background(
+        store: &MessageStore,
+        topic: &'static str,
+    ) -> (std::thread::JoinHandle<Result<bool, StoreError>>, std::sync::mpsc::Receiver<()>) {
+        let (returned, deleted) = std::sync::mpsc::channel();
+        let store = store.clone();
+        let deleter = std::thread::spawn(move || {
+            let result = store.delete_topic(topic);
+            let _ = returned.send(());
+            result
+        });
+        (deleter, deleted)
+    }
+
     /// A log of 64 KiB segments on a simulated disk, whose disk guard never refuses.
     fn small_log(flush: FlushDiskType) -> CommitLogConfig {
         let log = CommitLogConfig::builder()
@@ -1533,15 +1549,7 @@ mod tests {
         *store.core.dispatcher.queue_looked_up.lock() = Some(Arc::clone(&barrier));
         store.put_message(&Message::new("t", 0, &b"m"[..])).unwrap();
         barrier.wait(); // dispatch has looked the record's queue up
-        let (deleted_tx, deleted) = std::sync::mpsc::channel();
-        let deleter = {
-            let store = store.clone();
-            std::thread::spawn(move || {
-                let deleted = store.delete_topic("t");
-                let _ = deleted_tx.send(());
-                deleted
-            })
-        };
+        let (deleter, deleted) = delete_in_background(&store, "t");
         let returned_first = deleted.recv_timeout(Duration::from_millis(200)).is_ok();
         barrier.wait(); // dispatch goes on
         assert!(deleter.join().unwrap().unwrap());
@@ -1575,15 +1583,7 @@ mod tests {
             std::thread::spawn(move || store.commit_offset("g", "t", 0, 1))
         };
         barrier.wait(); // the commit is about to wait for dispatch
-        let (deleted_tx, deleted) = std::sync::mpsc::channel();
-        let deleter = {
-            let store = store.clone();
-            std::thread::spawn(move || {
-                let deleted = store.delete_topic("t");
-                let _ = deleted_tx.send(());
-                deleted
-            })
-        };
+        let (deleter, deleted) = delete_in_background(&store, "t");
         let returned = deleted.recv_timeout(Duration::from_secs(20)).is_ok();
         assert!(returned, "the deletion waited for a commit waiting for dispatch");
         assert!(deleter.join().unwrap().unwrap());
@@ -1616,15 +1616,7 @@ mod tests {
         };
         barrier.wait(); // the commit has checked the topic
         *store.core.commit_checked.lock() = None;
-        let (deleted_tx, deleted) = std::sync::mpsc::channel();
-        let deleter = {
-            let store = store.clone();
-            std::thread::spawn(move || {
-                let deleted = store.delete_topic("t");
-                let _ = deleted_tx.send(());
-                deleted
-            })
-        };
+        let (deleter, deleted) = delete_in_background(&store, "t");
         // A deletion that does not wait for the commit returns meanwhile.
         let returned_first = deleted.recv_timeout(Duration::from_millis(200)).is_ok();
         barrier.wait(); // the commit goes on
