@@ -559,7 +559,7 @@ fn reading_the_files_skips_what_the_log_deleted_and_ends_quietly_at_an_entry_pas
     assert!(store.wait_for("t", 0, 99, WAIT).unwrap().arrived());
     // The log's cleaning deletes its first segments (once the queue index
     // sealed their entries: the log keeps them until then).
-    store.seal_index().unwrap();
+    common::wait_sealed_past(&store, puts[60]);
     assert!(store.log().delete_segments_before(puts[60], usize::MAX).unwrap() > 0);
     let front = store.log().min_offset();
     let first_live = puts.iter().position(|&o| o >= front).unwrap() as u64;
@@ -595,7 +595,7 @@ fn every_queue_expires_with_the_log_and_its_runs_go_with_their_segments() {
     assert!(store.stats().index_runs >= 10, "a run per log segment: {:?}", store.stats());
     // The log's cleaning deletes its older 60 %; the next thorough flush expires the index.
     let cut = store.log().max_offset() / 10 * 6;
-    store.seal_index().unwrap(); // the log keeps the segments of unsealed entries
+    common::wait_sealed_past(&store, cut); // the log keeps the segments of unsealed entries
     assert!(store.log().delete_segments_before(cut, usize::MAX).unwrap() > 0);
     let front = store.log().min_offset();
     for queue in 0..8u32 {

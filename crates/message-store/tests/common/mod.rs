@@ -60,3 +60,18 @@ pub fn read_queue(store: &MessageStore, topic: &str, queue_id: u32) -> Vec<(u64,
         offset = got.next_offset;
     }
 }
+
+/// Waits (up to 10 s) until the store's flush service has sealed the queue
+/// index past `offset` (a run per log segment dispatch passed): the log
+/// deletes no segment whose entries are not sealed.
+pub fn wait_sealed_past(store: &MessageStore, offset: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while store.stats().index_sealed_to < offset {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the queue index was not sealed past {offset}: {:?}",
+            store.stats()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
