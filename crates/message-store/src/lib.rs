@@ -69,6 +69,7 @@ mod index;
 pub mod inspect;
 mod message;
 mod offsets;
+mod open;
 #[cfg(planted_bugs)]
 pub mod planted;
 mod poll;
