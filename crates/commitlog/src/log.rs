@@ -484,12 +484,13 @@ impl CommitLog {
     }
 
     /// Keeps every segment that holds an offset at or past what `hold` gives
-    /// from deletion from the front (cleaning by age or for space,
-    /// [`delete_expired_segments`](Self::delete_expired_segments),
+    /// from deletion from the front by age or by offset (the cleaning
+    /// service, [`delete_expired_segments`](Self::delete_expired_segments),
     /// [`delete_segments_before`](Self::delete_segments_before)): an owner
     /// whose records derived from the log are not durable yet keeps the log's
-    /// records until they are. `hold` runs under the segment list's lock; it
-    /// must be quick and must not call into the log.
+    /// records until they are. Freeing space on a full disk goes past it,
+    /// warned. `hold` runs under the segment list's lock; it must be quick
+    /// and must not call into the log.
     pub fn set_front_hold(&self, hold: impl Fn() -> u64 + Send + Sync + 'static) {
         self.inner.queue.set_front_hold(Box::new(hold));
     }

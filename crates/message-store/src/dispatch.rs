@@ -51,7 +51,7 @@ pub(crate) struct Dispatcher {
     /// Pauses the next record's dispatch between its queue's lookup and its
     /// append (tests of the race with `delete_topic`); taken when used.
     #[cfg(test)]
-    pub(crate) queue_looked_up: Mutex<Option<Arc<std::sync::Barrier>>>,
+    pub(crate) queue_looked_up: crate::pause::Pause,
 }
 
 /// The queue-index entry of `record`.
@@ -81,7 +81,7 @@ impl Dispatcher {
             error: Mutex::new(None),
             skipped: AtomicU64::new(0),
             #[cfg(test)]
-            queue_looked_up: Mutex::new(None),
+            queue_looked_up: crate::pause::Pause::default(),
         }
     }
 
@@ -195,13 +195,7 @@ impl Dispatcher {
             return self.index_keys(&header, record);
         }
         #[cfg(test)]
-        {
-            let pause = self.queue_looked_up.lock().take();
-            if let Some(barrier) = pause {
-                barrier.wait(); // looked up
-                barrier.wait(); // let go
-            }
-        }
+        self.queue_looked_up.reached();
         let entry = entry_of(record, header.tags_code);
         let held = self.queue_index.extent(key).is_some_and(|(_, end)| end > header.queue_offset);
         match if held { None } else { Some(self.queue_index.append(key, header.queue_offset, entry)) } {

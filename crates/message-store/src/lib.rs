@@ -70,6 +70,8 @@ pub mod inspect;
 mod message;
 mod offsets;
 mod open;
+#[cfg(test)]
+mod pause;
 #[cfg(planted_bugs)]
 pub mod planted;
 mod poll;

@@ -208,11 +208,11 @@ impl MessageStore {
             indexed_on_put: AtomicU64::new(0),
             topic_life: parking_lot::RwLock::new(()),
             #[cfg(test)]
-            commit_checked: Mutex::new(None),
+            commit_checked: crate::pause::Pause::default(),
             #[cfg(test)]
-            commit_waiting: Mutex::new(None),
+            commit_waiting: crate::pause::Pause::default(),
             #[cfg(test)]
-            queue_looked_up: Mutex::new(None),
+            queue_looked_up: crate::pause::Pause::default(),
         });
         // The log keeps the records whose queue-index entries are not sealed
         // yet: were they deleted with the entries still in memory, a crash
@@ -232,6 +232,7 @@ impl MessageStore {
         if converting {
             remove_consume_queue_files(&*core.storage, &core.root, &core.registry.lock())?;
         }
+        Self::remove_offsets_of_deleted_topics(&core)?;
         // Offsets lowered only to an end the log itself holds. Only after a
         // crash, after a clean shutdown whose log lost records since (its
         // recovery cut some, or the queue index covers more than the log now
@@ -239,7 +240,6 @@ impl MessageStore {
         // just converted from an older store's file. Otherwise the log is
         // whole (a clean shutdown flushed it, and a commit is never beyond
         // its queue's end when it is made).
-        Self::remove_offsets_of_deleted_topics(&core)?;
         let log_recovery = core.log.recovery_report();
         let clean = log_recovery.clean_shutdown && !log_recovery.cut_anything() && !ahead && !core.offsets.converted();
         let offsets_lowered = if clean { 0 } else { Self::lower_offsets(&core)? };
@@ -340,14 +340,9 @@ impl MessageStore {
     /// deletion a crash interrupted after the registry was written (a topic
     /// made again under the name must not start with them).
     fn remove_offsets_of_deleted_topics(core: &Core) -> Result<(), StoreError> {
-        let stale: std::collections::BTreeSet<String> = {
+        let stale: Vec<String> = {
             let registry = core.registry.lock();
-            core.offsets
-                .all()
-                .into_iter()
-                .map(|((_, topic, _), _)| topic)
-                .filter(|t| registry.get(t).is_none())
-                .collect()
+            core.offsets.topics().into_iter().filter(|t| registry.get(t).is_none()).collect()
         };
         for topic in &stale {
             core.offsets.remove_topic(&*core.storage, topic)?;

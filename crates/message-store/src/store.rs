@@ -210,14 +210,14 @@ pub(crate) struct Core {
     /// Pauses an offset commit between its checks and its write (tests of
     /// the race with `delete_topic`).
     #[cfg(test)]
-    pub(crate) commit_checked: Mutex<Option<Arc<std::sync::Barrier>>>,
+    pub(crate) commit_checked: crate::pause::Pause,
     /// Meets a test once, as an offset commit is about to wait for dispatch.
     #[cfg(test)]
-    pub(crate) commit_waiting: Mutex<Option<Arc<std::sync::Barrier>>>,
+    pub(crate) commit_waiting: crate::pause::Pause,
     /// Pauses a lookup of a queue between finding its key and getting the
     /// queue (tests of a wait that races a shutdown or a topic's deletion).
     #[cfg(test)]
-    pub(crate) queue_looked_up: Mutex<Option<Arc<std::sync::Barrier>>>,
+    pub(crate) queue_looked_up: crate::pause::Pause,
 }
 
 /// RocketMQ's `DefaultMessageStore`: topics of queues over one commit log.
@@ -488,13 +488,7 @@ impl MessageStore {
     pub(crate) fn queue(&self, topic: &str, queue_id: u32) -> Result<Arc<Queue>, StoreError> {
         let key = self.core.queues.key(topic, queue_id)?;
         #[cfg(test)]
-        {
-            let pause = self.core.queue_looked_up.lock().clone();
-            if let Some(barrier) = pause {
-                barrier.wait(); // looked up
-                barrier.wait(); // let go
-            }
-        }
+        self.core.queue_looked_up.reached();
         self.core.queues.get_or_make((topic, queue_id), key, &self.core.dispatcher.queue_index)
     }
 
@@ -566,13 +560,7 @@ impl MessageStore {
             }
         }
         #[cfg(test)]
-        {
-            let pause = self.core.commit_checked.lock().clone();
-            if let Some(barrier) = pause {
-                barrier.wait(); // checked
-                barrier.wait(); // let go
-            }
-        }
+        self.core.commit_checked.reached();
         self.core.offsets.commit_many(&*self.core.storage, group, commits)
     }
 
@@ -591,12 +579,7 @@ impl MessageStore {
             return Ok(());
         }
         #[cfg(test)]
-        {
-            let pause = self.core.commit_waiting.lock().take();
-            if let Some(barrier) = pause {
-                barrier.wait(); // about to wait for dispatch
-            }
-        }
+        self.core.commit_waiting.reached();
         let deadline = Instant::now().checked_add(Duration::from_millis(self.core.config.commit_dispatch_wait_ms));
         queue.signal.wait_past(offset - 1, deadline);
         Ok(())
@@ -1062,8 +1045,7 @@ mod tests {
         )
         .unwrap();
         store.create_topic("t", 1).unwrap();
-        let barrier = Arc::new(std::sync::Barrier::new(2));
-        *store.core.dispatcher.queue_looked_up.lock() = Some(Arc::clone(&barrier));
+        let barrier = store.core.dispatcher.queue_looked_up.arm();
         store.put_message(&Message::new("t", 0, &b"m"[..])).unwrap();
         barrier.wait(); // dispatch has looked the record's queue up
         let (deleter, deleted) = delete_in_background(&store, "t");
@@ -1093,8 +1075,7 @@ mod tests {
         let store = MessageStore::open_with_storage("/s", config, Arc::new(store_io::sim::SimStorage::new())).unwrap();
         store.create_topic("t", 1).unwrap();
         store.put_message(&Message::new("t", 0, &b"not dispatched"[..])).unwrap();
-        let barrier = Arc::new(std::sync::Barrier::new(2));
-        *store.core.commit_waiting.lock() = Some(Arc::clone(&barrier));
+        let barrier = store.core.commit_waiting.arm();
         let committer = {
             let store = store.clone();
             std::thread::spawn(move || store.commit_offset("g", "t", 0, 1))
@@ -1104,6 +1085,7 @@ mod tests {
         let returned = deleted.recv_timeout(Duration::from_secs(20)).is_ok();
         assert!(returned, "the deletion waited for a commit waiting for dispatch");
         assert!(deleter.join().unwrap().unwrap());
+        barrier.wait(); // the commit goes on
         let committed = committer.join().unwrap();
         assert!(matches!(committed, Err(StoreError::UnknownTopic { .. })), "{committed:?}");
         assert_eq!(store.committed_offsets(), vec![]);
@@ -1125,14 +1107,12 @@ mod tests {
             store.put_message(&Message::new("t", 0, vec![i])).unwrap().durability.wait().unwrap();
         }
         store.dispatch_now().unwrap();
-        let barrier = Arc::new(std::sync::Barrier::new(2));
-        *store.core.commit_checked.lock() = Some(Arc::clone(&barrier));
+        let barrier = store.core.commit_checked.arm();
         let committer = {
             let store = store.clone();
             std::thread::spawn(move || store.commit_offset("g", "t", 0, 3))
         };
         barrier.wait(); // the commit has checked the topic
-        *store.core.commit_checked.lock() = None;
         let (deleter, deleted) = delete_in_background(&store, "t");
         // A deletion that does not wait for the commit returns meanwhile.
         let returned_first = deleted.recv_timeout(Duration::from_millis(200)).is_ok();
@@ -1211,8 +1191,7 @@ mod tests {
             if let Some(before) = &mut before {
                 assert!(Pin::new(before).poll(&mut cx).is_pending());
             }
-            let barrier = Arc::new(std::sync::Barrier::new(2));
-            *store.core.queue_looked_up.lock() = Some(Arc::clone(&barrier));
+            let barrier = store.core.queue_looked_up.arm();
             let (done_tx, done) = std::sync::mpsc::channel();
             let waiter = {
                 let store = store.clone();
@@ -1221,7 +1200,6 @@ mod tests {
                 })
             };
             barrier.wait(); // the wait has looked up its queue's key
-            *store.core.queue_looked_up.lock() = None;
             match ending {
                 Ending::Shutdown => store.shutdown().unwrap(),
                 Ending::Deletion => assert!(store.delete_topic("t").unwrap()),

@@ -23,7 +23,7 @@ impl SegmentQueue {
         max_batch: usize,
     ) -> Result<usize, QueueError> {
         let flushed = self.flushed_where();
-        self.delete_from_front(max_batch, |f| {
+        self.delete_from_front(max_batch, false, |f| {
             f.store_timestamp().saturating_add(expired_ms) <= now_ms && f.file_end() <= flushed
         })
     }
@@ -48,7 +48,7 @@ impl SegmentQueue {
     /// `max_batch` of them; never the last segment. Returns how many were deleted.
     pub fn delete_expired_file_by_offset(&self, offset: u64, max_batch: usize) -> Result<usize, QueueError> {
         let flushed = self.flushed_where();
-        self.delete_from_front(max_batch, |f| f.file_end() <= offset.min(flushed))
+        self.delete_from_front(max_batch, false, |f| f.file_end() <= offset.min(flushed))
     }
 
     /// Deletes the oldest segments, expired or not, until `bytes` of segment files
@@ -64,7 +64,7 @@ impl SegmentQueue {
     pub fn delete_oldest_to_free(&self, dir: &Path, bytes: u64, max_batch: usize) -> Result<usize, QueueError> {
         let flushed = self.flushed_where();
         let mut freed = 0u64;
-        self.delete_from_front_past_hold(max_batch, |f| {
+        self.delete_from_front(max_batch, true, |f| {
             if freed >= bytes || f.file_end() > flushed {
                 return false;
             }
@@ -96,9 +96,9 @@ impl SegmentQueue {
         *self.front_guard.write() = Some(guard);
     }
 
-    /// Sets the front hold: every deletion from the front (by age, by offset,
-    /// to free space) stops at the first segment that ends past the offset it
-    /// gives. An owner whose derived data of the log's records is not durable
+    /// Sets the front hold: deletion from the front by age or by offset stops
+    /// at the first segment that ends past the offset it gives (freeing space
+    /// goes past it: [`delete_oldest_to_free`](Self::delete_oldest_to_free)). An owner whose derived data of the log's records is not durable
     /// yet (a queue index whose entries are still in memory) keeps the records
     /// until it is, so a crash never finds both gone. It runs under the
     /// queue's segment lock; it must not call back into the queue.
@@ -107,28 +107,22 @@ impl SegmentQueue {
     }
 
     /// Deletes from the front while `expired` says so, stopping at the
-    /// front hold.
+    /// front hold unless `past_hold` (freeing space: each segment past it
+    /// warned).
     fn delete_from_front(
         &self,
         max_batch: usize,
-        mut expired: impl FnMut(&MappedFile) -> bool,
-    ) -> Result<usize, QueueError> {
-        let hold = self.front_hold.read().as_ref().map_or(u64::MAX, |hold| hold());
-        self.delete_from_front_past_hold(max_batch, |f| f.file_end() <= hold && expired(f))
-    }
-
-    /// Deletes from the front while `expired` says so, past the front hold
-    /// if it says so (warned).
-    fn delete_from_front_past_hold(
-        &self,
-        max_batch: usize,
+        past_hold: bool,
         mut expired: impl FnMut(&MappedFile) -> bool,
     ) -> Result<usize, QueueError> {
         let mut files = self.files.write();
         let hold = self.front_hold.read().as_ref().map_or(u64::MAX, |hold| hold());
         let mut expired = |f: &MappedFile| {
-            let gone = expired(f);
-            if gone && f.file_end() > hold {
+            if f.file_end() <= hold {
+                return expired(f);
+            }
+            let gone = past_hold && expired(f);
+            if gone {
                 tracing::warn!(segment = %f.path().display(), hold, "deleting a segment past the front hold to free space");
             }
             gone

@@ -106,14 +106,28 @@ pub(crate) enum Change {
     RemoveTopic(u32),
 }
 
+impl Change {
+    /// Whether this change removes the offset of `key` (a commit removes none).
+    fn removes(self, key: &Key) -> bool {
+        match self {
+            Change::Commit(..) => false,
+            Change::RemoveGroup(group) => key.0 == group,
+            Change::Remove(group, topic) => key.0 == group && key.1 == topic,
+            Change::RemoveTopic(topic) => key.1 == topic,
+        }
+    }
+}
+
 impl Table {
     /// Applies `change`; true if the table changed.
     pub(crate) fn apply(&mut self, change: Change) -> bool {
         match change {
             Change::Commit(key, offset) => self.offsets.insert(key, offset) != Some(offset),
-            Change::RemoveGroup(group) => self.remove_where(|k| k.0 == group),
-            Change::Remove(group, topic) => self.remove_where(|k| k.0 == group && k.1 == topic),
-            Change::RemoveTopic(topic) => self.remove_where(|k| k.1 == topic),
+            _ => {
+                let before = self.offsets.len();
+                self.offsets.retain(|k, _| !change.removes(k));
+                self.offsets.len() != before
+            }
         }
     }
 
@@ -129,12 +143,6 @@ impl Table {
         self.topics.retain(|id| topics.contains(&id));
     }
 
-    fn remove_where(&mut self, gone: impl Fn(&Key) -> bool) -> bool {
-        let before = self.offsets.len();
-        self.offsets.retain(|k, _| !gone(k));
-        self.offsets.len() != before
-    }
-
     /// Applies `change` as [`apply`](Self::apply) does, noting in `undo` what
     /// it replaced, so that [`Undo::revert`] can take it back.
     pub(crate) fn apply_noting(&mut self, change: Change, undo: &mut Undo) -> bool {
@@ -145,18 +153,8 @@ impl Table {
                 before != Some(offset)
             }
             _ => {
-                let gone: Vec<(Key, u64)> = self
-                    .offsets
-                    .iter()
-                    .filter(|(k, _)| match change {
-                        Change::RemoveGroup(group) => k.0 == group,
-                        Change::Remove(group, topic) => k.0 == group && k.1 == topic,
-                        Change::RemoveTopic(topic) => k.1 == topic,
-                        Change::Commit(..) => false,
-                    })
-                    .map(|(&k, &v)| (k, v))
-                    .collect();
-                undo.offsets.extend(gone.iter().map(|&(k, v)| (k, Some(v))));
+                let gone = self.offsets.iter().filter(|(k, _)| change.removes(k));
+                undo.offsets.extend(gone.map(|(&k, &v)| (k, Some(v))));
                 self.apply(change)
             }
         }

@@ -295,6 +295,14 @@ impl ConsumerOffsets {
         by_name(&self.inner.lock().table)
     }
 
+    /// The topics in which some group holds an offset.
+    pub(crate) fn topics(&self) -> Vec<String> {
+        let inner = self.inner.lock();
+        let table = &inner.table;
+        let ids: std::collections::BTreeSet<u32> = table.offsets.keys().map(|k| k.1).collect();
+        ids.into_iter().filter_map(|id| table.topics.name(id).map(str::to_string)).collect()
+    }
+
     /// True when this open converted the text file of an older store.
     pub(crate) fn converted(&self) -> bool {
         self.converted
