@@ -310,6 +310,7 @@ fn main() {
 
     let systems = [
         ours::PWRITE,
+        ours::ALLOCATED,
         ours::MMAP,
         ours::RECYCLING,
         ours::PREPARED,

@@ -21,20 +21,26 @@ struct Variant {
     prepared: bool,
     /// Prepared segments are faulted in too (`WrittenAndFaulted`).
     faulted: bool,
+    /// New segments allocated only (`SegmentPreparation::Allocated`, the
+    /// default before segments were prepared by default): the first segment
+    /// too, so every sync meets unwritten blocks.
+    allocated: bool,
 }
 
 const DEFAULT: Variant =
-    Variant { write_without_mmap: true, spares: false, pool: false, prepared: false, faulted: false };
+    Variant { write_without_mmap: true, spares: false, pool: false, prepared: false, faulted: false, allocated: false };
 const MAPPED: Variant =
-    Variant { write_without_mmap: false, spares: false, pool: false, prepared: false, faulted: false };
+    Variant { write_without_mmap: false, spares: false, pool: false, prepared: false, faulted: false, allocated: false };
 const SPARES: Variant =
-    Variant { write_without_mmap: true, spares: true, pool: false, prepared: false, faulted: false };
+    Variant { write_without_mmap: true, spares: true, pool: false, prepared: false, faulted: false, allocated: false };
 const POOLED: Variant =
-    Variant { write_without_mmap: true, spares: false, pool: true, prepared: false, faulted: false };
+    Variant { write_without_mmap: true, spares: false, pool: true, prepared: false, faulted: false, allocated: false };
 const PREPARED_MAPPED: Variant =
-    Variant { write_without_mmap: false, spares: false, pool: false, prepared: true, faulted: true };
+    Variant { write_without_mmap: false, spares: false, pool: false, prepared: true, faulted: true, allocated: false };
+const ALLOCATED_SEGMENTS: Variant =
+    Variant { write_without_mmap: true, spares: false, pool: false, prepared: false, faulted: false, allocated: true };
 const PREPARED_SEGMENTS: Variant =
-    Variant { write_without_mmap: true, spares: false, pool: false, prepared: true, faulted: false };
+    Variant { write_without_mmap: true, spares: false, pool: false, prepared: true, faulted: false, allocated: false };
 
 /// The log writing with pwrite + fdatasync (the default).
 pub const PWRITE: System = System {
@@ -44,6 +50,18 @@ pub const PWRITE: System = System {
     b: |s| group_commit(s, DEFAULT),
     c: |s| no_sync(s, DEFAULT, Unit::Batch),
     c_single: |s| no_sync(s, DEFAULT, Unit::Appends),
+};
+
+/// The default write path with segments allocated only, not prepared (the
+/// default before `SegmentPreparation::Written` was): a fresh store whose
+/// syncs all meet unwritten blocks.
+pub const ALLOCATED: System = System {
+    name: "commitlog, pwrite, allocated segments (the former default)",
+    ours: true,
+    a: |s| durable_batches(s, ALLOCATED_SEGMENTS),
+    b: |s| group_commit(s, ALLOCATED_SEGMENTS),
+    c: |s| no_sync(s, ALLOCATED_SEGMENTS, Unit::Batch),
+    c_single: |s| no_sync(s, ALLOCATED_SEGMENTS, Unit::Appends),
 };
 
 /// The log writing through a read-write mapping, synced with msync.
@@ -145,10 +163,12 @@ fn config(flush: FlushDiskType, variant: Variant) -> CommitLogConfig {
         .warm_mapped_file_enable(std::env::var_os("BENCH_WARM").is_some())
         .transient_store_pool(variant.pool || std::env::var_os("BENCH_POOL").is_some(), 3)
         .segment_preparation(
-            match (variant.prepared, variant.faulted || std::env::var_os("BENCH_PREP_FAULTED").is_some()) {
-                (true, true) => SegmentPreparation::WrittenAndFaulted,
-                (true, false) => SegmentPreparation::Written,
-                (false, _) => SegmentPreparation::Allocated,
+            if variant.allocated {
+                SegmentPreparation::Allocated
+            } else if variant.faulted || (variant.prepared && std::env::var_os("BENCH_PREP_FAULTED").is_some()) {
+                SegmentPreparation::WrittenAndFaulted
+            } else {
+                defaults.segment_preparation
             },
             env_or("BENCH_PREP_CHUNK", defaults.preparation_chunk_bytes),
             env_or("BENCH_PREP_RATE", defaults.preparation_bytes_per_sec),

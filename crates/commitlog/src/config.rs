@@ -64,12 +64,18 @@ pub struct CommitLogConfig {
     pub preallocate_next_segment: bool,
     /// Zero-fill, sync and advise new segments before use (`warmMapedFileEnable`, false).
     pub warm_mapped_file_enable: bool,
-    /// How the preallocation thread prepares the next segment when no spare is
-    /// there for it ([`SegmentPreparation::Allocated`]: `fallocate` only). With
-    /// [`SegmentPreparation::Written`] its blocks are written with zeros and
-    /// synced, paced, before roll-over takes it, so durable batches sync written
-    /// blocks instead of unwritten extents; every new segment is then written
-    /// twice. The repository's docs/benchmarks.md has the measured trade-off.
+    /// How new segments are prepared when no spare is there for them
+    /// ([`SegmentPreparation::Written`] by default: their blocks are written
+    /// with zeros and synced before records go in, so durable batches sync
+    /// written blocks instead of unwritten extents, which the file system must
+    /// convert at each sync). The first segment of a new log (or of one whose
+    /// segments were all deleted) is prepared by the open itself, whole and
+    /// unpaced (about 50 ms for 64 MiB on an SSD-backed VM); later ones by the
+    /// preallocation thread, paced, while the log's syncs pause. Every new
+    /// segment is then written twice (its zeros, then its records).
+    /// [`SegmentPreparation::Allocated`] (`fallocate` only, as RocketMQ) is the
+    /// behaviour before, one setting away. The repository's docs/benchmarks.md
+    /// has the measured trade-off.
     pub segment_preparation: SegmentPreparation,
     /// Bytes written and synced per step of a segment's preparation (1 MiB): the
     /// most preparation can hold up a durable batch or a roll-over.
@@ -141,7 +147,7 @@ impl Default for CommitLogConfig {
             max_message_size: 4 << 20,
             preallocate_next_segment: true,
             warm_mapped_file_enable: false,
-            segment_preparation: SegmentPreparation::Allocated,
+            segment_preparation: SegmentPreparation::Written,
             preparation_chunk_bytes: QueueConfig::DEFAULT_PREPARATION_CHUNK_BYTES,
             preparation_bytes_per_sec: QueueConfig::DEFAULT_PREPARATION_BYTES_PER_SEC,
             write_without_mmap: true,

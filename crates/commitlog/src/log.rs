@@ -253,7 +253,14 @@ impl CommitLog {
         // the first append, and the next one requested from the allocator: neither
         // creation nor warm-up belongs on the put path. A disk too full for it is
         // not an error here: appends are refused until there is room.
+        let made_active = queue.last_mapped_file().is_none_or(|last| last.is_full());
         match queue.roll_to_writable_segment(report.end_offset) {
+            // A segment this open made, before any writer runs: its blocks are
+            // written now, whole, so a new store's first records sync written
+            // blocks (`segment_preparation`).
+            Ok(_) if made_active => {
+                queue.prepare_active_segment()?;
+            }
             Ok(_) => {}
             Err(segment_queue::QueueError::DiskFull { dir: full, used_percent, .. }) => {
                 disk.refuse_until_next_look(&full, used_percent);

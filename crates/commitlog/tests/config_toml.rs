@@ -50,16 +50,16 @@ fn the_flush_policy_is_chosen_in_the_config() {
 fn segment_preparation_is_chosen_in_the_config_and_checked() {
     use commitlog::SegmentPreparation;
     let text = r#"
-        segment_preparation = "written"
+        segment_preparation = "allocated"
         preparation_chunk_bytes = 262144
         preparation_bytes_per_sec = 0
     "#;
     let config: CommitLogConfig = toml::from_str(text).unwrap();
     config.validate().unwrap();
-    assert_eq!(config.segment_preparation, SegmentPreparation::Written);
+    assert_eq!(config.segment_preparation, SegmentPreparation::Allocated, "the old behaviour one setting away");
     assert_eq!((config.preparation_chunk_bytes, config.preparation_bytes_per_sec), (262_144, 0));
     let default: CommitLogConfig = toml::from_str("").unwrap();
-    assert_eq!(default.segment_preparation, SegmentPreparation::Allocated, "default kept");
+    assert_eq!(default.segment_preparation, SegmentPreparation::Written, "prepared by default");
     let bad: CommitLogConfig = toml::from_str(
         r#"
         segment_preparation = "written_and_faulted"

@@ -530,3 +530,19 @@ fn a_read_past_the_data_names_absolute_offsets() {
     let err = file.read_from(200).unwrap_err().to_string();
     assert!(err.contains("[4296, 4296)") && err.contains("ends at 4196"), "{err}");
 }
+
+/// Preparation writes zeros only over a segment nothing was appended to: once
+/// a record is in, no range is zeroed, neither over it nor past it (an
+/// appender may be filling the rest), and the record's bytes stay.
+#[test]
+fn a_preparation_step_never_writes_once_something_was_appended() {
+    let (storage, file) = sim_file(SIZE);
+    assert!(file.prepare_range(0, OS_PAGE_SIZE).unwrap(), "an empty segment is prepared");
+    put(&file, &[7; 100]);
+    for (pos, len) in [(0, OS_PAGE_SIZE), (OS_PAGE_SIZE, OS_PAGE_SIZE), (0, SIZE)] {
+        assert!(!file.prepare_range(pos, len).unwrap(), "zeros at {pos}+{len} after an append");
+    }
+    file.flush(0).unwrap();
+    assert_eq!(&storage.file_bytes(file.path()).unwrap()[..100], &[7; 100][..]);
+    assert_eq!(&file.read(0, 100).unwrap()[..], &[7; 100][..]);
+}

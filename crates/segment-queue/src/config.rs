@@ -50,11 +50,12 @@ pub enum PoolExhaustedPolicy {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "snake_case"))]
 pub enum SegmentPreparation {
     /// Allocated only (`fallocate`), as RocketMQ without warm-up.
-    #[default]
     Allocated,
     /// Zeros written over the whole file and synced, paced (see
     /// [`QueueConfig::preparation_chunk_bytes`] and
-    /// [`QueueConfig::preparation_bytes_per_sec`]), before roll-over takes it.
+    /// [`QueueConfig::preparation_bytes_per_sec`]), before roll-over takes it
+    /// (the default).
+    #[default]
     Written,
     /// [`Written`](Self::Written), and then the file's pages faulted into the
     /// page tables for reading (`MADV_POPULATE_READ`), so its first reads take no
@@ -70,14 +71,13 @@ impl SegmentPreparation {
 
     /// Checks a preparation step of `chunk_bytes` for segments of
     /// `segment_bytes`: when this preparation writes blocks, a positive
-    /// multiple of 4096 no larger than a segment. The error says why.
+    /// multiple of 4096. A step larger than a segment prepares the segment in
+    /// one step (so the default step suits small segments too). The error says why.
     pub fn check_chunk(self, chunk_bytes: usize, segment_bytes: usize) -> Result<(), String> {
         let chunk = chunk_bytes;
-        if self.writes_blocks()
-            && (chunk == 0 || !chunk.is_multiple_of(mapped_file::OS_PAGE_SIZE) || chunk > segment_bytes)
-        {
+        if self.writes_blocks() && (chunk == 0 || !chunk.is_multiple_of(mapped_file::OS_PAGE_SIZE)) {
             return Err(format!(
-                "preparation_chunk_bytes {chunk} must be a positive multiple of 4096 no larger than the segment ({segment_bytes})"
+                "preparation_chunk_bytes {chunk} must be a positive multiple of 4096 (segments of {segment_bytes} bytes)"
             ));
         }
         Ok(())
@@ -118,12 +118,15 @@ pub struct QueueConfig {
     /// look. A storage that cannot tell its disk space never refuses.
     pub disk_space_limit_percent: Option<u32>,
     /// How the preallocation thread prepares a new segment
-    /// ([`SegmentPreparation::Allocated`] by default). Only with
+    /// ([`SegmentPreparation::Written`] by default), and
+    /// [`SegmentQueue::prepare_active_segment`](crate::SegmentQueue::prepare_active_segment)
+    /// a segment its owner made before any writer. Only with
     /// `preallocate_next_segment`; `warm_mapped_file_enable`, RocketMQ's
     /// unpaced warm-up of the whole file at once, takes precedence.
     pub segment_preparation: SegmentPreparation,
     /// Bytes of zeros written and synced per step of a segment's preparation
-    /// (1 MiB by default; a multiple of 4096 no larger than the segment). Between
+    /// (1 MiB by default; a multiple of 4096; a step larger than the segment
+    /// is the whole segment). Between
     /// steps the preparer waits while a sync of the queue is in flight and for
     /// its bandwidth budget, and gives a half-prepared segment up to a roll-over
     /// that needs it: a step is the most preparation can hold up a durable batch
@@ -148,7 +151,8 @@ impl QueueConfig {
     /// The default bandwidth budget of a segment's preparation, 256 MiB/s.
     pub const DEFAULT_PREPARATION_BYTES_PER_SEC: u64 = 256 << 20;
 
-    /// Defaults with the given segment size: preallocation on, warm-up off.
+    /// Defaults with the given segment size: preallocation on, new segments
+    /// prepared ([`SegmentPreparation::Written`]), warm-up off.
     pub fn new(mapped_file_size: usize) -> Self {
         QueueConfig {
             mapped_file_size,
@@ -159,7 +163,7 @@ impl QueueConfig {
             preallocation_wait_ms: 5000,
             recycle_segments: 0,
             disk_space_limit_percent: None,
-            segment_preparation: SegmentPreparation::Allocated,
+            segment_preparation: SegmentPreparation::Written,
             preparation_chunk_bytes: Self::DEFAULT_PREPARATION_CHUNK_BYTES,
             preparation_bytes_per_sec: Self::DEFAULT_PREPARATION_BYTES_PER_SEC,
         }

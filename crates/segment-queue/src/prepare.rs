@@ -135,6 +135,10 @@ pub struct PreparationStats {
     /// Segments a roll-over took while their preparation was still under way: their
     /// blocks are written only as far as it got.
     pub handed_over_early: u64,
+    /// Segments prepared whole by their owner before any append, unpaced
+    /// ([`SegmentQueue::prepare_active_segment`](crate::SegmentQueue::prepare_active_segment):
+    /// a new log's first segment, at its open).
+    pub prepared_in_place: u64,
     /// Segments made without preparation while preparation is on: created in
     /// place by a roll-over (nothing prepared for it: the first segment of a new
     /// queue, or a preparation that failed). Segments made from spares do not count.
@@ -153,6 +157,7 @@ pub struct PreparationStats {
 pub(crate) struct Counters {
     prepared: AtomicU64,
     handed_over_early: AtomicU64,
+    prepared_in_place: AtomicU64,
     pub(crate) made_unprepared: AtomicU64,
     bytes_written: AtomicU64,
     steps: AtomicU64,
@@ -165,6 +170,7 @@ impl Counters {
         PreparationStats {
             prepared: get(&self.prepared),
             handed_over_early: get(&self.handed_over_early),
+            prepared_in_place: get(&self.prepared_in_place),
             made_unprepared: get(&self.made_unprepared),
             bytes_written: get(&self.bytes_written),
             steps: get(&self.steps),
@@ -275,6 +281,33 @@ impl Preparer {
         bump(&self.counters.prepared, 1);
         Ok(file)
     }
+}
+
+/// The step of a preparation in place: large, because nothing waits beside it
+/// (one write and one sync per 8 MiB), at most the segment.
+const IN_PLACE_STEP: usize = 8 << 20;
+
+/// Writes and syncs zeros over the whole of `file`, unpaced, while nothing is
+/// appended to it: the preparation of a segment its owner made before any
+/// writer runs. Returns false, having written what it could, once an append
+/// landed (zeros never go over appended bytes: each step checks, under the
+/// segment's append lock, that nothing was appended). A failed step's sync
+/// latches the segment's failure latch, as every failed sync does.
+pub(crate) fn prepare_in_place(file: &MappedFile, chunk: usize, counters: &Counters) -> Result<bool, MappedFileError> {
+    let size = file.file_size();
+    let step = chunk.max(IN_PLACE_STEP).min(size).max(1);
+    let mut pos = 0usize;
+    while pos < size {
+        let len = step.min(size.saturating_sub(pos));
+        if !file.prepare_range(pos, len)? {
+            return Ok(false);
+        }
+        bump(&counters.steps, 1);
+        bump(&counters.bytes_written, len as u64);
+        pos = pos.saturating_add(len);
+    }
+    bump(&counters.prepared_in_place, 1);
+    Ok(true)
 }
 
 #[cfg(test)]

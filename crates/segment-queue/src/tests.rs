@@ -835,13 +835,25 @@ fn no_preparation_step_starts_while_a_sync_of_the_queue_is_in_flight() {
 }
 
 #[test]
-fn a_preparation_step_that_is_not_a_page_multiple_or_larger_than_a_segment_is_refused() {
-    for chunk in [0, 100, 2 * SIZE] {
+fn a_preparation_step_that_is_not_a_page_multiple_is_refused() {
+    for chunk in [0, 100, 4096 + 1] {
         let (_sim, storage) = sim();
         let config = QueueConfig { preparation_chunk_bytes: chunk, ..prepared_config(0) };
         let err = SegmentQueue::load(storage, dir(), config, None).unwrap_err();
         assert!(matches!(err, QueueError::InvalidConfig { .. }), "{chunk}: {err}");
     }
+}
+
+/// The default step (1 MiB) with segments smaller than it: one step per segment.
+#[test]
+fn a_step_larger_than_a_segment_prepares_the_segment_in_one_step() {
+    let (_sim, storage) = sim();
+    let config = QueueConfig { preparation_chunk_bytes: 2 * SIZE, ..prepared_config(0) };
+    let queue = SegmentQueue::load(storage, dir(), config, None).unwrap();
+    append(&queue, &[1; 100]); // asks for segment 1
+    wait_for_preparation(&queue, "segment 1 prepared", |s| s.prepared == 1);
+    let stats = queue.preparation_stats();
+    assert_eq!((stats.steps, stats.bytes_written), (1, SIZE as u64), "{stats:?}");
 }
 
 #[test]
@@ -864,4 +876,60 @@ fn a_prepared_segment_survives_a_power_cut_and_reloads_as_the_empty_tail() {
     assert_eq!(reloaded.segment_count(), 2);
     assert_eq!(image.file_bytes(&dir().join(file_name(SIZE as u64))).unwrap(), vec![0; SIZE]);
     drop(storage);
+}
+
+#[test]
+fn the_active_segment_made_before_any_writer_is_prepared_whole_and_synced() {
+    let (sim, storage) = sim();
+    let config = QueueConfig { preallocate_next_segment: false, ..prepared_config(0) };
+    let queue = SegmentQueue::load(storage, dir(), config, None).unwrap();
+    assert!(!queue.prepare_active_segment().unwrap(), "no active segment yet");
+    let first = queue.roll_to_writable_segment(0).unwrap();
+    let syncs = sim.sync_count();
+    assert!(queue.prepare_active_segment().unwrap());
+    let stats = queue.preparation_stats();
+    assert_eq!((stats.prepared_in_place, stats.bytes_written), (1, SIZE as u64), "{stats:?}");
+    assert!(sim.sync_count() > syncs, "the zeros were never synced");
+    assert_eq!(sim.file_bytes(first.path()).unwrap(), vec![0; SIZE]);
+    // Appends go over the zeros; the segment is not prepared again.
+    let at = append(&queue, &[5; 3000]);
+    assert_eq!(at, 0);
+    assert!(!queue.prepare_active_segment().unwrap(), "prepared over appended bytes");
+    queue.flush(0).unwrap();
+    assert_eq!(&sim.file_bytes(first.path()).unwrap()[..3000], &[5; 3000][..]);
+    assert_eq!(queue.preparation_stats().prepared_in_place, 1);
+}
+
+#[test]
+fn an_allocated_or_warmed_queue_prepares_nothing_in_place() {
+    for config in [
+        QueueConfig { segment_preparation: SegmentPreparation::Allocated, ..config() },
+        QueueConfig { warm_mapped_file_enable: true, ..prepared_config(0) },
+    ] {
+        let (sim, storage) = sim();
+        let queue = SegmentQueue::load(storage, dir(), config.clone(), None).unwrap();
+        queue.roll_to_writable_segment(0).unwrap();
+        let events = sim.event_count();
+        assert!(!queue.prepare_active_segment().unwrap(), "{config:?}");
+        assert_eq!(sim.event_count(), events, "{config:?}: wrote");
+    }
+}
+
+/// Appends racing the preparation in place: whichever comes first, every
+/// appended byte is there afterwards (zeros never land on them).
+#[test]
+fn a_preparation_in_place_racing_an_append_never_writes_over_appended_bytes() {
+    for round in 0..200u8 {
+        let (_sim, storage) = sim();
+        let config = QueueConfig { preallocate_next_segment: false, ..prepared_config(0) };
+        let queue = Arc::new(SegmentQueue::load(storage, dir(), config, None).unwrap());
+        let file = queue.roll_to_writable_segment(0).unwrap();
+        let appender = {
+            let queue = Arc::clone(&queue);
+            std::thread::spawn(move || append(&queue, &[round | 1; 1000]))
+        };
+        let prepared = queue.prepare_active_segment().unwrap();
+        assert_eq!(appender.join().unwrap(), 0);
+        assert_eq!(&file.read(0, 1000).unwrap()[..], &[round | 1; 1000][..], "round {round} (prepared: {prepared})");
+    }
 }
