@@ -29,7 +29,6 @@
 //! ```
 
 use std::collections::{HashMap, HashSet};
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -42,9 +41,10 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use queue_index::{Entry as IndexEntry, IndexConfig, QueueIndex};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use store_io::remove_files;
 
 use crate::config::RaftStoreConfig;
-use crate::error::RaftStoreError;
+use crate::error::{io_err, io_error, RaftStoreError};
 use crate::group::Group;
 use crate::layout::{LOG_DIR, QUEUE_INDEX_DIR, RAFT_DIR, STATE_FILE};
 use crate::record::{Header, Kind};
@@ -189,10 +189,6 @@ impl<C: RaftTypeConfig> std::fmt::Debug for RaftLogEngine<C> {
     }
 }
 
-pub(crate) fn io_err(path: &Path) -> impl FnOnce(io::Error) -> RaftStoreError + '_ {
-    move |source| RaftStoreError::Io { path: path.to_path_buf(), source }
-}
-
 impl<C> RaftLogEngine<C>
 where
     C: RaftTypeConfig,
@@ -258,7 +254,7 @@ where
         let index_dir = raft_dir.join(QUEUE_INDEX_DIR);
         let index_config = IndexConfig::concurrent_appends();
         if converting {
-            remove_files(&*storage, &index_dir)?;
+            remove_files(&*storage, &index_dir, io_error)?;
         }
         let (mut index, mut report) = QueueIndex::open_with(&*storage, &index_dir, index_config.clone())?;
         // Sealed past what the log holds (never done: a seal stays below the
@@ -284,7 +280,7 @@ where
                 "raft queue index rebuilt from the log"
             );
             drop(index);
-            remove_files(&*storage, &index_dir)?;
+            remove_files(&*storage, &index_dir, io_error)?;
             (index, report) = QueueIndex::open_with(&*storage, &index_dir, index_config)?;
             recovery.index_rebuilt = true;
         }
@@ -488,21 +484,6 @@ where
         _ => None,
     };
     Ok(if last.as_ref().map(|l| l.index) >= purged.as_ref().map(|p| p.index) { last } else { purged })
-}
-
-/// Removes every file in `dir` (derived data rebuilt whole); a missing
-/// directory has none.
-pub(crate) fn remove_files(storage: &dyn Storage, dir: &Path) -> Result<usize, RaftStoreError> {
-    let files = match storage.list(dir) {
-        Ok(files) => files,
-        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(0),
-        Err(source) => return Err(RaftStoreError::Io { path: dir.to_path_buf(), source }),
-    };
-    for file in &files {
-        let path = dir.join(&file.name);
-        storage.remove(&path).map_err(io_err(&path))?;
-    }
-    Ok(files.len())
 }
 
 impl<C> Engine<C>

@@ -1,7 +1,7 @@
 //! What can go wrong, as one typed error.
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[cfg(doc)]
 use openraft::StorageError;
@@ -120,4 +120,15 @@ pub enum RaftStoreError {
     /// The store was shut down: nothing more is written.
     #[error("the raft log store is shut down")]
     ShutDown,
+}
+
+/// [`RaftStoreError::Io`] of an OS error on `path` (how
+/// [`store_io::remove_files`] reports one).
+pub(crate) fn io_error(path: PathBuf, source: io::Error) -> RaftStoreError {
+    RaftStoreError::Io { path, source }
+}
+
+/// A `map_err` for an OS error on `path`: [`RaftStoreError::Io`].
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(io::Error) -> RaftStoreError + '_ {
+    move |source| RaftStoreError::Io { path: path.to_path_buf(), source }
 }

@@ -19,9 +19,9 @@ use mapped_file::Storage;
 use openraft::NodeId;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use store_io::remove_files;
 
-use crate::engine::{io_err, remove_files};
-use crate::error::RaftStoreError;
+use crate::error::{io_err, io_error, RaftStoreError};
 use crate::layout::RAFT_DIR;
 use crate::state::{GroupState, Saved, SavedGroup};
 
@@ -83,8 +83,8 @@ pub(crate) fn remove(storage: &dyn Storage, dir: &Path) -> Result<(), RaftStoreE
     let registry = read_json::<Registry>(storage, &raft.join(GROUPS_FILE))?.unwrap_or_default();
     for id in registry.groups.keys().chain(&registry.dropping) {
         let group = group_dir(dir, *id);
-        remove_files(storage, &group.join(INDEX_DIR))?;
-        remove_files(storage, &group)?;
+        remove_files(storage, &group.join(INDEX_DIR), io_error)?;
+        remove_files(storage, &group, io_error)?;
     }
     for name in [DISPATCHED_FILE, GROUPS_FILE] {
         let path = raft.join(name);

@@ -30,6 +30,7 @@ use flush_service::ServiceThread;
 use mapped_file::Storage;
 use segment_queue::SegmentQueue;
 
+use crate::config::parse_delete_when;
 use crate::CommitLogConfig;
 
 /// The guard's state, shared by the appenders and the service thread.
@@ -214,19 +215,6 @@ pub(crate) struct Cleaner {
     runs: AtomicU64,
     expired: AtomicU64,
     forced: AtomicU64,
-}
-
-/// Parses `delete_when` (RocketMQ's format: hours of the day, `;`-separated,
-/// e.g. `"04"` or `"01;13"`).
-pub(crate) fn parse_delete_when(when: &str) -> Result<[bool; 24], String> {
-    let mut hours = [false; 24];
-    for part in when.split(';').map(str::trim).filter(|p| !p.is_empty()) {
-        match part.parse::<usize>() {
-            Ok(hour) if hour < 24 => hours[hour] = true,
-            _ => return Err(format!("delete_when {when:?}: {part:?} is not an hour from 0 to 23")),
-        }
-    }
-    Ok(hours)
 }
 
 impl Cleaner {

@@ -222,7 +222,7 @@ impl CommitLogConfig {
         if self.clean_resource_interval_ms == 0 {
             return invalid("clean_resource_interval_ms must be positive".into());
         }
-        if let Err(reason) = crate::clean::parse_delete_when(&self.delete_when) {
+        if let Err(reason) = parse_delete_when(&self.delete_when) {
             return invalid(reason);
         }
         for (name, percent) in [
@@ -406,6 +406,19 @@ impl CommitLogConfigBuilder {
         self.config.validate()?;
         Ok(self.config)
     }
+}
+
+/// Parses `delete_when` (RocketMQ's format: hours of the day, `;`-separated,
+/// e.g. `"04"` or `"01;13"`).
+pub(crate) fn parse_delete_when(when: &str) -> Result<[bool; 24], String> {
+    let mut hours = [false; 24];
+    for part in when.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.parse::<usize>() {
+            Ok(hour) if hour < 24 => hours[hour] = true,
+            _ => return Err(format!("delete_when {when:?}: {part:?} is not an hour from 0 to 23")),
+        }
+    }
+    Ok(hours)
 }
 
 #[cfg(test)]

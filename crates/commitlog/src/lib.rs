@@ -65,8 +65,10 @@ pub mod metrics;
 pub mod planted;
 mod queue_target;
 mod read;
+mod record;
 mod recovery;
 mod scan;
+mod signal;
 mod store;
 mod tail;
 mod writer;
@@ -84,7 +86,8 @@ pub use flush_service::{
 pub use log::{CommitLog, FlushListener};
 pub use mapped_file::{MappedFileError, SyncFailure};
 pub use queue_target::QueueTarget;
-pub use read::{Record, Records};
+pub use read::Records;
+pub use record::Record;
 #[cfg(feature = "internals")]
 pub use recovery::scan;
 pub use recovery::{RecoveryReport, ScanEnd};

@@ -41,7 +41,7 @@ pub(crate) struct Inner {
     recovery: RecoveryReport,
     listeners: Arc<Listeners>,
     /// Wakes the tails ([`CommitLog::tail`]).
-    pub(crate) tails: Arc<crate::tail::TailSignal>,
+    pub(crate) tails: Arc<crate::signal::TailSignal>,
 }
 
 /// Called with the flushed offset after each flush that moved it (see
@@ -293,7 +293,7 @@ impl CommitLog {
 
         let listeners = Arc::new(Listeners::default());
         // Tails learn of every flush (durable records) through the listeners.
-        let tails = Arc::new(crate::tail::TailSignal::default());
+        let tails = Arc::new(crate::signal::TailSignal::default());
         {
             let tails = Arc::clone(&tails);
             listeners.0.write().push(Arc::new(move |_| tails.bump()));
@@ -532,7 +532,7 @@ impl CommitLog {
         }
         // A record boundary: the record there parses (CRC and offset checked).
         match self.slot_unlimited(offset)? {
-            crate::read::Slot::Record(_) => {}
+            crate::record::Slot::Record(_) => {}
             _ => return Err(self.no_record(offset)),
         }
         let end = self.flush_all()?;

@@ -3,13 +3,11 @@
 //! log itself, blocking or as an async `Stream`.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::task::{Context, Poll, Waker};
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
-
-use crate::read::Slot;
+use crate::record::Slot;
 use crate::{CommitLog, Error, Record};
 
 /// How far a [`Tail`] reads.
@@ -21,57 +19,6 @@ pub enum TailLimit {
     /// Records written (readable), durable or not: sooner, but under async
     /// flush a crash can take back what was delivered.
     Written,
-}
-
-/// What wakes tails: every append (once written), every flush, and shutdown.
-/// Appends pay one atomic load while no tail waits.
-#[derive(Debug, Default)]
-pub(crate) struct TailSignal {
-    /// Tails waiting (blocked or with a registered waker).
-    interest: AtomicUsize,
-    state: Mutex<SignalState>,
-    cond: Condvar,
-    closed: AtomicBool,
-}
-
-#[derive(Debug, Default)]
-struct SignalState {
-    /// Bumped at every signal: a waiter that saw one value waits for another.
-    seq: u64,
-    wakers: Vec<Waker>,
-}
-
-impl TailSignal {
-    /// Something changed (data written or made durable, or the log closed).
-    pub(crate) fn bump(&self) {
-        // Pairs with the waiter's SeqCst increment before it looks for data: a
-        // waiter that found nothing is counted before this load.
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if self.interest.load(Ordering::SeqCst) > 0 {
-            self.wake_all();
-        }
-    }
-
-    /// Wakes every waiting tail, whether or not any is counted.
-    fn wake_all(&self) {
-        let wakers = {
-            let mut state = self.state.lock();
-            state.seq = state.seq.wrapping_add(1);
-            let wakers = std::mem::take(&mut state.wakers);
-            self.interest.fetch_sub(wakers.len(), Ordering::SeqCst);
-            wakers
-        };
-        self.cond.notify_all();
-        for waker in wakers {
-            waker.wake();
-        }
-    }
-
-    /// The log shut down: every tail ends.
-    pub(crate) fn close(&self) {
-        self.closed.store(true, Ordering::SeqCst);
-        self.wake_all();
-    }
 }
 
 /// A reader that follows the log from an offset ([`CommitLog::tail`]).

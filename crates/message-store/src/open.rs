@@ -14,6 +14,7 @@ use commitlog::{CommitLog, Storage};
 use flush_service::{ServiceState, ServiceThread};
 use parking_lot::Mutex;
 use queue_index::QueueIndex;
+use store_io::remove_files;
 
 use crate::checkpoint::{self, Loaded, Recorded};
 use crate::config::{DispatchLimit, MessageStoreConfig};
@@ -56,7 +57,7 @@ impl MessageStore {
         };
         if let Some(why) = &rebuilt_all {
             tracing::warn!(why, "rebuilding the whole queue index from the log");
-            remove_files(&*storage, &dir)?;
+            remove_files(&*storage, &dir, |path, source| StoreError::Io { path, source })?;
         }
         // Dispatch by the written end: each put indexes its own message (under
         // its queue's put lock, so queues are appended to out of log order).
@@ -450,21 +451,6 @@ fn recover_registry(
     Ok(RegistryRecovery { registry, recovered: true, first_version, ids_lost })
 }
 
-/// Removes every file in `dir` (derived data rebuilt whole); a missing
-/// directory has none.
-fn remove_files(storage: &dyn Storage, dir: &Path) -> Result<usize, StoreError> {
-    let files = match storage.list(dir) {
-        Ok(files) => files,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(source) => return Err(StoreError::Io { path: dir.to_path_buf(), source }),
-    };
-    for file in &files {
-        let path = dir.join(&file.name);
-        storage.remove(&path).map_err(|source| StoreError::Io { path, source })?;
-    }
-    Ok(files.len())
-}
-
 /// A store of the consume-queue layout, its queue index just built from the
 /// log: each queue whose messages all expired keeps the end its format-2
 /// checkpoint recorded (the log no longer shows it), so that no offset given
@@ -496,7 +482,8 @@ fn remove_consume_queue_files(storage: &dyn Storage, root: &Path, registry: &Reg
     let mut removed = 0;
     for (topic, entry) in registry.topics() {
         for queue_id in 0..entry.queues {
-            removed += remove_files(storage, &dir.join(topic).join(queue_id.to_string()))?;
+            let queue_dir = dir.join(topic).join(queue_id.to_string());
+            removed += remove_files(storage, &queue_dir, |path, source| StoreError::Io { path, source })?;
         }
     }
     if removed > 0 {

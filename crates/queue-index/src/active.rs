@@ -1,7 +1,8 @@
 //! The active run: the entries of the log's newest records, in memory, one
 //! row per queue, and how a seal takes the part of it below a log offset.
 
-use crate::{Entry, Extent, IndexError, QueueMap};
+use crate::entry::{Entry, Extent, QueueMap};
+use crate::error::IndexError;
 
 /// A cut that starts a queue's row ([`crate::QueueIndex::truncate`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -28,7 +28,8 @@ use std::path::Path;
 
 use mapped_file::{Bytes, MappedFile, Storage};
 
-use crate::{Entry, IndexError};
+use crate::entry::Entry;
+use crate::error::IndexError;
 
 const MAGIC: &[u8; 8] = b"QIRUN001";
 /// Header bytes.

@@ -12,11 +12,18 @@
 //! not used is replaced) has the same layout, at point 0, each queue's first
 //! offset its end.
 
-use crate::{Extent, QueueMap};
+use std::path::{Path, PathBuf};
+
+use crate::entry::{Extent, QueueMap};
 
 const MAGIC: &[u8; 8] = b"QITABLE1";
 const HEADER: usize = 32;
 const ROW: usize = 24;
+
+/// The queue table's file in the index's directory `dir`.
+pub(crate) fn table_path(dir: &Path) -> PathBuf {
+    dir.join("table")
+}
 
 /// The file's bytes: `extents` as of log offset `point`.
 pub(crate) fn encode(point: u64, extents: &QueueMap<Extent>) -> Vec<u8> {

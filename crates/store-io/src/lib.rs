@@ -47,7 +47,7 @@ pub use memory::SegmentMemory;
 pub use mmap::{first_overlap, sync_dir, LockError, MmapStorage, LOCK_FILE};
 #[cfg(feature = "sim")]
 pub use sim::SimStorage;
-pub use storage::{epoch_ms, DirEntry, DiskSpace, OpenedSegment, SegmentIo, Storage};
+pub use storage::{epoch_ms, remove_files, DirEntry, DiskSpace, OpenedSegment, SegmentIo, Storage};
 
 /// The README's example, compiled and run as a doctest.
 #[doc = include_str!("../README.md")]

@@ -2,10 +2,11 @@
 //! small files beside them), [`SegmentIo`] for one segment, and what they exchange
 //! ([`OpenedSegment`], [`DirEntry`], [`DiskSpace`]). Their contracts are written
 //! on the traits; [`MmapStorage`](crate::MmapStorage) is the real implementation.
+//! [`remove_files`] empties a directory through any storage.
 
 use std::fmt;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::SegmentMemory;
 
@@ -225,4 +226,42 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// storage afterwards (such calls fail). What is still mapped stays valid, and
     /// the directory stays owned until the last mapping is gone. Idempotent.
     fn release(&self) {}
+}
+
+/// Removes every file [`Storage::list`] reports in `dir`, each with
+/// [`Storage::remove`] (durable once it returns): what an owner of derived
+/// data does before it rebuilds it whole. A missing directory has none; the
+/// directory itself stays. Returns how many files were removed.
+///
+/// `err` makes the caller's own error of a failure: the path it concerns (`dir`
+/// for the listing, the file for a removal) and the OS error. The files
+/// removed before a failure stay removed.
+///
+/// ```
+/// use store_io::{remove_files, MmapStorage, Storage};
+///
+/// let dir = tempfile::tempdir()?;
+/// let storage = MmapStorage::lock(dir.path())?;
+/// let index = dir.path().join("index");
+/// storage.create_dir_all(&index)?;
+/// storage.replace_small(&index.join("a"), b"1")?;
+/// storage.replace_small(&index.join("b"), b"2")?;
+/// assert_eq!(remove_files(&storage, &index, |_, source| source)?, 2);
+/// assert!(storage.list(&index)?.is_empty());
+/// assert_eq!(remove_files(&storage, &dir.path().join("missing"), |_, source| source)?, 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn remove_files<E>(storage: &dyn Storage, dir: &Path, err: impl Fn(PathBuf, io::Error) -> E) -> Result<usize, E> {
+    let files = match storage.list(dir) {
+        Ok(files) => files,
+        Err(source) if source.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(source) => return Err(err(dir.to_path_buf(), source)),
+    };
+    for file in &files {
+        let path = dir.join(&file.name);
+        if let Err(source) = storage.remove(&path) {
+            return Err(err(path, source));
+        }
+    }
+    Ok(files.len())
 }
