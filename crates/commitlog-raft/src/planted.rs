@@ -2,8 +2,6 @@
 //! only with `--cfg planted_bugs`), off unless switched on at run time. A suite
 //! that never sees them caught proves nothing.
 
-use std::sync::atomic::{AtomicU16, Ordering};
-
 /// A planted bug of this crate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u16)]
@@ -27,14 +25,5 @@ pub enum Bug {
     VoteNotAwaited = 8,
 }
 
-static ACTIVE: AtomicU16 = AtomicU16::new(0);
-
-/// Switches one of this crate's bugs on (`Some`) or all off (`None`), process-wide.
-pub fn activate(bug: Option<Bug>) {
-    ACTIVE.store(bug.map_or(0, |b| b as u16), Ordering::SeqCst);
-}
-
-/// True while `bug` is switched on.
-pub fn is_active(bug: Bug) -> bool {
-    ACTIVE.load(Ordering::SeqCst) & bug as u16 != 0
-}
+// `activate` (the crash suite switches a bug on) and `is_active` (asked where it is planted).
+store_io::planted_switch!(Bug);

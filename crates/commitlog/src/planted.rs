@@ -3,8 +3,6 @@
 //! them caught proves nothing. Each crate owns its own: a lower crate knows
 //! nothing of the bugs of one above it.
 
-use std::sync::atomic::{AtomicU16, Ordering};
-
 /// A planted bug of this crate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u16)]
@@ -31,14 +29,5 @@ pub enum Bug {
     CheckpointUnclamped = 32,
 }
 
-static ACTIVE: AtomicU16 = AtomicU16::new(0);
-
-/// Switches one of this crate's bugs on (`Some`) or all off (`None`), process-wide.
-pub fn activate(bug: Option<Bug>) {
-    ACTIVE.store(bug.map_or(0, |b| b as u16), Ordering::SeqCst);
-}
-
-/// True while `bug` is switched on.
-pub fn is_active(bug: Bug) -> bool {
-    ACTIVE.load(Ordering::SeqCst) & bug as u16 != 0
-}
+// `activate` (the crash suite switches a bug on) and `is_active` (asked where it is planted).
+store_io::planted_switch!(Bug);

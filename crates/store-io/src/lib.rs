@@ -16,7 +16,9 @@
 //!   and a durable image per file, power cuts that keep any subset of dirty
 //!   sectors, injected sync and write failures, disk sizes, directories that go
 //!   missing. Tests and the crash suite turn the feature on; release builds do not
-//!   contain it.
+//!   contain it;
+//! - `planted_switch!` (`--cfg planted_bugs` only), the on/off switch each crate
+//!   above writes for its own planted bugs, which the crash suite turns on.
 //!
 //! It knows no record, no segment name, no thread.
 //!
@@ -38,6 +40,8 @@ mod copy;
 #[allow(unsafe_code)]
 mod memory;
 mod mmap;
+#[cfg(planted_bugs)]
+mod planted_switch;
 #[cfg(feature = "sim")]
 pub mod sim;
 mod storage;
