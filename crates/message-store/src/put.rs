@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use commitlog::DurabilityHandle;
+use parking_lot::MutexGuard;
 use queue_index::Entry;
 
 use crate::config::DispatchLimit;
@@ -52,34 +53,31 @@ impl MessageStore {
         let mut encoded = message.encode(&self.core.config.limits, born_or_now(message.born_timestamp_ms))?;
         let queue = self.queue_for_put(&message.topic, message.queue_id)?;
         #[cfg(planted_bugs)]
-        if crate::planted::is_active(crate::planted::Bug::OffsetOutsidePutLock) {
-            let offset = {
-                let mut next = queue.next_offset.lock();
-                self.next_offset_locked((&message.topic, message.queue_id), &queue, &mut next)?
-            };
-            set_queue_offset(&mut encoded, offset);
-            std::thread::yield_now();
-            let appended = self.core.log.append(&encoded)?;
-            let mut next = queue.next_offset.lock();
-            *next = Some(next.unwrap_or(0).max(offset.saturating_add(1)));
-            drop(next);
-            self.after_put();
-            return Ok(PutResult {
-                queue_offset: offset,
-                log_offset: appended.wrote_offset,
-                store_timestamp_ms: appended.store_timestamp_ms,
-                durability: appended.durability,
-            });
-        }
+        let outside_lock = crate::planted::is_active(crate::planted::Bug::OffsetOutsidePutLock);
+        #[cfg(not(planted_bugs))]
+        let outside_lock = false;
         let (queue_offset, appended) = {
             let mut next = queue.next_offset.lock();
             let offset = self.next_offset_locked((&message.topic, message.queue_id), &queue, &mut next)?;
             set_queue_offset(&mut encoded, offset);
-            let appended = self.core.log.append(&encoded)?;
-            *next = Some(offset.saturating_add(1));
-            let size = u32::try_from(appended.wrote_bytes).unwrap_or(u32::MAX);
-            let entry = Entry { log_offset: appended.wrote_offset, size, tag: message.tags_code() };
-            self.core.index_on_put(&queue, offset, entry);
+            let appended = if outside_lock {
+                // The planted bug: the lock released for the append, so
+                // another put takes the same offset, or appends the next first.
+                MutexGuard::unlocked(&mut next, || {
+                    std::thread::yield_now();
+                    self.core.log.append(&encoded)
+                })?
+            } else {
+                self.core.log.append(&encoded)?
+            };
+            // `offset + 1` (the lock held, `next` is `offset`), or the end
+            // puts reached while it was released.
+            *next = Some(next.unwrap_or(0).max(offset.saturating_add(1)));
+            if !outside_lock {
+                let size = u32::try_from(appended.wrote_bytes).unwrap_or(u32::MAX);
+                let entry = Entry { log_offset: appended.wrote_offset, size, tag: message.tags_code() };
+                self.core.index_on_put(&queue, offset, entry);
+            }
             (offset, appended)
         };
         self.after_put();
