@@ -3,7 +3,7 @@
 
 use crate::index::key_hash;
 use crate::message::{tags_code, StoredMessage};
-use crate::records::Named;
+use crate::records::{message_at, QueueWalk, Read};
 use crate::{MessageStore, StoreError};
 
 /// The most messages one [`MessageStore::query_by_key`] returns.
@@ -211,7 +211,7 @@ impl MessageStore {
         };
         let mut result = answer(GetStatus::NoMatchedMessage, offset);
         let mut bytes = 0u64;
-        let mut at = offset;
+        let mut walk = QueueWalk::new(&self.core.log, topic, queue_id, offset);
         for entry in entries {
             if result.messages.len() >= max_count
                 || (!result.messages.is_empty() && bytes.saturating_add(u64::from(entry.size)) > max_bytes)
@@ -219,27 +219,21 @@ impl MessageStore {
                 break;
             }
             if !filter.passes_code(entry.tag) {
-                at += 1;
+                walk.skip();
                 continue;
             }
-            let message = match self.core.message_at_entry(&entry)? {
-                Named::Message(message) => message,
-                Named::Expired => {
-                    at += 1; // expired with the log's front meanwhile
-                    continue;
+            match walk.read(&entry)? {
+                Read::Message(message) => {
+                    if filter.passes(&message) {
+                        bytes = bytes.saturating_add(message.log_size);
+                        result.messages.push(message);
+                    }
                 }
-                Named::Other => return Err(mismatch(at, entry.log_offset)),
-            };
-            if message.topic != topic || message.queue_id != queue_id || message.queue_offset != at {
-                return Err(mismatch(at, entry.log_offset));
-            }
-            at += 1;
-            if filter.passes(&message) {
-                bytes = bytes.saturating_add(message.log_size);
-                result.messages.push(message);
+                Read::Expired => {} // expired with the log's front meanwhile
+                Read::Damaged => return Err(mismatch(walk.at(), entry.log_offset)),
             }
         }
-        result.next_offset = at;
+        result.next_offset = walk.at();
         if !result.messages.is_empty() {
             result.status = GetStatus::Found;
         }
@@ -280,7 +274,7 @@ impl MessageStore {
             if found.len() >= max {
                 break;
             }
-            let Some(message) = self.core.message_at(offset)? else { continue };
+            let Some(message) = message_at(&self.core.log, offset)? else { continue };
             // Only the topic's own: not a record of a topic of its name
             // deleted before (below its creation point).
             let own = self.core.queues.key_of_record(topic, message.queue_id, message.log_offset).is_some();
