@@ -51,7 +51,8 @@
 //!
 //! Layout: `store.rs` (the handle, its shared state, stats, shutdown),
 //! `open.rs` (the open and recovery), `put.rs` (puts), `get.rs` (reading a
-//! queue, messages by key), `records.rs` (a message read from the log),
+//! queue, messages by key), `records.rs` (the one read path from a log record to
+//! a message, over the live log or the files `inspect` reads),
 //! `poll.rs` (long polling), `maintenance.rs` (the services' work on the
 //! derived data: seals, flushes, expiry), `message.rs` (the encoding inside a
 //! log record), `topic.rs` (names, the topic registry) and `topic/admin.rs`
