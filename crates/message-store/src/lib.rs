@@ -49,13 +49,19 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Layout: `store.rs` (open, topics, puts, offsets API, shutdown), `message.rs`
-//! (the encoding inside a log record), `topic.rs` (names, the topic registry),
-//! `queues.rs` (each queue in use: its put lock, next offset and wait signal),
-//! `dispatch.rs` (dispatch into the queue index and the key index), `checkpoint.rs` (the
-//! dispatch checkpoint), `index.rs` (the key index), `get.rs` (reading a queue),
-//! `poll.rs` (long polling), `offsets.rs` (consumer offsets), `textfile.rs` (the
-//! small text files of `config/`), `inspect/` (read-only views and the check),
+//! Layout: `store.rs` (the handle, its shared state, stats, shutdown),
+//! `open.rs` (the open and recovery), `put.rs` (puts), `get.rs` (reading a
+//! queue, messages by key), `records.rs` (the one read path from a log record to
+//! a message, over the live log or the files `inspect` reads),
+//! `poll.rs` (long polling), `maintenance.rs` (the services' work on the
+//! derived data: seals, flushes, expiry), `message.rs` (the encoding inside a
+//! log record), `topic.rs` (names, the topic registry) and `topic/admin.rs`
+//! (creating and deleting topics), `queues.rs` (each queue in use: its put
+//! lock, next offset and wait signal), `dispatch.rs` (dispatch into the queue
+//! index and the key index), `checkpoint.rs` (the dispatch checkpoint),
+//! `index.rs` (the key index), `offsets/` (consumer offsets: the journal, and
+//! the store's operations on them in `api.rs`), `textfile.rs` (the small text
+//! files of `config/`), `inspect/` (read-only views and the check),
 //! `config.rs`, `error.rs`.
 
 #![forbid(unsafe_code)]
@@ -67,6 +73,7 @@ mod error;
 mod get;
 mod index;
 pub mod inspect;
+mod maintenance;
 mod message;
 mod offsets;
 mod open;
@@ -75,7 +82,9 @@ mod pause;
 #[cfg(planted_bugs)]
 pub mod planted;
 mod poll;
+mod put;
 mod queues;
+mod records;
 mod signal;
 mod store;
 mod textfile;
@@ -87,10 +96,10 @@ pub use error::{MessageError, NameError, StoreError};
 pub use get::{GetRequest, GetResult, GetStatus, TagFilter, TimeBound};
 pub use index::IndexConfig;
 pub use message::{tags_code, Message, MessageLimits, StoredMessage};
+pub use offsets::{CommittedOffset, ResetTo};
 pub use poll::{Arrival, Arrivals, Waited};
-pub use store::{
-    BatchPutResult, CommittedOffset, MessageStore, OpenReport, PutResult, QueueStats, ResetTo, StoreStats,
-};
+pub use put::{BatchPutResult, PutResult};
+pub use store::{MessageStore, OpenReport, QueueStats, StoreStats};
 pub use topic::{validate_group, validate_topic, MAX_GROUP_LEN, MAX_TOPIC_LEN};
 
 /// The README's example, compiled and run as a doctest.

@@ -1,6 +1,8 @@
 //! Topics: the name rules and the registry of topics, their queue counts and
 //! ids, kept in `config/topics` (replaced atomically on every change).
 
+mod admin;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

@@ -22,6 +22,7 @@ use crate::error::{io_err, StoreError};
 use crate::get::TagFilter;
 use crate::message::{decode, decode_header, StoredMessage};
 use crate::offsets;
+use crate::records::{Named, QueueWalk, Read, Records};
 use crate::store::queue_index_dir;
 use crate::topic::{parse_topics, queue_key, topics_path, TopicEntry};
 
@@ -311,8 +312,9 @@ pub fn read_queue(
         read.next_offset = first;
         read.skipped_to = Some(first);
     }
-    while read.messages.len() < max_count && read.next_offset < end {
-        let batch = snapshot.index.get(key, read.next_offset, 256);
+    let mut walk = QueueWalk::new(&snapshot.listing, topic, queue_id, read.next_offset);
+    'batches: while read.messages.len() < max_count && walk.at() < end {
+        let batch = snapshot.index.get(key, walk.at(), 256);
         if batch.is_empty() {
             break;
         }
@@ -320,24 +322,22 @@ pub fn read_queue(
             if read.messages.len() >= max_count {
                 break;
             }
-            let index = read.next_offset;
-            let message = message_of(&snapshot.listing, &entry)
-                .filter(|m| m.topic == topic && m.queue_id == queue_id && m.queue_offset == index);
-            let Some(message) = message else {
-                if entry.log_offset < snapshot.front {
-                    read.next_offset += 1; // its record went with the log's front meanwhile
-                    read.skipped_to = Some(read.next_offset);
-                    continue;
+            match walk.read(&entry)? {
+                Read::Message(message) => {
+                    if filter.passes(&message) {
+                        read.messages.push(message);
+                    }
                 }
-                read.damaged = Some(DamagedEntry { queue_offset: index, log_offset: Some(entry.log_offset) });
-                return Ok(read);
-            };
-            read.next_offset += 1;
-            if filter.passes(&message) {
-                read.messages.push(message);
+                // Its record went with the log's front meanwhile.
+                Read::Expired => read.skipped_to = Some(walk.at()),
+                Read::Damaged => {
+                    read.damaged = Some(DamagedEntry { queue_offset: walk.at(), log_offset: Some(entry.log_offset) });
+                    break 'batches;
+                }
             }
         }
     }
+    read.next_offset = walk.at();
     Ok(read)
 }
 
@@ -369,4 +369,18 @@ pub(crate) fn message_of(listing: &commitlog::inspect::Listing, entry: &Entry) -
     });
     let record = record.filter(|r| r.offset == entry.log_offset && scan.end_offset == end)?;
     decode(&record).ok()
+}
+
+/// The log's segment files as listed: what a queue-index entry names is read
+/// from them directly ([`message_of`]); an entry below the first segment
+/// names a record the log's cleaning deleted.
+impl Records for commitlog::inspect::Listing {
+    fn named(&self, entry: &Entry) -> Result<Named, StoreError> {
+        let front = self.segments.first().map_or(0, |s| s.start_offset);
+        Ok(match message_of(self, entry) {
+            Some(message) => Named::Message(message),
+            None if entry.log_offset < front => Named::Expired,
+            None => Named::Other,
+        })
+    }
 }

@@ -11,7 +11,11 @@
 //! then the old journal deleted, so a crash at any step leaves one complete
 //! journal that `CURRENT` names. A store written before the journal (the text
 //! file `config/consumer_offsets`) is converted at its first open.
+//!
+//! The store's operations on them (commit, reset, remove, read) are in
+//! `api.rs`.
 
+mod api;
 mod journal;
 
 use std::path::{Path, PathBuf};
@@ -24,6 +28,7 @@ use store_io::Storage;
 use crate::error::{io_err, StoreError};
 use crate::textfile;
 use crate::topic::{validate_group, validate_topic};
+pub use api::{CommittedOffset, ResetTo};
 use journal::{Change, Encoder, Table, Undo};
 
 /// The first line of the text file of offsets the store kept before the journal.
