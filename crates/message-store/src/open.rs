@@ -233,7 +233,7 @@ impl MessageStore {
         if converting {
             remove_consume_queue_files(&*core.storage, &core.root, &core.registry.lock())?;
         }
-        Self::remove_offsets_of_deleted_topics(&core)?;
+        Self::settle_offsets_of_unknown_topics(&core, recovery.lost)?;
         // Offsets lowered only to an end the log itself holds. Only after a
         // crash, after a clean shutdown whose log lost records since (its
         // recovery cut some, or the queue index covers more than the log now
@@ -337,14 +337,43 @@ impl MessageStore {
         Ok(())
     }
 
-    /// Removes the committed offsets of topics the registry does not have: a
-    /// deletion a crash interrupted after the registry was written (a topic
-    /// made again under the name must not start with them).
-    fn remove_offsets_of_deleted_topics(core: &Core) -> Result<(), StoreError> {
+    /// Settles the committed offsets of topics the registry does not have.
+    /// With the registry read whole, they are a deletion a crash interrupted
+    /// after the registry was written: removed (a topic made again under the
+    /// name must not start with them). With the registry's file missing or
+    /// damaged (`lost`), they are a topic the recovery could not see (made after
+    /// the last checkpoint, with no message in the log yet), which cannot be
+    /// told from a deleted one: the topic is made again with the queues its
+    /// offsets name, starting at the log's end, so that nothing is lost
+    /// silently (and a later open, finding it in the registry, keeps them).
+    fn settle_offsets_of_unknown_topics(core: &Core, lost: bool) -> Result<(), StoreError> {
         let stale: Vec<String> = {
             let registry = core.registry.lock();
             core.offsets.topics().into_iter().filter(|t| registry.get(t).is_none()).collect()
         };
+        if lost && !stale.is_empty() {
+            let mut queues_of: std::collections::BTreeMap<String, u32> = std::collections::BTreeMap::new();
+            for ((_, topic, queue), _) in core.offsets.all() {
+                if stale.contains(&topic) {
+                    let queues = queues_of.entry(topic).or_insert(1);
+                    *queues = (*queues).max(queue.saturating_add(1));
+                }
+            }
+            let mut registry = core.registry.lock();
+            let since = core.log.max_offset();
+            for (topic, queues) in &queues_of {
+                registry.add_at_least(topic, *queues, None, since);
+                if let Some(entry) = registry.get(topic) {
+                    core.queues.add_topic(topic, entry);
+                }
+            }
+            registry.persist(&*core.storage)?;
+            tracing::warn!(
+                topics = ?stale,
+                "topics the recovered registry lacked but consumer offsets name were made again from their offsets"
+            );
+            return Ok(());
+        }
         for topic in &stale {
             core.offsets.remove_topic(&*core.storage, topic)?;
         }
@@ -370,6 +399,9 @@ struct RegistryRecovery {
     registry: Registry,
     /// Missing or damaged, and recovered.
     recovered: bool,
+    /// The file was missing or damaged (recovered or not: with no checkpoint
+    /// and no message, nothing names a topic).
+    lost: bool,
     /// Of the first version (ids given at this open).
     first_version: bool,
     /// Recovered with topics whose ids no record kept: the queue index's
@@ -440,7 +472,13 @@ fn recover_registry(
         }
     }
     if added == 0 {
-        return Ok(RegistryRecovery { registry, recovered: false, first_version, ids_lost });
+        return Ok(RegistryRecovery {
+            registry,
+            recovered: false,
+            lost: matches!(found, Found::Lost(_)),
+            first_version,
+            ids_lost,
+        });
     }
     let why = match &found {
         Found::Lost(why) => why.as_str(),
@@ -448,7 +486,7 @@ fn recover_registry(
     };
     tracing::warn!(path = %registry.path().display(), why, topics = added, "topic registry recovered from the dispatch checkpoint and the log");
     registry.persist(storage)?;
-    Ok(RegistryRecovery { registry, recovered: true, first_version, ids_lost })
+    Ok(RegistryRecovery { registry, recovered: true, lost: matches!(found, Found::Lost(_)), first_version, ids_lost })
 }
 
 /// A store of the consume-queue layout, its queue index just built from the
