@@ -338,8 +338,16 @@ fn offsets_of_a_topic_a_damaged_registry_cannot_recover_are_kept() {
     for open_kind in ["the open that recovers the registry", "the next open"] {
         let store = open(&sim, quiet_async());
         assert_eq!(store.committed_offset("g", "busy", 0), Some(1), "{open_kind}");
-        assert_eq!(store.committed_offset("g", "idle", 1), Some(0), "{open_kind}: the offset of a topic the registry lost");
-        assert!(store.topics().iter().any(|(t, queues)| t == "idle" && *queues >= 2), "{open_kind}: {:?}", store.topics());
+        assert_eq!(
+            store.committed_offset("g", "idle", 1),
+            Some(0),
+            "{open_kind}: the offset of a topic the registry lost"
+        );
+        assert!(
+            store.topics().iter().any(|(t, queues)| t == "idle" && *queues >= 2),
+            "{open_kind}: {:?}",
+            store.topics()
+        );
         store.shutdown().unwrap();
     }
 }
