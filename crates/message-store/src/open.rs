@@ -36,7 +36,11 @@ impl MessageStore {
             log.flush_all()?; // what recovery found is durable before it is dispatched
         }
         let (recorded, checkpoint_unusable) = Self::trusted_checkpoint(&*storage, &root, &log)?;
-        let recovery = recover_registry(&*storage, &root, recorded.as_ref(), &log)?;
+        // Loaded before the registry's recovery, which makes again the topics
+        // only offsets name (a topic made after the checkpoint, with no
+        // message in the log yet), in the same write as the rest.
+        let offsets = ConsumerOffsets::load(&*storage, &root, config.consumer_offsets_journal_size)?;
+        let recovery = recover_registry(&*storage, &root, recorded.as_ref(), &log, &offsets)?;
         let registry = recovery.registry;
         let queues = Arc::new(Queues::default());
         for (topic, entry) in registry.topics() {
@@ -190,7 +194,6 @@ impl MessageStore {
         if orphans > 0 {
             tracing::info!(queues = orphans, "queues of deleted topics forgotten by the queue index");
         }
-        let offsets = ConsumerOffsets::load(&*storage, &root, config.consumer_offsets_journal_size)?;
         let core = Arc::new(Core {
             root,
             offsets,
@@ -233,7 +236,7 @@ impl MessageStore {
         if converting {
             remove_consume_queue_files(&*core.storage, &core.root, &core.registry.lock())?;
         }
-        Self::settle_offsets_of_unknown_topics(&core, recovery.lost)?;
+        Self::remove_offsets_of_deleted_topics(&core, recovery.lost)?;
         // Offsets lowered only to an end the log itself holds. Only after a
         // crash, after a clean shutdown whose log lost records since (its
         // recovery cut some, or the queue index covers more than the log now
@@ -337,43 +340,20 @@ impl MessageStore {
         Ok(())
     }
 
-    /// Settles the committed offsets of topics the registry does not have.
-    /// With the registry read whole, they are a deletion a crash interrupted
-    /// after the registry was written: removed (a topic made again under the
-    /// name must not start with them). With the registry's file missing or
-    /// damaged (`lost`), they are a topic the recovery could not see (made after
-    /// the last checkpoint, with no message in the log yet), which cannot be
-    /// told from a deleted one: the topic is made again with the queues its
-    /// offsets name, starting at the log's end, so that nothing is lost
-    /// silently (and a later open, finding it in the registry, keeps them).
-    fn settle_offsets_of_unknown_topics(core: &Core, lost: bool) -> Result<(), StoreError> {
+    /// Removes the committed offsets of topics the registry does not have: a
+    /// deletion a crash interrupted after the registry was written (a topic
+    /// made again under the name must not start with them). Not when the
+    /// registry's file was missing or damaged (`lost`): its recovery made
+    /// again every topic the offsets name ([`recover_registry`]), and an
+    /// offset is never removed on a guess.
+    fn remove_offsets_of_deleted_topics(core: &Core, lost: bool) -> Result<(), StoreError> {
+        if lost {
+            return Ok(());
+        }
         let stale: Vec<String> = {
             let registry = core.registry.lock();
             core.offsets.topics().into_iter().filter(|t| registry.get(t).is_none()).collect()
         };
-        if lost && !stale.is_empty() {
-            let mut queues_of: std::collections::BTreeMap<String, u32> = std::collections::BTreeMap::new();
-            for ((_, topic, queue), _) in core.offsets.all() {
-                if stale.contains(&topic) {
-                    let queues = queues_of.entry(topic).or_insert(1);
-                    *queues = (*queues).max(queue.saturating_add(1));
-                }
-            }
-            let mut registry = core.registry.lock();
-            let since = core.log.max_offset();
-            for (topic, queues) in &queues_of {
-                registry.add_at_least(topic, *queues, None, since);
-                if let Some(entry) = registry.get(topic) {
-                    core.queues.add_topic(topic, entry);
-                }
-            }
-            registry.persist(&*core.storage)?;
-            tracing::warn!(
-                topics = ?stale,
-                "topics the recovered registry lacked but consumer offsets name were made again from their offsets"
-            );
-            return Ok(());
-        }
         for topic in &stale {
             core.offsets.remove_topic(&*core.storage, topic)?;
         }
@@ -421,6 +401,7 @@ fn recover_registry(
     root: &Path,
     recorded: Option<&Recorded>,
     log: &CommitLog,
+    offsets: &ConsumerOffsets,
 ) -> Result<RegistryRecovery, StoreError> {
     let (mut registry, found) = Registry::load_or_empty(storage, root)?;
     let first_version = found == Found::FirstVersion;
@@ -468,6 +449,22 @@ fn recover_registry(
             if registry.add_at_least(&header.topic, header.queue_id.saturating_add(1), None, 0) {
                 added += 1;
                 ids_lost = true;
+            }
+        }
+        // Topics made after the checkpoint with no message in the log yet are
+        // known only by their committed offsets, which cannot be told from a
+        // deleted topic's: made again with the queues they name, from the
+        // log's end (no record of theirs lies in the log), so that no offset
+        // is lost on a guess.
+        let mut from_offsets: std::collections::BTreeMap<String, u32> = std::collections::BTreeMap::new();
+        for ((_, topic, queue), _) in offsets.all() {
+            let queues = from_offsets.entry(topic).or_insert(1);
+            *queues = (*queues).max(queue.saturating_add(1));
+        }
+        for (topic, queues) in &from_offsets {
+            if registry.add_at_least(topic, *queues, None, log.max_offset()) {
+                tracing::warn!(topic, queues, "a topic only consumer offsets name made again with the registry");
+                added += 1;
             }
         }
     }

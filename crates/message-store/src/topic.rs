@@ -178,7 +178,7 @@ impl Registry {
     }
 
     /// The registry of the store in `root`, and how it was found; an
-    /// unreadable one comes back empty, for [`crate::store`]'s recovery.
+    /// unreadable one comes back empty, for the open's recovery (`open.rs`).
     pub(crate) fn load_or_empty(storage: &dyn Storage, root: &Path) -> Result<(Registry, Found), StoreError> {
         let path = topics_path(root);
         match Registry::load(storage, root) {

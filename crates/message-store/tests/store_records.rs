@@ -351,3 +351,52 @@ fn offsets_of_a_topic_a_damaged_registry_cannot_recover_are_kept() {
         store.shutdown().unwrap();
     }
 }
+
+/// As `offsets_of_a_topic_a_damaged_registry_cannot_recover_are_kept`, with a
+/// power cut at every storage event of the open that recovers the registry:
+/// the recovered registry is written once, with the topics only offsets name
+/// (an earlier open wrote it without them first, and made them again only at
+/// its end: a cut between the two left a registry read whole that lacked
+/// "idle", and the next open removed its offsets as a deleted topic's).
+#[test]
+fn a_power_cut_inside_the_recovering_open_keeps_the_offsets_of_a_topic_the_registry_lost() {
+    let sim = SimStorage::new();
+    let store = open(&sim, quiet_async());
+    store.create_topic("busy", 1).unwrap();
+    store.put_message(&Message::new("busy", 0, vec![1; 16])).unwrap();
+    store.shutdown().unwrap();
+    let store = open(&sim, quiet_async());
+    store.create_topic("idle", 2).unwrap();
+    store.commit_offset("g", "busy", 0, 1).unwrap();
+    store.commit_offset("g", "idle", 1, 0).unwrap();
+    let snapshot = sim.snapshot();
+    store.shutdown().unwrap();
+    let sim = snapshot.crash_image(|_| false);
+    let registry = std::path::Path::new(common::ROOT).join("config/topics");
+    let len = sim.file_bytes(&registry).expect("the registry").len();
+    sim.write_file(&registry, &vec![0x5A; len]);
+
+    let (tx, rx) = std::sync::mpsc::sync_channel(1 << 20);
+    sim.set_snapshot_sink(Some(tx));
+    let store = open(&sim, quiet_async());
+    sim.set_snapshot_sink(None);
+    assert_eq!(store.committed_offset("g", "idle", 1), Some(0), "the open without a cut");
+    store.shutdown().unwrap();
+    let snapshots: Vec<_> = rx.try_iter().collect();
+    let mut lost = Vec::new();
+    for (event, snapshot) in snapshots.iter().enumerate() {
+        let image = snapshot.crash_image(|_| false);
+        let storage: std::sync::Arc<dyn commitlog::Storage> = std::sync::Arc::new(image.clone());
+        let store = message_store::MessageStore::open_with_storage(common::ROOT, quiet_async(), storage)
+            .unwrap_or_else(|err| panic!("event {event}: {err}"));
+        if store.committed_offset("g", "idle", 1) != Some(0) {
+            lost.push((event, store.topics()));
+        }
+        store.shutdown().unwrap();
+    }
+    assert!(
+        lost.is_empty(),
+        "of {} events, cuts after which the offsets of \"idle\" were gone: {lost:?}",
+        snapshots.len()
+    );
+}
