@@ -86,6 +86,9 @@ fn run(queues: u32, flush: Flush, per_producer: usize) -> Result<DLine, String> 
         .map_err(|e| e.to_string())?;
     let mut config = MessageStoreConfig::new(log);
     config.max_queues_per_topic = config.max_queues_per_topic.max(queues);
+    // `BENCH_NO_KEY_INDEX=1`: the key index off (`message_index_enable`), to
+    // see what dispatch costs the producers without it.
+    config.message_index_enable = std::env::var_os("BENCH_NO_KEY_INDEX").is_none();
     let store = MessageStore::open(dir.path(), config).map_err(|e| e.to_string())?;
     store.create_topic(TOPIC, queues).map_err(|e| e.to_string())?;
     let ours = Ours { store, sync: flush == Flush::Sync };
