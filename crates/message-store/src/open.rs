@@ -236,7 +236,7 @@ impl MessageStore {
         if converting {
             remove_consume_queue_files(&*core.storage, &core.root, &core.registry.lock())?;
         }
-        Self::remove_offsets_of_deleted_topics(&core, recovery.lost)?;
+        Self::remove_offsets_of_deleted_topics(&core)?;
         // Offsets lowered only to an end the log itself holds. Only after a
         // crash, after a clean shutdown whose log lost records since (its
         // recovery cut some, or the queue index covers more than the log now
@@ -342,14 +342,11 @@ impl MessageStore {
 
     /// Removes the committed offsets of topics the registry does not have: a
     /// deletion a crash interrupted after the registry was written (a topic
-    /// made again under the name must not start with them). Not when the
-    /// registry's file was missing or damaged (`lost`): its recovery made
-    /// again every topic the offsets name ([`recover_registry`]), and an
-    /// offset is never removed on a guess.
-    fn remove_offsets_of_deleted_topics(core: &Core, lost: bool) -> Result<(), StoreError> {
-        if lost {
-            return Ok(());
-        }
+    /// made again under the name must not start with them). A registry whose
+    /// file was missing or damaged has every topic the offsets name, made
+    /// again by its recovery ([`recover_registry`]): no offset is removed on
+    /// a guess.
+    fn remove_offsets_of_deleted_topics(core: &Core) -> Result<(), StoreError> {
         let stale: Vec<String> = {
             let registry = core.registry.lock();
             core.offsets.topics().into_iter().filter(|t| registry.get(t).is_none()).collect()
@@ -379,9 +376,6 @@ struct RegistryRecovery {
     registry: Registry,
     /// Missing or damaged, and recovered.
     recovered: bool,
-    /// The file was missing or damaged (recovered or not: with no checkpoint
-    /// and no message, nothing names a topic).
-    lost: bool,
     /// Of the first version (ids given at this open).
     first_version: bool,
     /// Recovered with topics whose ids no record kept: the queue index's
@@ -469,13 +463,7 @@ fn recover_registry(
         }
     }
     if added == 0 {
-        return Ok(RegistryRecovery {
-            registry,
-            recovered: false,
-            lost: matches!(found, Found::Lost(_)),
-            first_version,
-            ids_lost,
-        });
+        return Ok(RegistryRecovery { registry, recovered: false, first_version, ids_lost });
     }
     let why = match &found {
         Found::Lost(why) => why.as_str(),
@@ -483,7 +471,7 @@ fn recover_registry(
     };
     tracing::warn!(path = %registry.path().display(), why, topics = added, "topic registry recovered from the dispatch checkpoint and the log");
     registry.persist(storage)?;
-    Ok(RegistryRecovery { registry, recovered: true, lost: matches!(found, Found::Lost(_)), first_version, ids_lost })
+    Ok(RegistryRecovery { registry, recovered: true, first_version, ids_lost })
 }
 
 /// A store of the consume-queue layout, its queue index just built from the

@@ -314,14 +314,11 @@ fn a_crash_inside_delete_topic_never_gives_a_topic_made_again_the_old_offsets() 
     assert!(bad.is_empty(), "crash states (event, offset) giving the topic made again the old offset: {bad:?}");
 }
 
-/// A damaged topic registry is recovered from the dispatch checkpoint and the
-/// log, which know only the topics made before the checkpoint or with a
-/// message in the log: a topic made after, with no message yet, is known by
-/// its committed offsets alone. They are kept, through this open and the
-/// next (whose registry is whole again), the topic made again from them.
-/// Found by `store_bad_bytes.rs`: the open removed them as a deleted topic's.
-#[test]
-fn offsets_of_a_topic_a_damaged_registry_cannot_recover_are_kept() {
+/// A store whose topic "busy" the dispatch checkpoint names (offset 1
+/// committed) and whose topic "idle" (two queues, offset 0 committed on queue
+/// 1) was made after it, with no message; then a power cut, and the registry
+/// overwritten with bytes it cannot read.
+fn registry_lost_after_a_topic_only_offsets_name() -> SimStorage {
     let sim = SimStorage::new();
     let store = open(&sim, quiet_async());
     store.create_topic("busy", 1).unwrap();
@@ -335,6 +332,18 @@ fn offsets_of_a_topic_a_damaged_registry_cannot_recover_are_kept() {
     let registry = std::path::Path::new(common::ROOT).join("config/topics");
     let len = sim.file_bytes(&registry).expect("the registry").len();
     sim.write_file(&registry, &vec![0x5A; len]);
+    sim
+}
+
+/// A damaged topic registry is recovered from the dispatch checkpoint and the
+/// log, which know only the topics made before the checkpoint or with a
+/// message in the log: a topic made after, with no message yet, is known by
+/// its committed offsets alone. They are kept, through this open and the
+/// next (whose registry is whole again), the topic made again from them.
+/// Found by `store_bad_bytes.rs`: the open removed them as a deleted topic's.
+#[test]
+fn offsets_of_a_topic_a_damaged_registry_cannot_recover_are_kept() {
+    let sim = registry_lost_after_a_topic_only_offsets_name();
     for open_kind in ["the open that recovers the registry", "the next open"] {
         let store = open(&sim, quiet_async());
         assert_eq!(store.committed_offset("g", "busy", 0), Some(1), "{open_kind}");
@@ -360,22 +369,7 @@ fn offsets_of_a_topic_a_damaged_registry_cannot_recover_are_kept() {
 /// "idle", and the next open removed its offsets as a deleted topic's).
 #[test]
 fn a_power_cut_inside_the_recovering_open_keeps_the_offsets_of_a_topic_the_registry_lost() {
-    let sim = SimStorage::new();
-    let store = open(&sim, quiet_async());
-    store.create_topic("busy", 1).unwrap();
-    store.put_message(&Message::new("busy", 0, vec![1; 16])).unwrap();
-    store.shutdown().unwrap();
-    let store = open(&sim, quiet_async());
-    store.create_topic("idle", 2).unwrap();
-    store.commit_offset("g", "busy", 0, 1).unwrap();
-    store.commit_offset("g", "idle", 1, 0).unwrap();
-    let snapshot = sim.snapshot();
-    store.shutdown().unwrap();
-    let sim = snapshot.crash_image(|_| false);
-    let registry = std::path::Path::new(common::ROOT).join("config/topics");
-    let len = sim.file_bytes(&registry).expect("the registry").len();
-    sim.write_file(&registry, &vec![0x5A; len]);
-
+    let sim = registry_lost_after_a_topic_only_offsets_name();
     let (tx, rx) = std::sync::mpsc::sync_channel(1 << 20);
     sim.set_snapshot_sink(Some(tx));
     let store = open(&sim, quiet_async());

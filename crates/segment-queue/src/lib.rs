@@ -303,9 +303,7 @@ impl SegmentQueue {
         let Some(active) = self.last_mapped_file().filter(|f| !f.is_full() && !f.is_from_spare()) else {
             return Ok(false);
         };
-        if active.wrote_position() != 0 {
-            return Ok(false);
-        }
+        // A segment with anything appended is refused by its first step.
         let _in_flight = self.activity.begin();
         Ok(prepare::prepare_in_place(&active, self.config.preparation_chunk_bytes, &self.preparation)?)
     }
