@@ -315,9 +315,9 @@ fn a_crash_inside_delete_topic_never_gives_a_topic_made_again_the_old_offsets() 
 }
 
 /// A store whose topic "busy" the dispatch checkpoint names (offset 1
-/// committed) and whose topic "idle" (two queues, offset 0 committed on queue
-/// 1) was made after it, with no message; then a power cut, and the registry
-/// overwritten with bytes it cannot read.
+/// committed) and whose topic "idle" (two queues, offset 0 committed on its
+/// second queue) was made after it, with no message; then a power cut, and
+/// the registry overwritten with bytes it cannot read.
 fn registry_lost_after_a_topic_only_offsets_name() -> SimStorage {
     let sim = SimStorage::new();
     let store = open(&sim, quiet_async());
