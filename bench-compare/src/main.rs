@@ -267,6 +267,13 @@ fn wanted_letter(system: &str, letter: char) -> bool {
     names.split(',').any(|name| system.contains(name)) && workloads.contains(letter)
 }
 
+/// Whether (d) runs at `queues` queues: `BENCH_D_QUEUES` (a comma-separated
+/// list of the counts, for a pair of builds side by side) or every count.
+fn d_queue_count_wanted(queues: u32) -> bool {
+    std::env::var("BENCH_D_QUEUES")
+        .map_or(true, |wanted| wanted.split(',').any(|n| n.trim().parse::<u32>().is_ok_and(|n| n == queues)))
+}
+
 /// Where `cargo xtask raft-bench` keeps its section of docs/benchmarks.md.
 const RAFT_START: &str = "<!-- raft-bench:start -->";
 const RAFT_END: &str = "<!-- raft-bench:end -->";
@@ -282,13 +289,16 @@ fn main() {
     } else {
         Sizes { a_batches: 2_000, b_per_producer: 1_500, c_batches: 12_000 }
     };
-    let d_sizes = if quick {
+    let d_sizes = if let Some(async_per_producer) = std::env::var("BENCH_D_MESSAGES").ok().and_then(|n| n.parse().ok()) {
+        queues::DSizes { async_per_producer, sync_per_producer: (async_per_producer / 5).max(1) }
+    } else if quick {
         queues::DSizes { async_per_producer: 2_000, sync_per_producer: 400 }
     } else {
         queues::DSizes { async_per_producer: 5_000, sync_per_producer: 1_000 }
     };
     let d_systems = [
         queues_ours::MESSAGE_STORE,
+        queues_ours::MESSAGE_STORE_ALONE,
         queues_rocketmq::LOCAL_FILE_MESSAGE_STORE,
         queues_peers::RAFT_ENGINE_REGIONS,
         queues_peers::FILE_PER_QUEUE,
@@ -365,6 +375,9 @@ fn main() {
         }
         for flush in queues::Flush::ALL {
             for &n in &queues::QUEUE_COUNTS {
+                if !d_queue_count_wanted(n) {
+                    continue;
+                }
                 for i in 0..d_systems.len() {
                     let system = &d_systems[(i + round) % d_systems.len()];
                     if !wanted_letter(system.name, 'd') {

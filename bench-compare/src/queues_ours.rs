@@ -13,6 +13,11 @@ const TOPIC: &str = "bench";
 /// The message store with its defaults (key index on, 512 open queues).
 pub const MESSAGE_STORE: QueueSystem = QueueSystem { name: "message-store (this project)", ours: true, run };
 
+/// The message store with write groups off (the former default): every put
+/// appends alone.
+pub const MESSAGE_STORE_ALONE: QueueSystem =
+    QueueSystem { name: "message-store, puts alone (write groups off)", ours: false, run: run_alone };
+
 struct Ours {
     store: MessageStore,
     sync: bool,
@@ -77,6 +82,14 @@ impl Target for Ours {
 }
 
 fn run(queues: u32, flush: Flush, per_producer: usize) -> Result<DLine, String> {
+    run_with(queues, flush, per_producer, true)
+}
+
+fn run_alone(queues: u32, flush: Flush, per_producer: usize) -> Result<DLine, String> {
+    run_with(queues, flush, per_producer, false)
+}
+
+fn run_with(queues: u32, flush: Flush, per_producer: usize, write_groups: bool) -> Result<DLine, String> {
     let dir = scratch();
     let before = resources();
     let log = CommitLogConfig::builder()
@@ -89,6 +102,7 @@ fn run(queues: u32, flush: Flush, per_producer: usize) -> Result<DLine, String> 
     // `BENCH_NO_KEY_INDEX=1`: the key index off (`message_index_enable`), to
     // see what dispatch costs the producers without it.
     config.message_index_enable = std::env::var_os("BENCH_NO_KEY_INDEX").is_none();
+    config.write_groups = write_groups;
     let store = MessageStore::open(dir.path(), config).map_err(|e| e.to_string())?;
     store.create_topic(TOPIC, queues).map_err(|e| e.to_string())?;
     let ours = Ours { store, sync: flush == Flush::Sync };

@@ -54,6 +54,20 @@ pub struct BatchAppendResult {
     pub durability: DurabilityHandle,
 }
 
+/// The result of a group append ([`CommitLog::append_group`]).
+#[derive(Debug)]
+pub struct GroupAppendResult {
+    /// Offset of each record, in order.
+    pub offsets: Vec<u64>,
+    /// Encoded size of the whole group.
+    pub wrote_bytes: u64,
+    /// Store timestamp shared by the group.
+    pub store_timestamp_ms: u64,
+    /// Each record's own durability handle, in order: the `k`-th resolves
+    /// when the `k`-th record is durable (sync flush), or is resolved.
+    pub durability: Vec<DurabilityHandle>,
+}
+
 impl CommitLog {
     /// Appends one record. Thread-safe; the put lock is held only to place and copy
     /// the record (its CRC is computed before).
@@ -65,15 +79,55 @@ impl CommitLog {
         }
         let body_crc = body_crc(body);
         let size = HEADER_SIZE.saturating_add(body.len()); // `body.len() <= max_message_size`, validated to fit a segment
-        let (wrote_offset, store_timestamp_ms, durability) = self.put(size, 1, |out, offset, ts| {
-            encode_record(out, offset, ts, body, body_crc);
-        })?;
+        let (wrote_offset, store_timestamp_ms, durability) = self.put(
+            size,
+            1,
+            |out, offset, ts| {
+                encode_record(out, offset, ts, body, body_crc);
+            },
+            |first| self.durability(advance(first, size)),
+        )?;
         Ok(AppendResult { wrote_offset, wrote_bytes: size as u64, store_timestamp_ms, durability })
     }
 
     /// Appends several records under one lock, contiguously in one segment; one
     /// durability handle covers them all.
     pub fn append_batch<B: AsRef<[u8]>>(&self, bodies: &[B]) -> Result<BatchAppendResult, Error> {
+        let (offsets, wrote_bytes, store_timestamp_ms, durability) =
+            self.put_records(bodies, |first, total, _| self.durability(advance(first, total)))?;
+        Ok(BatchAppendResult { offsets, wrote_bytes, store_timestamp_ms, durability })
+    }
+
+    /// Appends several producers' records under one lock, contiguously in
+    /// one segment, in one write, as [`append_batch`](Self::append_batch)
+    /// does, but with a durability request per record, submitted before the
+    /// lock is released: each handle resolves when its own record is durable,
+    /// and group commit sees every producer that waits (a write group: one
+    /// write for producers that each wait for their own record).
+    pub fn append_group<B: AsRef<[u8]>>(&self, bodies: &[B]) -> Result<GroupAppendResult, Error> {
+        let (offsets, wrote_bytes, store_timestamp_ms, durability) = self.put_records(bodies, |first, _, bodies| {
+            let mut at = first;
+            bodies
+                .iter()
+                .map(|body| {
+                    at = advance(at, HEADER_SIZE.saturating_add(body.as_ref().len()));
+                    self.durability(at)
+                })
+                .collect::<Vec<_>>()
+        })?;
+        Ok(GroupAppendResult { offsets, wrote_bytes, store_timestamp_ms, durability })
+    }
+
+    /// Checks `bodies` (none too large, the whole within a segment) and
+    /// appends them as consecutive records; `durability` makes the handles
+    /// from the first record's offset and the encoded size, under the put
+    /// lock. Returns each record's offset, the size, the timestamp and the
+    /// handles.
+    fn put_records<B: AsRef<[u8]>, D>(
+        &self,
+        bodies: &[B],
+        durability: impl FnOnce(u64, usize, &[B]) -> D,
+    ) -> Result<(Vec<u64>, u64, u64, D), Error> {
         self.check_writeable()?;
         if bodies.is_empty() {
             return Err(Error::EmptyBatch);
@@ -94,36 +148,49 @@ impl CommitLog {
         if total.saturating_add(HEADER_SIZE) > segment_size {
             return Err(Error::BatchTooLarge { records: bodies.len(), bytes: total, segment_size });
         }
-        let (first, store_timestamp_ms, durability) = self.put(total, bodies.len(), |out, offset, ts| {
-            let mut pos = 0usize;
-            for (body, crc) in bodies.iter().zip(&crcs) {
-                pos = pos.saturating_add(encode_record(&mut out[pos..], advance(offset, pos), ts, body.as_ref(), *crc));
-            }
-        })?;
+        let (first, store_timestamp_ms, handles) = self.put(
+            total,
+            bodies.len(),
+            |out, offset, ts| {
+                let mut pos = 0usize;
+                for (body, crc) in bodies.iter().zip(&crcs) {
+                    pos = pos.saturating_add(encode_record(
+                        &mut out[pos..],
+                        advance(offset, pos),
+                        ts,
+                        body.as_ref(),
+                        *crc,
+                    ));
+                }
+            },
+            |first| durability(first, total, bodies),
+        )?;
         let mut offsets = Vec::with_capacity(bodies.len());
         let mut at = first;
         for body in bodies {
             offsets.push(at);
             at = advance(at, HEADER_SIZE.saturating_add(body.as_ref().len()));
         }
-        Ok(BatchAppendResult { offsets, wrote_bytes: total as u64, store_timestamp_ms, durability })
+        Ok((offsets, total as u64, store_timestamp_ms, handles))
     }
 
     /// Places `size` bytes (`records` records) at the log's end under the put lock, rolling to a new
     /// segment (after a blank record) when they do not fit with room for a blank,
-    /// and submits the durability request before the lock is released.
+    /// and submits the durability requests (`durability`, given the first
+    /// record's offset) before the lock is released.
     ///
     /// The put lock is the shutdown barrier: `close` sets `shut_down`, then takes
     /// the lock for the rest of shutdown. An append that holds the lock before that
     /// has written and queued its request, so the final drain, flush and checkpoint
     /// cover it; one that takes the lock after sees `shut_down` here and writes
     /// nothing. No byte is written after the final flush or the lock file's release.
-    fn put(
+    fn put<D>(
         &self,
         size: usize,
         records: usize,
         write: impl Fn(&mut [u8], u64, u64),
-    ) -> Result<(u64, u64, DurabilityHandle), Error> {
+        durability: impl FnOnce(u64) -> D,
+    ) -> Result<(u64, u64, D), Error> {
         let started = std::time::Instant::now();
         let _put = self.inner.put_lock.lock();
         if self.inner.shut_down.load(Ordering::Acquire) {
@@ -172,7 +239,7 @@ impl CommitLog {
                 )
                 .map_err(|e| self.writeable_or(e.into()))?;
             if let Placed::Appended { offset: wrote_offset } = placed {
-                let durability = self.durability(advance(wrote_offset, size));
+                let durability = durability(wrote_offset);
                 self.inner.tails.bump(); // written: tails that read written records go on
                 crate::metrics::appended(records, size, started.elapsed());
                 return Ok((wrote_offset, ts, durability));

@@ -73,7 +73,7 @@ mod store;
 mod tail;
 mod writer;
 
-pub use append::{AppendResult, BatchAppendResult};
+pub use append::{AppendResult, BatchAppendResult, GroupAppendResult};
 pub use checkpoint::{Checkpoint, CHECKPOINT_FILE};
 pub use clean::CleanStats;
 pub use config::{CommitLogConfig, CommitLogConfigBuilder, FlushDiskType, MAX_POOL_BUFFERS};

@@ -10,9 +10,29 @@ use commitlog::{CommitLog, CommitLogConfig, FlushConfig, FlushDiskType};
 use common::*;
 use mapped_file::Storage;
 
+/// How the producers append.
+#[derive(Clone, Copy)]
+enum Appends {
+    /// One record per `append`.
+    Single,
+    /// Groups of three records per `append_group`, each acknowledged by its
+    /// own handle.
+    Groups,
+}
+
 /// Appends from 4 producers; cuts power once `cut_after` records were acknowledged,
 /// while they keep going; recovers. Returns (acknowledged, recovered).
 fn run(config: CommitLogConfig, seed: u64, wait: bool, cut_after: usize) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    run_with(config, seed, wait, cut_after, Appends::Single)
+}
+
+fn run_with(
+    config: CommitLogConfig,
+    seed: u64,
+    wait: bool,
+    cut_after: usize,
+    appends: Appends,
+) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let dir = tempfile::tempdir().unwrap();
     let sim = common::sim();
     let storage: Arc<dyn Storage> = Arc::new(sim.clone());
@@ -26,10 +46,23 @@ fn run(config: CommitLogConfig, seed: u64, wait: bool, cut_after: usize) -> (Vec
                 for seq in 0..300 {
                     let b = body(p, seq, 100 + (seq as usize * 13) % 900);
                     // After the cut the log refuses appends: that ends this producer.
-                    let Ok(put) = log.append(&b) else { break };
-                    if !wait || put.durability.wait().is_ok() {
-                        acked.push(b);
-                        acked_count.fetch_add(1, Ordering::SeqCst);
+                    let handles = match appends {
+                        Appends::Single => {
+                            let Ok(put) = log.append(&b) else { break };
+                            vec![(b, put.durability)]
+                        }
+                        Appends::Groups => {
+                            let group: Vec<Vec<u8>> =
+                                (0..3).map(|k| body(p, seq * 3 + k, 100 + (seq as usize * 13) % 900)).collect();
+                            let Ok(put) = log.append_group(&group) else { break };
+                            group.into_iter().zip(put.durability).collect()
+                        }
+                    };
+                    for (b, durability) in handles {
+                        if !wait || durability.wait().is_ok() {
+                            acked.push(b);
+                            acked_count.fetch_add(1, Ordering::SeqCst);
+                        }
                     }
                 }
                 acked
@@ -73,6 +106,31 @@ fn no_acknowledged_record_is_lost_in_sync_mode() {
     }
 }
 
+/// A group append's records, each acknowledged by its own handle: none
+/// lost, and group commit saw a request per record.
+#[test]
+fn no_record_a_group_append_acknowledged_is_lost() {
+    for seed in 0..4 {
+        let (acked, recovered) = run_with(config(FlushDiskType::SyncFlush), seed, true, 300, Appends::Groups);
+        assert!(acked.len() >= 300);
+        assert_eq!(lost(&acked, &recovered), 0, "seed {seed}: acknowledged records lost");
+    }
+    let sim = common::sim();
+    let log = CommitLog::open_with_storage(std::path::Path::new("/g"), config(FlushDiskType::SyncFlush), Arc::new(sim))
+        .unwrap();
+    let before = log.flush_stats().group_commit.acknowledged;
+    let put = log.append_group(&[&b"a"[..], &b"bb"[..], &b"ccc"[..]]).unwrap();
+    assert_eq!((put.offsets.len(), put.durability.len()), (3, 3));
+    for durability in &put.durability {
+        durability.wait().unwrap();
+    }
+    assert_eq!(log.flush_stats().group_commit.acknowledged - before, 3, "a request per record");
+    for (offset, body) in put.offsets.iter().zip([&b"a"[..], b"bb", b"ccc"]) {
+        assert_eq!(&log.read(*offset).unwrap().body[..], body);
+    }
+    log.shutdown().unwrap();
+}
+
 #[test]
 fn the_harness_catches_acknowledgement_before_sync() {
     // Async flush acknowledges at once; with no flush before the power cut, the
@@ -80,6 +138,8 @@ fn the_harness_catches_acknowledgement_before_sync() {
     // test above would prove nothing.
     let mut c = config(FlushDiskType::AsyncFlush);
     c.flush = FlushConfig { flush_interval_commit_log_ms: 3_600_000, ..FlushConfig::default() };
-    let (acked, recovered) = run(c, 1, false, 300);
+    let (acked, recovered) = run(c.clone(), 1, false, 300);
     assert!(lost(&acked, &recovered) > 0, "a missing sync went unnoticed");
+    let (acked, recovered) = run_with(c, 1, false, 300, Appends::Groups);
+    assert!(lost(&acked, &recovered) > 0, "a missing sync of a group went unnoticed");
 }

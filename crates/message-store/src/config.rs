@@ -75,6 +75,11 @@ pub struct MessageStoreConfig {
     /// Build the key index (`messageIndexEnable`, on): messages with keys are
     /// found by [`MessageStore::query_by_key`](crate::MessageStore::query_by_key).
     pub message_index_enable: bool,
+    /// Puts that arrive while another put appends share one append (write
+    /// groups, on): one of them appends all of them in one write of the log.
+    /// Off, every put appends its own message, waiting its turn for its
+    /// queue's put lock and the log's.
+    pub write_groups: bool,
     /// The index files' shape.
     pub index: IndexConfig,
     /// The longest a get scans a queue for matching messages: at least this many
@@ -125,6 +130,7 @@ impl MessageStoreConfig {
             commit_dispatch_wait_ms: 5000,
             queue_index_seal_entries: 1 << 20,
             message_index_enable: true,
+            write_groups: true,
             index: IndexConfig::default(),
         }
     }
@@ -224,6 +230,8 @@ impl MessageStoreConfigBuilder {
         max_queues_per_topic: u32,
         /// Sets [`message_index_enable`](MessageStoreConfig::message_index_enable).
         message_index_enable: bool,
+        /// Sets [`write_groups`](MessageStoreConfig::write_groups).
+        write_groups: bool,
         /// Sets [`index`](MessageStoreConfig::index).
         index: IndexConfig,
         /// Sets [`max_filter_entries`](MessageStoreConfig::max_filter_entries).

@@ -71,6 +71,7 @@ mod config;
 mod dispatch;
 mod error;
 mod get;
+mod group;
 mod index;
 pub mod inspect;
 mod maintenance;

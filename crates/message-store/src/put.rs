@@ -11,6 +11,7 @@ use queue_index::Entry;
 
 use crate::config::DispatchLimit;
 use crate::error::{MessageError, StoreError};
+use crate::group::{Answer, AnswerLeft, Leading, Member, Turn};
 use crate::message::{set_queue_offset, Message};
 use crate::queues::Queue;
 use crate::store::{Core, MessageStore};
@@ -50,15 +51,74 @@ impl MessageStore {
     /// messages in offset order, offsets dense from 0). Nothing is appended, and
     /// no offset used, if it is refused.
     pub fn put_message(&self, message: &Message) -> Result<PutResult, StoreError> {
-        let mut encoded = message.encode(&self.core.config.limits, born_or_now(message.born_timestamp_ms))?;
+        let encoded = message.encode(&self.core.config.limits, born_or_now(message.born_timestamp_ms))?;
         let queue = self.queue_for_put(&message.topic, message.queue_id)?;
+        let put = Put { topic: &message.topic, queue_id: message.queue_id, tags_code: message.tags_code() };
         #[cfg(planted_bugs)]
-        let outside_lock = crate::planted::is_active(crate::planted::Bug::OffsetOutsidePutLock);
-        #[cfg(not(planted_bugs))]
-        let outside_lock = false;
+        if crate::planted::is_active(crate::planted::Bug::OffsetOutsidePutLock) {
+            return self.put_alone(put, encoded, &queue, true);
+        }
+        if !self.core.config.write_groups {
+            return self.put_alone(put, encoded, &queue, false);
+        }
+        let groups = &self.core.groups;
+        // No put leads: this one appends its message alone, then what queued meanwhile.
+        if let Some(lead) = groups.try_lead() {
+            let result = self.put_alone(put, encoded, &queue, false);
+            self.append_waiting(lead);
+            return result;
+        }
+        // The queue's next offset looked up here, in the put's own thread,
+        // if it is not known yet (a queue's first put since it came into
+        // use): a leader appending a group of puts to many queues would
+        // otherwise look each up in turn, while they all wait.
+        self.next_offset_locked((put.topic, put.queue_id), &queue, &mut queue.next_offset.lock())?;
+        let member = Member::new(queue, put.topic, put.queue_id, put.tags_code, encoded);
+        let answer = match groups.join(&member) {
+            Turn::Lead(lead) => {
+                let result = self.put_alone(put, member.take_body(), &member.queue, false);
+                self.append_waiting(lead);
+                return result;
+            }
+            Turn::LeadGroup(lead) => {
+                let group = groups.take(&lead, Some(Arc::clone(&member)));
+                self.append_group(&group);
+                self.append_waiting(lead);
+                member.take_answer()
+            }
+            Turn::Answered(answer) => answer,
+        };
+        match answer {
+            Answer::Put(result) => Ok(result),
+            // `Waiting` cannot come back once a group ran; put alone all the same.
+            Answer::Alone | Answer::Waiting | Answer::Lead => {
+                self.put_alone(put, member.take_body(), &member.queue, false)
+            }
+        }
+    }
+
+    /// Appends the puts that queued while the lead's holder appended, as one
+    /// group, then lets the lead go (to the first put queued since, if any).
+    fn append_waiting(&self, lead: Leading<'_>) {
+        let group = self.core.groups.take(&lead, None);
+        if !group.is_empty() {
+            self.append_group(&group);
+        }
+        drop(lead);
+    }
+
+    /// Appends `encoded` with its queue's next offset, under the queue's put
+    /// lock (released for the append with the planted bug `outside_lock`).
+    fn put_alone(
+        &self,
+        put: Put<'_>,
+        mut encoded: Vec<u8>,
+        queue: &Queue,
+        outside_lock: bool,
+    ) -> Result<PutResult, StoreError> {
         let (queue_offset, appended) = {
             let mut next = queue.next_offset.lock();
-            let offset = self.next_offset_locked((&message.topic, message.queue_id), &queue, &mut next)?;
+            let offset = self.next_offset_locked((put.topic, put.queue_id), queue, &mut next)?;
             set_queue_offset(&mut encoded, offset);
             let appended = if outside_lock {
                 // The planted bug: the lock released for the append, so
@@ -75,8 +135,8 @@ impl MessageStore {
             *next = Some(next.unwrap_or(0).max(offset.saturating_add(1)));
             if !outside_lock {
                 let size = u32::try_from(appended.wrote_bytes).unwrap_or(u32::MAX);
-                let entry = Entry { log_offset: appended.wrote_offset, size, tag: message.tags_code() };
-                self.core.index_on_put(&queue, offset, entry);
+                let entry = Entry { log_offset: appended.wrote_offset, size, tag: put.tags_code };
+                self.core.index_on_put(queue, offset, entry);
             }
             (offset, appended)
         };
@@ -87,6 +147,77 @@ impl MessageStore {
             store_timestamp_ms: appended.store_timestamp_ms,
             durability: appended.durability,
         })
+    }
+
+    /// Appends a group's messages as one group of the log (one write, a
+    /// durability request each), each with its queue's next offset, holding every queue's put lock from its offset
+    /// to the batch's end; answers each member (with its result, or to put
+    /// alone: its topic was deleted, or the append failed, which its own
+    /// put then reports).
+    fn append_group(&self, group: &[Arc<Member>]) {
+        let _left = AnswerLeft(group);
+        // Each queue's lock once, in the order of the group; its next offset
+        // as it was, to go back to if the append fails.
+        let mut locks: Vec<(u64, MutexGuard<'_, Option<u64>>, Option<u64>)> = Vec::new();
+        let mut taken: Vec<(&Arc<Member>, u64)> = Vec::with_capacity(group.len());
+        for member in group {
+            let at = match locks.iter().position(|(key, ..)| *key == member.queue.key) {
+                Some(at) => at,
+                None => {
+                    let next = member.queue.next_offset.lock();
+                    let before = *next;
+                    locks.push((member.queue.key, next, before));
+                    locks.len() - 1
+                }
+            };
+            let next = &mut locks[at].1;
+            // Refused (its topic deleted): left to put alone, and be refused.
+            let Ok(offset) = self.next_offset_locked((&member.topic, member.queue_id), &member.queue, next) else {
+                continue;
+            };
+            set_queue_offset(&mut member.body.lock(), offset);
+            **next = Some(offset.saturating_add(1));
+            taken.push((member, offset));
+        }
+        if taken.is_empty() {
+            return;
+        }
+        let bodies: Vec<parking_lot::MutexGuard<'_, Vec<u8>>> = taken.iter().map(|(m, _)| m.body.lock()).collect();
+        let slices: Vec<&[u8]> = bodies.iter().map(|body| body.as_slice()).collect();
+        let appended = self.core.log.append_group(&slices);
+        drop(slices);
+        drop(bodies);
+        let appended = match appended {
+            Ok(appended) => appended,
+            Err(_) => {
+                // Nothing appended, no offset used: each member puts alone
+                // and meets the error itself (or succeeds, if it has passed).
+                for (_, next, before) in &mut locks {
+                    **next = *before;
+                }
+                return;
+            }
+        };
+        let end = appended.offsets[0].saturating_add(appended.wrote_bytes);
+        let ends = appended.offsets.iter().skip(1).copied().chain([end]);
+        let mut results = Vec::with_capacity(taken.len());
+        let placed = appended.offsets.iter().zip(ends).zip(appended.durability);
+        for ((member, offset), ((&at, end), durability)) in taken.iter().zip(placed) {
+            let size = u32::try_from(end - at).unwrap_or(u32::MAX);
+            self.core.index_on_put(&member.queue, *offset, Entry { log_offset: at, size, tag: member.tags_code });
+            results.push(PutResult {
+                queue_offset: *offset,
+                log_offset: at,
+                store_timestamp_ms: appended.store_timestamp_ms,
+                durability,
+            });
+        }
+        drop(locks);
+        self.core.groups.appended(taken.len());
+        self.after_put();
+        for ((member, _), result) in taken.iter().zip(results) {
+            member.answer(Answer::Put(result));
+        }
     }
 
     /// Puts `messages`, all of one topic and queue, under one lock and in one
@@ -227,6 +358,14 @@ impl Core {
     }
 }
 
+/// What a put names of its message besides its bytes.
+#[derive(Debug, Clone, Copy)]
+struct Put<'a> {
+    topic: &'a str,
+    queue_id: u32,
+    tags_code: u64,
+}
+
 /// `born`, or now if it is 0.
 fn born_or_now(born: u64) -> u64 {
     if born != 0 {
@@ -308,6 +447,140 @@ mod tests {
         store.put_message(&Message::new("t", 0, &b"2"[..])).unwrap();
         assert!(Pin::new(&mut arrival).poll(&mut cx).is_ready());
         assert_eq!(store.queue_range("t", 0).unwrap(), 0..3);
+        store.shutdown().unwrap();
+    }
+
+    /// Starts a put of `body` on `topic`'s queue 0 in a thread and waits
+    /// until it queued behind the lead the test holds (`before` puts queued
+    /// ahead of it).
+    fn queued_put(
+        store: &MessageStore,
+        topic: &'static str,
+        body: &'static [u8],
+        before: usize,
+    ) -> std::thread::JoinHandle<Result<PutResult, StoreError>> {
+        let putter = store.clone();
+        let put = std::thread::spawn(move || putter.put_message(&Message::new(topic, 0, body)));
+        let started = std::time::Instant::now();
+        while store.core.groups.waiting() <= before {
+            assert!(started.elapsed() < Duration::from_secs(20), "the put never queued");
+            std::thread::yield_now();
+        }
+        put
+    }
+
+    #[test]
+    fn puts_that_queue_behind_a_put_are_appended_as_one_group_in_arrival_order() {
+        let sim = store_io::sim::SimStorage::new();
+        let store = MessageStore::open_with_storage(
+            "/s",
+            MessageStoreConfig::new(small_log(FlushDiskType::SyncFlush)),
+            Arc::new(sim),
+        )
+        .unwrap();
+        store.create_topic("t", 1).unwrap();
+        store.create_topic("u", 1).unwrap();
+        let lead = store.core.groups.try_lead().unwrap(); // as a put appending
+        let a = queued_put(&store, "t", b"a", 0);
+        let b = queued_put(&store, "u", b"b", 1);
+        let c = queued_put(&store, "t", b"c", 2);
+        drop(lead); // handed to `a`, which appends all three
+        let (a, b, c) = (a.join().unwrap().unwrap(), b.join().unwrap().unwrap(), c.join().unwrap().unwrap());
+        let stats = store.stats();
+        assert_eq!((stats.put_groups, stats.puts_in_groups), (1, 3), "{stats:?}");
+        assert_eq!((a.queue_offset, b.queue_offset, c.queue_offset), (0, 0, 1));
+        assert!(a.log_offset < b.log_offset && b.log_offset < c.log_offset, "in arrival order");
+        // Each its own durability, waited on its own.
+        for put in [&a, &b, &c] {
+            put.durability.wait().unwrap();
+        }
+        store.dispatch_now().unwrap();
+        for (topic, offset, body) in [("t", 0, b"a"), ("u", 0, b"b"), ("t", 1, b"c")] {
+            let got = store.get_messages(&crate::GetRequest::new(topic, 0, offset)).unwrap();
+            assert_eq!((&got.messages[0].body[..], got.messages[0].queue_offset), (&body[..], offset));
+        }
+        // A put alone after the group takes the queue's next offset.
+        assert_eq!(store.put_message(&Message::new("t", 0, &b"d"[..])).unwrap().queue_offset, 2);
+        store.shutdown().unwrap();
+    }
+
+    #[test]
+    fn a_queued_put_whose_topic_was_deleted_is_refused_and_the_rest_of_its_group_appended() {
+        let sim = store_io::sim::SimStorage::new();
+        let log = small_log(FlushDiskType::AsyncFlush);
+        let store = MessageStore::open_with_storage("/s", MessageStoreConfig::new(log), Arc::new(sim)).unwrap();
+        store.create_topic("gone", 1).unwrap();
+        store.create_topic("kept", 1).unwrap();
+        let lead = store.core.groups.try_lead().unwrap();
+        let gone = queued_put(&store, "gone", b"x", 0);
+        let kept = queued_put(&store, "kept", b"y", 1);
+        store.delete_topic("gone").unwrap();
+        drop(lead);
+        assert!(matches!(gone.join().unwrap(), Err(StoreError::UnknownTopic { .. })));
+        assert_eq!(kept.join().unwrap().unwrap().queue_offset, 0);
+        assert_eq!(store.stats().puts_in_groups, 1);
+        store.shutdown().unwrap();
+    }
+
+    #[test]
+    fn a_group_whose_append_fails_uses_no_offset_and_each_put_reports_its_own_error() {
+        let sim = store_io::sim::SimStorage::new();
+        sim.set_write_without_mmap(true); // where a write can fail
+        let log = small_log(FlushDiskType::AsyncFlush);
+        let store = MessageStore::open_with_storage("/s", MessageStoreConfig::new(log), Arc::new(sim.clone())).unwrap();
+        store.create_topic("t", 1).unwrap();
+        store.put_message(&Message::new("t", 0, &b"before"[..])).unwrap();
+        let lead = store.core.groups.try_lead().unwrap();
+        let first = queued_put(&store, "t", b"x", 0);
+        let second = queued_put(&store, "t", b"y", 1);
+        sim.fail_writes(true);
+        drop(lead);
+        assert!(first.join().unwrap().is_err());
+        assert!(second.join().unwrap().is_err());
+        assert_eq!(store.stats().put_groups, 0);
+        sim.fail_writes(false);
+        // Offsets 1 and 2 were never used: the queue goes on at 1, or the
+        // log refuses every append after its failed write.
+        if let Ok(put) = store.put_message(&Message::new("t", 0, &b"after"[..])) {
+            assert_eq!(put.queue_offset, 1);
+        }
+        drop(store);
+    }
+
+    /// Concurrent producers over a few queues: every queue's offsets dense
+    /// from 0 and in the log's order, each put's record read back with its
+    /// own queue offset, whichever put appended it.
+    #[test]
+    fn concurrent_puts_keep_every_queue_dense_and_in_log_order() {
+        let sim = store_io::sim::SimStorage::new();
+        let log = small_log(FlushDiskType::AsyncFlush);
+        let store = MessageStore::open_with_storage("/s", MessageStoreConfig::new(log), Arc::new(sim)).unwrap();
+        store.create_topic("t", 3).unwrap();
+        let producers: Vec<_> = (0..4u32)
+            .map(|p| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    (0..300u32)
+                        .map(|i| {
+                            let queue = (p + i) % 3;
+                            let body = format!("{p}-{i}").into_bytes();
+                            let put = store.put_message(&Message::new("t", queue, body.clone())).unwrap();
+                            (queue, put.queue_offset, put.log_offset, body)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut puts: Vec<_> = producers.into_iter().flat_map(|p| p.join().unwrap()).collect();
+        puts.sort_by_key(|&(_, _, log_offset, _)| log_offset);
+        let mut next = [0u64; 3];
+        for (queue, queue_offset, log_offset, body) in &puts {
+            let q = *queue as usize;
+            assert_eq!(*queue_offset, next[q], "queue {queue} at log offset {log_offset}");
+            next[q] += 1;
+            let message = crate::records::message_at(&store.core.log, *log_offset).unwrap().unwrap();
+            assert_eq!((&message.body[..], message.queue_offset), (&body[..], *queue_offset));
+        }
         store.shutdown().unwrap();
     }
 }

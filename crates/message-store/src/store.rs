@@ -80,6 +80,11 @@ pub struct StoreStats {
     /// (dispatch by the written end: a message is readable once its put
     /// returned; dispatch found them there).
     pub entries_indexed_on_put: u64,
+    /// Appends of puts that waited while another put appended (write
+    /// groups): each wrote every such put's message in one batch.
+    pub put_groups: u64,
+    /// Puts appended in those groups (the rest appended alone).
+    pub puts_in_groups: u64,
 }
 
 /// What recovery did at open.
@@ -134,6 +139,8 @@ pub(crate) struct Core {
     pub(crate) index_on_put: bool,
     /// Entries it did.
     pub(crate) indexed_on_put: AtomicU64,
+    /// Puts that collide share appends.
+    pub(crate) groups: crate::group::WriteGroups,
     /// Held shared by a call that checks a topic exists and then writes for
     /// it (an offset commit or reset), exclusive by `delete_topic`: no such
     /// write lands after the deletion it raced.
@@ -272,6 +279,8 @@ impl MessageStore {
             consumer_offsets: self.core.offsets.len(),
             consumer_offset_syncs: self.core.offsets.syncs(),
             entries_indexed_on_put: self.core.indexed_on_put.load(Ordering::Relaxed),
+            put_groups: self.core.groups.counts().0,
+            puts_in_groups: self.core.groups.counts().1,
         }
     }
 
