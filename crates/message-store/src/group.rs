@@ -32,7 +32,7 @@ use crate::queues::Queue;
 /// The most puts one group appends.
 pub(crate) const MOST_MEMBERS: usize = 128;
 /// The most message bytes one group appends (each message's bytes, plus a
-/// record header's worth): well within a segment.
+/// record header's worth), with segments of at least twice as many.
 pub(crate) const MOST_BYTES: usize = 256 << 10;
 /// A record header's size in the log, counted with each member's bytes.
 const RECORD_OVERHEAD: usize = 64;
@@ -92,7 +92,8 @@ impl Member {
         })
     }
 
-    /// Answers the member, if it has no answer yet (the first answer stands).
+    /// Answers the member, if it waits for an answer (one given and not
+    /// taken yet stands).
     pub(crate) fn answer(&self, answer: Answer) {
         let mut slot = self.answer.lock();
         if matches!(*slot, Answer::Waiting) {
@@ -188,15 +189,16 @@ impl WriteGroups {
     }
 
     /// The members waiting now, in arrival order, up to a group's size
+    /// ([`MOST_MEMBERS`], and `max_bytes` but for the first member)
     /// (`first` ahead of them, if given); the rest wait for the next group.
-    pub(crate) fn take(&self, _lead: &Leading<'_>, first: Option<Arc<Member>>) -> Vec<Arc<Member>> {
+    pub(crate) fn take(&self, _lead: &Leading<'_>, first: Option<Arc<Member>>, max_bytes: usize) -> Vec<Arc<Member>> {
         let mut group: Vec<Arc<Member>> = first.into_iter().collect();
         let mut bytes: usize = group.iter().map(|m| m.bytes()).sum();
         let mut state = self.state.lock();
         while group.len() < MOST_MEMBERS {
             let Some(next) = state.waiting.front() else { break };
             let size = next.bytes();
-            if !group.is_empty() && bytes.saturating_add(size) > MOST_BYTES {
+            if !group.is_empty() && bytes.saturating_add(size) > max_bytes {
                 break;
             }
             bytes = bytes.saturating_add(size);

@@ -81,7 +81,7 @@ impl MessageStore {
                 return result;
             }
             Turn::LeadGroup(lead) => {
-                let group = groups.take(&lead, Some(Arc::clone(&member)));
+                let group = groups.take(&lead, Some(Arc::clone(&member)), self.group_bytes());
                 self.append_group(&group);
                 self.append_waiting(lead);
                 member.take_answer()
@@ -100,7 +100,7 @@ impl MessageStore {
     /// Appends the puts that queued while the lead's holder appended, as one
     /// group, then lets the lead go (to the first put queued since, if any).
     fn append_waiting(&self, lead: Leading<'_>) {
-        let group = self.core.groups.take(&lead, None);
+        let group = self.core.groups.take(&lead, None, self.group_bytes());
         if !group.is_empty() {
             self.append_group(&group);
         }
@@ -155,22 +155,13 @@ impl MessageStore {
     /// alone: its topic was deleted, or the append failed, which its own
     /// put then reports).
     fn append_group(&self, group: &[Arc<Member>]) {
+        // Whatever happens below (an error, a panic), no member waits for
+        // ever: one not answered by the end is told to put alone.
         let _left = AnswerLeft(group);
-        // Each queue's lock once, in the order of the group; its next offset
-        // as it was, to go back to if the append fails.
-        let mut locks: Vec<(u64, MutexGuard<'_, Option<u64>>, Option<u64>)> = Vec::new();
+        let mut held = HeldQueues { locks: Vec::new(), appended: false };
         let mut taken: Vec<(&Arc<Member>, u64)> = Vec::with_capacity(group.len());
         for member in group {
-            let at = match locks.iter().position(|(key, ..)| *key == member.queue.key) {
-                Some(at) => at,
-                None => {
-                    let next = member.queue.next_offset.lock();
-                    let before = *next;
-                    locks.push((member.queue.key, next, before));
-                    locks.len() - 1
-                }
-            };
-            let next = &mut locks[at].1;
+            let next = held.lock(&member.queue);
             // Refused (its topic deleted): left to put alone, and be refused.
             let Ok(offset) = self.next_offset_locked((&member.topic, member.queue_id), &member.queue, next) else {
                 continue;
@@ -187,37 +178,41 @@ impl MessageStore {
         let appended = self.core.log.append_group(&slices);
         drop(slices);
         drop(bodies);
-        let appended = match appended {
-            Ok(appended) => appended,
-            Err(_) => {
-                // Nothing appended, no offset used: each member puts alone
-                // and meets the error itself (or succeeds, if it has passed).
-                for (_, next, before) in &mut locks {
-                    **next = *before;
-                }
-                return;
-            }
-        };
+        // Failed: nothing appended, and `held` puts every offset back as it
+        // goes; each member puts alone and meets the error itself (or
+        // succeeds, if it has passed).
+        let Ok(appended) = appended else { return };
+        held.appended = true;
+        // From here every member is answered with its result, even if what
+        // follows panics: its message is in the log, and must not be put again.
+        let mut answers = Answers(Vec::with_capacity(taken.len()));
         let end = appended.offsets[0].saturating_add(appended.wrote_bytes);
         let ends = appended.offsets.iter().skip(1).copied().chain([end]);
-        let mut results = Vec::with_capacity(taken.len());
         let placed = appended.offsets.iter().zip(ends).zip(appended.durability);
         for ((member, offset), ((&at, end), durability)) in taken.iter().zip(placed) {
             let size = u32::try_from(end - at).unwrap_or(u32::MAX);
-            self.core.index_on_put(&member.queue, *offset, Entry { log_offset: at, size, tag: member.tags_code });
-            results.push(PutResult {
+            let result = PutResult {
                 queue_offset: *offset,
                 log_offset: at,
                 store_timestamp_ms: appended.store_timestamp_ms,
                 durability,
-            });
+            };
+            answers.0.push((member, size, Some(result)));
         }
-        drop(locks);
+        for (member, size, result) in &answers.0 {
+            if let Some(result) = result {
+                let entry = Entry { log_offset: result.log_offset, size: *size, tag: member.tags_code };
+                self.core.index_on_put(&member.queue, result.queue_offset, entry);
+            }
+        }
+        drop(held);
         self.core.groups.appended(taken.len());
         self.after_put();
-        for ((member, _), result) in taken.iter().zip(results) {
-            member.answer(Answer::Put(result));
-        }
+    }
+
+    /// The most bytes a group appends: within half a segment.
+    fn group_bytes(&self) -> usize {
+        crate::group::MOST_BYTES.min(self.core.log.config().mapped_file_size_commit_log / 2)
     }
 
     /// Puts `messages`, all of one topic and queue, under one lock and in one
@@ -354,6 +349,54 @@ impl Core {
         };
         if indexed {
             queue.signal.arrive(offset.saturating_add(1));
+        }
+    }
+}
+
+/// The queue locks a group's leader holds, each with the queue's next offset
+/// as it was: put back when dropped, unless the group was appended (so an
+/// append that failed, or a panic before it, uses no offset).
+struct HeldQueues<'a> {
+    locks: Vec<(u64, MutexGuard<'a, Option<u64>>, Option<u64>)>,
+    appended: bool,
+}
+
+impl<'a> HeldQueues<'a> {
+    /// `queue`'s lock, taken once.
+    fn lock(&mut self, queue: &'a Queue) -> &mut MutexGuard<'a, Option<u64>> {
+        let at = match self.locks.iter().position(|(key, ..)| *key == queue.key) {
+            Some(at) => at,
+            None => {
+                let next = queue.next_offset.lock();
+                let before = *next;
+                self.locks.push((queue.key, next, before));
+                self.locks.len() - 1
+            }
+        };
+        &mut self.locks[at].1
+    }
+}
+
+impl Drop for HeldQueues<'_> {
+    fn drop(&mut self) {
+        if !self.appended {
+            for (_, next, before) in &mut self.locks {
+                **next = *before;
+            }
+        }
+    }
+}
+
+/// A group's members with the results of their appended messages (and each
+/// record's size), answered when dropped, a panic on the way included.
+struct Answers<'a>(Vec<(&'a Arc<Member>, u32, Option<PutResult>)>);
+
+impl Drop for Answers<'_> {
+    fn drop(&mut self) {
+        for (member, _, result) in &mut self.0 {
+            if let Some(result) = result.take() {
+                member.answer(Answer::Put(result));
+            }
         }
     }
 }
@@ -581,6 +624,76 @@ mod tests {
             let message = crate::records::message_at(&store.core.log, *log_offset).unwrap().unwrap();
             assert_eq!((&message.body[..], message.queue_offset), (&body[..], *queue_offset));
         }
+        store.shutdown().unwrap();
+    }
+
+    /// A leader that panics after its group's append (here in a consumer's
+    /// waker, as the put path wakes a tailed queue's waiters) still answers
+    /// every member with its result: none puts its message a second time.
+    #[test]
+    fn a_leader_that_panics_after_the_append_does_not_put_a_member_twice() {
+        struct PanicWake;
+        impl std::task::Wake for PanicWake {
+            fn wake(self: Arc<Self>) {
+                panic!("a consumer's waker panics");
+            }
+        }
+        let sim = store_io::sim::SimStorage::new();
+        let log = small_log(FlushDiskType::AsyncFlush);
+        let store = MessageStore::open_with_storage("/s", MessageStoreConfig::new(log), Arc::new(sim)).unwrap();
+        store.create_topic("t", 1).unwrap();
+        store.create_topic("u", 1).unwrap();
+        let waker = Waker::from(Arc::new(PanicWake));
+        let mut arrival = store.arrival("t", 0, 0).unwrap(); // t/0 tailed
+        assert!(Pin::new(&mut arrival).poll(&mut Context::from_waker(&waker)).is_pending());
+        let held = store.core.dispatcher.hold(); // only the put path indexes (and wakes)
+        let lead = store.core.groups.try_lead().unwrap();
+        let a = queued_put(&store, "t", b"a", 0);
+        let b = queued_put(&store, "u", b"b", 1);
+        drop(lead); // `a` leads [a, b]; indexing `a` runs the waker, which panics
+        assert!(a.join().is_err());
+        let b = b.join().unwrap().unwrap();
+        drop(held);
+        store.dispatch_now().unwrap();
+        assert_eq!((b.queue_offset, store.queue_range("u", 0).unwrap()), (0, 0..1), "put once, stored twice");
+        assert_eq!(store.queue_range("t", 0).unwrap(), 0..1);
+        drop(arrival);
+        store.shutdown().unwrap();
+    }
+
+    /// A group holds at most half a segment of bytes: more puts than a
+    /// segment holds, queued at once, go in several groups, not alone.
+    #[test]
+    fn puts_of_more_bytes_than_a_segment_are_grouped_within_it() {
+        static BODY: [u8; 3000] = [7; 3000];
+        let sim = store_io::sim::SimStorage::new();
+        let log = small_log(FlushDiskType::AsyncFlush); // 64 KiB segments
+        let store = MessageStore::open_with_storage("/s", MessageStoreConfig::new(log), Arc::new(sim)).unwrap();
+        store.create_topic("t", 1).unwrap();
+        let lead = store.core.groups.try_lead().unwrap();
+        let puts: Vec<_> = (0..30).map(|k| queued_put(&store, "t", &BODY, k)).collect();
+        drop(lead);
+        let mut offsets: Vec<u64> = puts.into_iter().map(|p| p.join().unwrap().unwrap().queue_offset).collect();
+        offsets.sort_unstable();
+        assert_eq!(offsets, (0..30).collect::<Vec<_>>());
+        let stats = store.stats();
+        assert!(stats.put_groups >= 2 && stats.puts_in_groups == 30, "{stats:?}");
+        store.shutdown().unwrap();
+    }
+
+    #[test]
+    fn with_write_groups_off_every_put_appends_alone() {
+        let sim = store_io::sim::SimStorage::new();
+        let mut config = MessageStoreConfig::new(small_log(FlushDiskType::AsyncFlush));
+        config.write_groups = false;
+        let store = MessageStore::open_with_storage("/s", config, Arc::new(sim)).unwrap();
+        store.create_topic("t", 1).unwrap();
+        let lead = store.core.groups.try_lead().unwrap(); // would make every put queue
+        for k in 0..3 {
+            assert_eq!(store.put_message(&Message::new("t", 0, &b"x"[..])).unwrap().queue_offset, k);
+        }
+        assert_eq!(store.stats().put_groups, 0);
+        drop(lead);
         store.shutdown().unwrap();
     }
 }
