@@ -42,6 +42,7 @@ mod strategy;
 mod sync;
 mod target;
 pub mod testing;
+mod write_group;
 
 #[cfg(all(test, loom))]
 mod loom_models;
@@ -62,6 +63,7 @@ pub use policy::{
 pub use service::{ServiceState, ServiceThread};
 pub use strategy::{AsyncFlush, FlushStats, FlushStrategy, SyncFlush};
 pub use target::{FailureLatch, FlushTarget, TargetState};
+pub use write_group::{Answer, AnswerLeft, Leading, Member, Turn, WriteGroups};
 
 /// What a flush reports for the checkpoint: how far data is durable and the
 /// store timestamp of the newest durable data (RocketMQ's `physicMsgTimestamp`).

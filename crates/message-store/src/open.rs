@@ -210,7 +210,7 @@ impl MessageStore {
             shut_down: AtomicBool::new(false),
             index_on_put,
             indexed_on_put: AtomicU64::new(0),
-            groups: crate::group::WriteGroups::default(),
+            groups: crate::group::PutGroups::default(),
             topic_life: parking_lot::RwLock::new(()),
             #[cfg(test)]
             commit_checked: crate::pause::Pause::default(),

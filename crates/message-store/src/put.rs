@@ -11,10 +11,11 @@ use queue_index::Entry;
 
 use crate::config::DispatchLimit;
 use crate::error::{MessageError, StoreError};
-use crate::group::{Answer, AnswerLeft, Leading, Member, Turn};
+use crate::group::{Pending, PutMember, MOST_MEMBERS};
 use crate::message::{set_queue_offset, Message};
 use crate::queues::Queue;
 use crate::store::{Core, MessageStore};
+use flush_service::{Answer, AnswerLeft, Leading, Turn};
 
 /// Where a message went.
 #[derive(Debug)]
@@ -73,15 +74,23 @@ impl MessageStore {
         // use): a leader appending a group of puts to many queues would
         // otherwise look each up in turn, while they all wait.
         self.next_offset_locked((put.topic, put.queue_id), &queue, &mut queue.next_offset.lock())?;
-        let member = Member::new(queue, put.topic, put.queue_id, put.tags_code, encoded);
+        let member = PutMember::new(Pending {
+            queue,
+            topic: put.topic.to_string(),
+            queue_id: put.queue_id,
+            tags_code: put.tags_code,
+            body: parking_lot::Mutex::new(encoded),
+        });
+        let pending = member.payload();
         let answer = match groups.join(&member) {
             Turn::Lead(lead) => {
-                let result = self.put_alone(put, member.take_body(), &member.queue, false);
+                let result = self.put_alone(put, pending.take_body(), &pending.queue, false);
                 self.append_waiting(lead);
                 return result;
             }
             Turn::LeadGroup(lead) => {
-                let group = groups.take(&lead, Some(Arc::clone(&member)), self.group_bytes());
+                let group =
+                    groups.take(&lead, Some(Arc::clone(&member)), MOST_MEMBERS, self.group_bytes(), Pending::bytes);
                 self.append_group(&group);
                 self.append_waiting(lead);
                 member.take_answer()
@@ -89,18 +98,18 @@ impl MessageStore {
             Turn::Answered(answer) => answer,
         };
         match answer {
-            Answer::Put(result) => Ok(result),
+            Answer::Done(result) => Ok(result),
             // `Waiting` cannot come back once a group ran; put alone all the same.
             Answer::Alone | Answer::Waiting | Answer::Lead => {
-                self.put_alone(put, member.take_body(), &member.queue, false)
+                self.put_alone(put, pending.take_body(), &pending.queue, false)
             }
         }
     }
 
     /// Appends the puts that queued while the lead's holder appended, as one
     /// group, then lets the lead go (to the first put queued since, if any).
-    fn append_waiting(&self, lead: Leading<'_>) {
-        let group = self.core.groups.take(&lead, None, self.group_bytes());
+    fn append_waiting(&self, lead: Leading<'_, Pending, PutResult>) {
+        let group = self.core.groups.take(&lead, None, MOST_MEMBERS, self.group_bytes(), Pending::bytes);
         if !group.is_empty() {
             self.append_group(&group);
         }
@@ -154,26 +163,27 @@ impl MessageStore {
     /// to the batch's end; answers each member (with its result, or to put
     /// alone: its topic was deleted, or the append failed, which its own
     /// put then reports).
-    fn append_group(&self, group: &[Arc<Member>]) {
+    fn append_group(&self, group: &[Arc<PutMember>]) {
         // Whatever happens below (an error, a panic), no member waits for
         // ever: one not answered by the end is told to put alone.
         let _left = AnswerLeft(group);
         let mut held = HeldQueues { locks: Vec::new(), appended: false };
-        let mut taken: Vec<(&Arc<Member>, u64)> = Vec::with_capacity(group.len());
+        let mut taken: Vec<(&Pending, u64, &Arc<PutMember>)> = Vec::with_capacity(group.len());
         for member in group {
-            let next = held.lock(&member.queue);
+            let pending = member.payload();
+            let next = held.lock(&pending.queue);
             // Refused (its topic deleted): left to put alone, and be refused.
-            let Ok(offset) = self.next_offset_locked((&member.topic, member.queue_id), &member.queue, next) else {
+            let Ok(offset) = self.next_offset_locked((&pending.topic, pending.queue_id), &pending.queue, next) else {
                 continue;
             };
-            set_queue_offset(&mut member.body.lock(), offset);
+            set_queue_offset(&mut pending.body.lock(), offset);
             **next = Some(offset.saturating_add(1));
-            taken.push((member, offset));
+            taken.push((pending, offset, member));
         }
         if taken.is_empty() {
             return;
         }
-        let bodies: Vec<parking_lot::MutexGuard<'_, Vec<u8>>> = taken.iter().map(|(m, _)| m.body.lock()).collect();
+        let bodies: Vec<parking_lot::MutexGuard<'_, Vec<u8>>> = taken.iter().map(|(p, ..)| p.body.lock()).collect();
         let slices: Vec<&[u8]> = bodies.iter().map(|body| body.as_slice()).collect();
         let appended = self.core.log.append_group(&slices);
         drop(slices);
@@ -189,7 +199,7 @@ impl MessageStore {
         let end = appended.offsets[0].saturating_add(appended.wrote_bytes);
         let ends = appended.offsets.iter().skip(1).copied().chain([end]);
         let placed = appended.offsets.iter().zip(ends).zip(appended.durability);
-        for ((member, offset), ((&at, end), durability)) in taken.iter().zip(placed) {
+        for ((_, offset, member), ((&at, end), durability)) in taken.iter().zip(placed) {
             let size = u32::try_from(end - at).unwrap_or(u32::MAX);
             let result = PutResult {
                 queue_offset: *offset,
@@ -201,12 +211,13 @@ impl MessageStore {
         }
         for (member, size, result) in &answers.0 {
             if let Some(result) = result {
-                let entry = Entry { log_offset: result.log_offset, size: *size, tag: member.tags_code };
-                self.core.index_on_put(&member.queue, result.queue_offset, entry);
+                let pending = member.payload();
+                let entry = Entry { log_offset: result.log_offset, size: *size, tag: pending.tags_code };
+                self.core.index_on_put(&pending.queue, result.queue_offset, entry);
             }
         }
         drop(held);
-        self.core.groups.appended(taken.len());
+        self.core.groups.written(taken.len());
         self.after_put();
     }
 
@@ -389,13 +400,13 @@ impl Drop for HeldQueues<'_> {
 
 /// A group's members with the results of their appended messages (and each
 /// record's size), answered when dropped, a panic on the way included.
-struct Answers<'a>(Vec<(&'a Arc<Member>, u32, Option<PutResult>)>);
+struct Answers<'a>(Vec<(&'a Arc<PutMember>, u32, Option<PutResult>)>);
 
 impl Drop for Answers<'_> {
     fn drop(&mut self) {
         for (member, _, result) in &mut self.0 {
             if let Some(result) = result.take() {
-                member.answer(Answer::Put(result));
+                member.answer(Answer::Done(result));
             }
         }
     }

@@ -140,7 +140,7 @@ pub(crate) struct Core {
     /// Entries it did.
     pub(crate) indexed_on_put: AtomicU64,
     /// Puts that collide share appends.
-    pub(crate) groups: crate::group::WriteGroups,
+    pub(crate) groups: crate::group::PutGroups,
     /// Held shared by a call that checks a topic exists and then writes for
     /// it (an offset commit or reset), exclusive by `delete_topic`: no such
     /// write lands after the deletion it raced.
