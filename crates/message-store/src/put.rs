@@ -55,18 +55,22 @@ impl MessageStore {
         let encoded = message.encode(&self.core.config.limits, born_or_now(message.born_timestamp_ms))?;
         let queue = self.queue_for_put(&message.topic, message.queue_id)?;
         let put = Put { topic: &message.topic, queue_id: message.queue_id, tags_code: message.tags_code() };
+        let mut arrivals = Arrivals::default();
         #[cfg(planted_bugs)]
         if crate::planted::is_active(crate::planted::Bug::OffsetOutsidePutLock) {
-            return self.put_alone(put, encoded, &queue, true);
+            return self.put_alone(put, encoded, &queue, true, &mut arrivals);
         }
         if !self.core.config.write_groups {
-            return self.put_alone(put, encoded, &queue, false);
+            let result = self.put_alone(put, encoded, &queue, false, &mut arrivals);
+            arrivals.announce();
+            return result;
         }
         let groups = &self.core.groups;
         // No put leads: this one appends its message alone, then what queued meanwhile.
         if let Some(lead) = groups.try_lead() {
-            let result = self.put_alone(put, encoded, &queue, false);
-            self.append_waiting(lead);
+            let result = self.put_alone(put, encoded, &queue, false, &mut arrivals);
+            self.append_waiting(lead, &mut arrivals);
+            arrivals.announce();
             return result;
         }
         // The queue's next offset looked up here, in the put's own thread,
@@ -84,15 +88,17 @@ impl MessageStore {
         let pending = member.payload();
         let answer = match groups.join(&member) {
             Turn::Lead(lead) => {
-                let result = self.put_alone(put, pending.take_body(), &pending.queue, false);
-                self.append_waiting(lead);
+                let result = self.put_alone(put, pending.take_body(), &pending.queue, false, &mut arrivals);
+                self.append_waiting(lead, &mut arrivals);
+                arrivals.announce();
                 return result;
             }
             Turn::LeadGroup(lead) => {
                 let group =
                     groups.take(&lead, Some(Arc::clone(&member)), MOST_MEMBERS, self.group_bytes(), Pending::bytes);
-                self.append_group(&group);
-                self.append_waiting(lead);
+                self.append_group(&group, &mut arrivals);
+                self.append_waiting(lead, &mut arrivals);
+                std::mem::take(&mut arrivals).announce();
                 member.take_answer()
             }
             Turn::Answered(answer) => answer,
@@ -101,17 +107,19 @@ impl MessageStore {
             Answer::Done(result) => Ok(result),
             // `Waiting` cannot come back once a group ran; put alone all the same.
             Answer::Alone | Answer::Waiting | Answer::Lead => {
-                self.put_alone(put, pending.take_body(), &pending.queue, false)
+                let result = self.put_alone(put, pending.take_body(), &pending.queue, false, &mut arrivals);
+                arrivals.announce();
+                result
             }
         }
     }
 
     /// Appends the puts that queued while the lead's holder appended, as one
     /// group, then lets the lead go (to the first put queued since, if any).
-    fn append_waiting(&self, lead: Leading<'_, Pending, PutResult>) {
+    fn append_waiting(&self, lead: Leading<'_, Pending, PutResult>, arrivals: &mut Arrivals) {
         let group = self.core.groups.take(&lead, None, MOST_MEMBERS, self.group_bytes(), Pending::bytes);
         if !group.is_empty() {
-            self.append_group(&group);
+            self.append_group(&group, arrivals);
         }
         drop(lead);
     }
@@ -122,8 +130,9 @@ impl MessageStore {
         &self,
         put: Put<'_>,
         mut encoded: Vec<u8>,
-        queue: &Queue,
+        queue: &Arc<Queue>,
         outside_lock: bool,
+        arrivals: &mut Arrivals,
     ) -> Result<PutResult, StoreError> {
         let (queue_offset, appended) = {
             let mut next = queue.next_offset.lock();
@@ -145,7 +154,7 @@ impl MessageStore {
             if !outside_lock {
                 let size = u32::try_from(appended.wrote_bytes).unwrap_or(u32::MAX);
                 let entry = Entry { log_offset: appended.wrote_offset, size, tag: put.tags_code };
-                self.core.index_on_put(queue, offset, entry);
+                self.core.index_on_put(queue, offset, entry, arrivals);
             }
             (offset, appended)
         };
@@ -163,7 +172,7 @@ impl MessageStore {
     /// to the batch's end; answers each member (with its result, or to put
     /// alone: its topic was deleted, or the append failed, which its own
     /// put then reports).
-    fn append_group(&self, group: &[Arc<PutMember>]) {
+    fn append_group(&self, group: &[Arc<PutMember>], arrivals: &mut Arrivals) {
         // Whatever happens below (an error, a panic), no member waits for
         // ever: one not answered by the end is told to put alone.
         let _left = AnswerLeft(group);
@@ -213,7 +222,7 @@ impl MessageStore {
             if let Some(result) = result {
                 let pending = member.payload();
                 let entry = Entry { log_offset: result.log_offset, size: *size, tag: pending.tags_code };
-                self.core.index_on_put(&pending.queue, result.queue_offset, entry);
+                self.core.index_on_put(&pending.queue, result.queue_offset, entry, arrivals);
             }
         }
         drop(held);
@@ -238,6 +247,7 @@ impl MessageStore {
             .map(|m| m.encode(&self.core.config.limits, born_or_now(m.born_timestamp_ms)))
             .collect::<Result<Vec<_>, MessageError>>()?;
         let queue = self.queue_for_put(&first.topic, first.queue_id)?;
+        let mut arrivals = Arrivals::default();
         let (first_offset, appended) = {
             let mut next = queue.next_offset.lock();
             let offset = self.next_offset_locked((&first.topic, first.queue_id), &queue, &mut next)?;
@@ -250,10 +260,11 @@ impl MessageStore {
             for (k, (m, (&at, end))) in messages.iter().zip(appended.offsets.iter().zip(ends)).enumerate() {
                 let size = u32::try_from(end - at).unwrap_or(u32::MAX);
                 let entry = Entry { log_offset: at, size, tag: m.tags_code() };
-                self.core.index_on_put(&queue, offset.saturating_add(k as u64), entry);
+                self.core.index_on_put(&queue, offset.saturating_add(k as u64), entry, &mut arrivals);
             }
             (offset, appended)
         };
+        arrivals.announce();
         self.after_put();
         Ok(BatchPutResult {
             first_queue_offset: first_offset,
@@ -313,7 +324,8 @@ impl MessageStore {
 
 impl Core {
     /// Puts a message's entry into the queue index from the put path, under
-    /// its queue's put lock, and wakes the queue's waiters, if the queue is
+    /// its queue's put lock, and owes the queue's waiters a wake-up
+    /// (`arrivals`, announced once the put holds no lock), if the queue is
     /// tailed (a consumer waits on it, or has since it came into use): with
     /// dispatch by the written end, a consumer tailing the queue reads a
     /// message as soon as its put returned, not once dispatch reached it (as
@@ -325,7 +337,7 @@ impl Core {
     /// there; where the put could not append it (dispatch did first, or an
     /// earlier message of the queue is not indexed yet), dispatch's own
     /// append stands, so this is an early copy, never the only one.
-    fn index_on_put(&self, queue: &Queue, offset: u64, entry: Entry) {
+    fn index_on_put(&self, queue: &Arc<Queue>, offset: u64, entry: Entry, arrivals: &mut Arrivals) {
         if !self.index_on_put || !queue.is_tailed() {
             return;
         }
@@ -359,7 +371,23 @@ impl Core {
             }
         };
         if indexed {
-            queue.signal.arrive(offset.saturating_add(1));
+            arrivals.0.push((Arc::clone(queue), offset.saturating_add(1)));
+        }
+    }
+}
+
+/// Queues a put owes their waiters' wake-up, with each one's new end:
+/// announced once the put holds no queue lock and no lead, since a waker may
+/// run anything, a put included, which would otherwise wait for a lock or a
+/// lead its own thread holds.
+#[derive(Default)]
+struct Arrivals(Vec<(Arc<Queue>, u64)>);
+
+impl Arrivals {
+    /// Wakes each queue's waiters.
+    fn announce(self) {
+        for (queue, end) in self.0 {
+            queue.signal.arrive(end);
         }
     }
 }
@@ -705,6 +733,36 @@ mod tests {
         }
         assert_eq!(store.stats().put_groups, 0);
         drop(lead);
+        store.shutdown().unwrap();
+    }
+
+    /// A consumer's waker may put (an executor that runs a woken task at
+    /// once): the put path wakes a tailed queue's waiters only once it holds
+    /// no queue lock and no lead, so that put does not wait for its own
+    /// thread.
+    #[test]
+    fn a_waker_that_puts_at_once_does_not_wait_for_its_own_thread() {
+        struct PutOnWake(MessageStore, std::sync::mpsc::SyncSender<bool>);
+        impl std::task::Wake for PutOnWake {
+            fn wake(self: Arc<Self>) {
+                let put = self.0.put_message(&Message::new("u", 0, &b"from the waker"[..]));
+                let _ = self.1.send(put.is_ok());
+            }
+        }
+        let sim = store_io::sim::SimStorage::new();
+        let log = small_log(FlushDiskType::AsyncFlush);
+        let store = MessageStore::open_with_storage("/s", MessageStoreConfig::new(log), Arc::new(sim)).unwrap();
+        store.create_topic("t", 1).unwrap();
+        store.create_topic("u", 1).unwrap();
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let waker = Waker::from(Arc::new(PutOnWake(store.clone(), tx)));
+        let mut arrival = store.arrival("t", 0, 0).unwrap(); // t/0 tailed
+        assert!(Pin::new(&mut arrival).poll(&mut Context::from_waker(&waker)).is_pending());
+        let putter = store.clone();
+        std::thread::spawn(move || putter.put_message(&Message::new("t", 0, &b"x"[..])).map(|p| p.queue_offset));
+        let woke = rx.recv_timeout(Duration::from_secs(20));
+        assert_eq!(woke, Ok(true), "the waker's put never returned (it waited for the thread that woke it)");
+        drop(arrival);
         store.shutdown().unwrap();
     }
 }
