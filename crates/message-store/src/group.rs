@@ -3,8 +3,9 @@
 //! every one that waited in one write of the log
 //! ([`CommitLog::append_group`](commitlog::CommitLog::append_group): a
 //! durability request per put). This module holds what a waiting put hands
-//! the leader ([`Pending`]) and the bounds of a group; `put.rs` does the
-//! appending.
+//! the leader ([`Pending`]), what a put gets back ([`PutResult`], also a lone
+//! put's, and [`BatchPutResult`]) and the bounds of a group; `put.rs` does
+//! the appending.
 //!
 //! A group's leader assigns each member its queue offset under the member's
 //! queue lock and holds those locks until the group is appended, as a lone
@@ -16,9 +17,9 @@
 
 use std::sync::Arc;
 
+use commitlog::DurabilityHandle;
 use parking_lot::Mutex;
 
-use crate::put::PutResult;
 use crate::queues::Queue;
 
 /// The most puts one group appends.
@@ -28,6 +29,35 @@ pub(crate) const MOST_MEMBERS: usize = 128;
 pub(crate) const MOST_BYTES: usize = 256 << 10;
 /// A record header's size in the log, counted with each member's bytes.
 const RECORD_OVERHEAD: usize = 64;
+
+/// Where a message went.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct PutResult {
+    /// Its offset in its queue.
+    pub queue_offset: u64,
+    /// The commit-log offset of its record.
+    pub log_offset: u64,
+    /// When it was stored (ms since the Unix epoch).
+    pub store_timestamp_ms: u64,
+    /// Resolves when the message is durable (sync flush; resolved at once
+    /// under async flush).
+    pub durability: DurabilityHandle,
+}
+
+/// Where a batch went: consecutive queue offsets from `first_queue_offset`.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct BatchPutResult {
+    /// The first message's queue offset; the others follow.
+    pub first_queue_offset: u64,
+    /// The commit-log offset of each message's record.
+    pub log_offsets: Vec<u64>,
+    /// When the batch was stored.
+    pub store_timestamp_ms: u64,
+    /// Resolves when the whole batch is durable.
+    pub durability: DurabilityHandle,
+}
 
 /// The store's write groups.
 pub(crate) type PutGroups = flush_service::WriteGroups<Pending, PutResult>;

@@ -5,46 +5,16 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use commitlog::DurabilityHandle;
 use parking_lot::MutexGuard;
 use queue_index::Entry;
 
 use crate::config::DispatchLimit;
 use crate::error::{MessageError, StoreError};
-use crate::group::{Pending, PutMember, MOST_MEMBERS};
+use crate::group::{BatchPutResult, Pending, PutMember, PutResult, MOST_MEMBERS};
 use crate::message::{set_queue_offset, Message};
 use crate::queues::Queue;
 use crate::store::{Core, MessageStore};
 use flush_service::{Answer, AnswerLeft, Leading, Turn};
-
-/// Where a message went.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct PutResult {
-    /// Its offset in its queue.
-    pub queue_offset: u64,
-    /// The commit-log offset of its record.
-    pub log_offset: u64,
-    /// When it was stored (ms since the Unix epoch).
-    pub store_timestamp_ms: u64,
-    /// Resolves when the message is durable (sync flush; resolved at once
-    /// under async flush).
-    pub durability: DurabilityHandle,
-}
-
-/// Where a batch went: consecutive queue offsets from `first_queue_offset`.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct BatchPutResult {
-    /// The first message's queue offset; the others follow.
-    pub first_queue_offset: u64,
-    /// The commit-log offset of each message's record.
-    pub log_offsets: Vec<u64>,
-    /// When the batch was stored.
-    pub store_timestamp_ms: u64,
-    /// Resolves when the whole batch is durable.
-    pub durability: DurabilityHandle,
-}
 
 impl MessageStore {
     /// Puts `message` on its topic's queue: appended to the log with the queue's
