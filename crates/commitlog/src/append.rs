@@ -106,14 +106,7 @@ impl CommitLog {
     /// write for producers that each wait for their own record).
     pub fn append_group<B: AsRef<[u8]>>(&self, bodies: &[B]) -> Result<GroupAppendResult, Error> {
         let (offsets, wrote_bytes, store_timestamp_ms, durability) = self.put_records(bodies, |first, _, bodies| {
-            let mut at = first;
-            bodies
-                .iter()
-                .map(|body| {
-                    at = advance(at, HEADER_SIZE.saturating_add(body.as_ref().len()));
-                    self.durability(at)
-                })
-                .collect::<Vec<_>>()
+            record_ends(first, bodies).map(|end| self.durability(end)).collect::<Vec<_>>()
         })?;
         Ok(GroupAppendResult { offsets, wrote_bytes, store_timestamp_ms, durability })
     }
@@ -166,11 +159,7 @@ impl CommitLog {
             |first| durability(first, total, bodies),
         )?;
         let mut offsets = Vec::with_capacity(bodies.len());
-        let mut at = first;
-        for body in bodies {
-            offsets.push(at);
-            at = advance(at, HEADER_SIZE.saturating_add(body.as_ref().len()));
-        }
+        offsets.extend(std::iter::once(first).chain(record_ends(first, bodies)).take(bodies.len()));
         Ok((offsets, total as u64, store_timestamp_ms, handles))
     }
 
@@ -256,4 +245,12 @@ impl CommitLog {
             DurabilityHandle::resolved(Ok(()))
         }
     }
+}
+
+/// The end of each of `bodies`' records, appended back to back from `first`.
+fn record_ends<B: AsRef<[u8]>>(first: u64, bodies: &[B]) -> impl Iterator<Item = u64> + '_ {
+    bodies.iter().scan(first, |at, body| {
+        *at = advance(*at, HEADER_SIZE.saturating_add(body.as_ref().len()));
+        Some(*at)
+    })
 }

@@ -25,23 +25,20 @@ impl MessageStore {
         let encoded = message.encode(&self.core.config.limits, born_or_now(message.born_timestamp_ms))?;
         let queue = self.queue_for_put(&message.topic, message.queue_id)?;
         let put = Put { topic: &message.topic, queue_id: message.queue_id, tags_code: message.tags_code() };
-        let mut arrivals = Arrivals::default();
         #[cfg(planted_bugs)]
-        if crate::planted::is_active(crate::planted::Bug::OffsetOutsidePutLock) {
-            return self.put_alone(put, encoded, &queue, true, &mut arrivals);
-        }
-        if !self.core.config.write_groups {
-            let result = self.put_alone(put, encoded, &queue, false, &mut arrivals);
+        let outside_lock = crate::planted::is_active(crate::planted::Bug::OffsetOutsidePutLock);
+        #[cfg(not(planted_bugs))]
+        let outside_lock = false;
+        if outside_lock || !self.core.config.write_groups {
+            let mut arrivals = Arrivals::default();
+            let result = self.put_alone(put, encoded, &queue, outside_lock, &mut arrivals);
             arrivals.announce();
             return result;
         }
         let groups = &self.core.groups;
         // No put leads: this one appends its message alone, then what queued meanwhile.
         if let Some(lead) = groups.try_lead() {
-            let result = self.put_alone(put, encoded, &queue, false, &mut arrivals);
-            self.append_waiting(lead, &mut arrivals);
-            arrivals.announce();
-            return result;
+            return self.put_leading(lead, put, encoded, &queue);
         }
         // The queue's next offset looked up here, in the put's own thread,
         // if it is not known yet (a queue's first put since it came into
@@ -57,18 +54,14 @@ impl MessageStore {
         });
         let pending = member.payload();
         let answer = match groups.join(&member) {
-            Turn::Lead(lead) => {
-                let result = self.put_alone(put, pending.take_body(), &pending.queue, false, &mut arrivals);
-                self.append_waiting(lead, &mut arrivals);
-                arrivals.announce();
-                return result;
-            }
+            Turn::Lead(lead) => return self.put_leading(lead, put, pending.take_body(), &pending.queue),
             Turn::LeadGroup(lead) => {
+                let mut arrivals = Arrivals::default();
                 let group =
                     groups.take(&lead, Some(Arc::clone(&member)), MOST_MEMBERS, self.group_bytes(), Pending::bytes);
                 self.append_group(&group, &mut arrivals);
                 self.append_waiting(lead, &mut arrivals);
-                std::mem::take(&mut arrivals).announce();
+                arrivals.announce();
                 member.take_answer()
             }
             Turn::Answered(answer) => answer,
@@ -77,11 +70,28 @@ impl MessageStore {
             Answer::Done(result) => Ok(result),
             // `Waiting` cannot come back once a group ran; put alone all the same.
             Answer::Alone | Answer::Waiting | Answer::Lead => {
+                let mut arrivals = Arrivals::default();
                 let result = self.put_alone(put, pending.take_body(), &pending.queue, false, &mut arrivals);
                 arrivals.announce();
                 result
             }
         }
+    }
+
+    /// With the lead: appends `encoded` alone, then what queued meanwhile,
+    /// lets the lead go and wakes the waiters the appends owe.
+    fn put_leading(
+        &self,
+        lead: Leading<'_, Pending, PutResult>,
+        put: Put<'_>,
+        encoded: Vec<u8>,
+        queue: &Arc<Queue>,
+    ) -> Result<PutResult, StoreError> {
+        let mut arrivals = Arrivals::default();
+        let result = self.put_alone(put, encoded, queue, false, &mut arrivals);
+        self.append_waiting(lead, &mut arrivals);
+        arrivals.announce();
+        result
     }
 
     /// Appends the puts that queued while the lead's holder appended, as one
@@ -147,7 +157,7 @@ impl MessageStore {
         // ever: one not answered by the end is told to put alone.
         let _left = AnswerLeft(group);
         let mut held = HeldQueues { locks: Vec::new(), appended: false };
-        let mut taken: Vec<(&Pending, u64, &Arc<PutMember>)> = Vec::with_capacity(group.len());
+        let mut taken: Vec<(&Arc<PutMember>, u64)> = Vec::with_capacity(group.len());
         for member in group {
             let pending = member.payload();
             let next = held.lock(&pending.queue);
@@ -157,12 +167,13 @@ impl MessageStore {
             };
             set_queue_offset(&mut pending.body.lock(), offset);
             **next = Some(offset.saturating_add(1));
-            taken.push((pending, offset, member));
+            taken.push((member, offset));
         }
         if taken.is_empty() {
             return;
         }
-        let bodies: Vec<parking_lot::MutexGuard<'_, Vec<u8>>> = taken.iter().map(|(p, ..)| p.body.lock()).collect();
+        let bodies: Vec<parking_lot::MutexGuard<'_, Vec<u8>>> =
+            taken.iter().map(|(m, _)| m.payload().body.lock()).collect();
         let slices: Vec<&[u8]> = bodies.iter().map(|body| body.as_slice()).collect();
         let appended = self.core.log.append_group(&slices);
         drop(slices);
@@ -175,25 +186,20 @@ impl MessageStore {
         // From here every member is answered with its result, even if what
         // follows panics: its message is in the log, and must not be put again.
         let mut answers = Answers(Vec::with_capacity(taken.len()));
-        let end = appended.offsets[0].saturating_add(appended.wrote_bytes);
-        let ends = appended.offsets.iter().skip(1).copied().chain([end]);
-        let placed = appended.offsets.iter().zip(ends).zip(appended.durability);
-        for ((_, offset, member), ((&at, end), durability)) in taken.iter().zip(placed) {
-            let size = u32::try_from(end - at).unwrap_or(u32::MAX);
+        let placed = records(&appended.offsets, appended.wrote_bytes).zip(appended.durability);
+        for ((member, offset), ((at, size), durability)) in taken.iter().zip(placed) {
             let result = PutResult {
                 queue_offset: *offset,
                 log_offset: at,
                 store_timestamp_ms: appended.store_timestamp_ms,
                 durability,
             };
-            answers.0.push((member, size, Some(result)));
+            answers.0.push((member, size, result));
         }
         for (member, size, result) in &answers.0 {
-            if let Some(result) = result {
-                let pending = member.payload();
-                let entry = Entry { log_offset: result.log_offset, size: *size, tag: pending.tags_code };
-                self.core.index_on_put(&pending.queue, result.queue_offset, entry, arrivals);
-            }
+            let pending = member.payload();
+            let entry = Entry { log_offset: result.log_offset, size: *size, tag: pending.tags_code };
+            self.core.index_on_put(&pending.queue, result.queue_offset, entry, arrivals);
         }
         drop(held);
         self.core.groups.written(taken.len());
@@ -226,9 +232,9 @@ impl MessageStore {
             }
             let appended = self.core.log.append_batch(&encoded)?;
             *next = Some(offset.saturating_add(messages.len() as u64));
-            let ends = appended.offsets.iter().skip(1).copied().chain([appended.offsets[0] + appended.wrote_bytes]);
-            for (k, (m, (&at, end))) in messages.iter().zip(appended.offsets.iter().zip(ends)).enumerate() {
-                let size = u32::try_from(end - at).unwrap_or(u32::MAX);
+            for (k, (m, (at, size))) in
+                messages.iter().zip(records(&appended.offsets, appended.wrote_bytes)).enumerate()
+            {
                 let entry = Entry { log_offset: at, size, tag: m.tags_code() };
                 self.core.index_on_put(&queue, offset.saturating_add(k as u64), entry, &mut arrivals);
             }
@@ -398,16 +404,22 @@ impl Drop for HeldQueues<'_> {
 
 /// A group's members with the results of their appended messages (and each
 /// record's size), answered when dropped, a panic on the way included.
-struct Answers<'a>(Vec<(&'a Arc<PutMember>, u32, Option<PutResult>)>);
+struct Answers<'a>(Vec<(&'a Arc<PutMember>, u32, PutResult)>);
 
 impl Drop for Answers<'_> {
     fn drop(&mut self) {
-        for (member, _, result) in &mut self.0 {
-            if let Some(result) = result.take() {
-                member.answer(Answer::Done(result));
-            }
+        for (member, _, result) in self.0.drain(..) {
+            member.answer(Answer::Done(result));
         }
     }
+}
+
+/// Each record of an append (its records at `offsets`, `wrote_bytes` in
+/// all, back to back): its offset and size.
+fn records(offsets: &[u64], wrote_bytes: u64) -> impl Iterator<Item = (u64, u32)> + '_ {
+    let end = offsets.first().map_or(0, |first| first.saturating_add(wrote_bytes));
+    let ends = offsets.iter().skip(1).copied().chain([end]);
+    offsets.iter().zip(ends).map(|(&at, end)| (at, u32::try_from(end - at).unwrap_or(u32::MAX)))
 }
 
 /// What a put names of its message besides its bytes.
@@ -436,7 +448,7 @@ mod tests {
     use commitlog::FlushDiskType;
 
     use super::*;
-    use crate::store::tests::small_log;
+    use crate::store::tests::{sim_store, small_log};
     use crate::MessageStoreConfig;
 
     #[test]
@@ -473,10 +485,7 @@ mod tests {
 
     #[test]
     fn a_put_indexes_only_its_queues_next_entry_never_one_past_what_dispatch_has_not_put() {
-        let sim = store_io::sim::SimStorage::new();
-        let log = small_log(FlushDiskType::AsyncFlush);
-        let store = MessageStore::open_with_storage("/s", MessageStoreConfig::new(log), Arc::new(sim)).unwrap();
-        store.create_topic("t", 1).unwrap();
+        let store = sim_store(FlushDiskType::AsyncFlush, &[("t", 1)]);
         let mut cx = Context::from_waker(Waker::noop());
         {
             let _held = store.core.dispatcher.hold();
@@ -523,15 +532,7 @@ mod tests {
 
     #[test]
     fn puts_that_queue_behind_a_put_are_appended_as_one_group_in_arrival_order() {
-        let sim = store_io::sim::SimStorage::new();
-        let store = MessageStore::open_with_storage(
-            "/s",
-            MessageStoreConfig::new(small_log(FlushDiskType::SyncFlush)),
-            Arc::new(sim),
-        )
-        .unwrap();
-        store.create_topic("t", 1).unwrap();
-        store.create_topic("u", 1).unwrap();
+        let store = sim_store(FlushDiskType::SyncFlush, &[("t", 1), ("u", 1)]);
         let lead = store.core.groups.try_lead().unwrap(); // as a put appending
         let a = queued_put(&store, "t", b"a", 0);
         let b = queued_put(&store, "u", b"b", 1);
@@ -558,11 +559,7 @@ mod tests {
 
     #[test]
     fn a_queued_put_whose_topic_was_deleted_is_refused_and_the_rest_of_its_group_appended() {
-        let sim = store_io::sim::SimStorage::new();
-        let log = small_log(FlushDiskType::AsyncFlush);
-        let store = MessageStore::open_with_storage("/s", MessageStoreConfig::new(log), Arc::new(sim)).unwrap();
-        store.create_topic("gone", 1).unwrap();
-        store.create_topic("kept", 1).unwrap();
+        let store = sim_store(FlushDiskType::AsyncFlush, &[("gone", 1), ("kept", 1)]);
         let lead = store.core.groups.try_lead().unwrap();
         let gone = queued_put(&store, "gone", b"x", 0);
         let kept = queued_put(&store, "kept", b"y", 1);
@@ -604,10 +601,7 @@ mod tests {
     /// own queue offset, whichever put appended it.
     #[test]
     fn concurrent_puts_keep_every_queue_dense_and_in_log_order() {
-        let sim = store_io::sim::SimStorage::new();
-        let log = small_log(FlushDiskType::AsyncFlush);
-        let store = MessageStore::open_with_storage("/s", MessageStoreConfig::new(log), Arc::new(sim)).unwrap();
-        store.create_topic("t", 3).unwrap();
+        let store = sim_store(FlushDiskType::AsyncFlush, &[("t", 3)]);
         let producers: Vec<_> = (0..4u32)
             .map(|p| {
                 let store = store.clone();
@@ -647,11 +641,7 @@ mod tests {
                 panic!("a consumer's waker panics");
             }
         }
-        let sim = store_io::sim::SimStorage::new();
-        let log = small_log(FlushDiskType::AsyncFlush);
-        let store = MessageStore::open_with_storage("/s", MessageStoreConfig::new(log), Arc::new(sim)).unwrap();
-        store.create_topic("t", 1).unwrap();
-        store.create_topic("u", 1).unwrap();
+        let store = sim_store(FlushDiskType::AsyncFlush, &[("t", 1), ("u", 1)]);
         let waker = Waker::from(Arc::new(PanicWake));
         let mut arrival = store.arrival("t", 0, 0).unwrap(); // t/0 tailed
         assert!(Pin::new(&mut arrival).poll(&mut Context::from_waker(&waker)).is_pending());
@@ -675,10 +665,7 @@ mod tests {
     #[test]
     fn puts_of_more_bytes_than_a_segment_are_grouped_within_it() {
         static BODY: [u8; 3000] = [7; 3000];
-        let sim = store_io::sim::SimStorage::new();
-        let log = small_log(FlushDiskType::AsyncFlush); // 64 KiB segments
-        let store = MessageStore::open_with_storage("/s", MessageStoreConfig::new(log), Arc::new(sim)).unwrap();
-        store.create_topic("t", 1).unwrap();
+        let store = sim_store(FlushDiskType::AsyncFlush, &[("t", 1)]); // 64 KiB segments
         let lead = store.core.groups.try_lead().unwrap();
         let puts: Vec<_> = (0..30).map(|k| queued_put(&store, "t", &BODY, k)).collect();
         drop(lead);
@@ -719,11 +706,7 @@ mod tests {
                 let _ = self.1.send(put.is_ok());
             }
         }
-        let sim = store_io::sim::SimStorage::new();
-        let log = small_log(FlushDiskType::AsyncFlush);
-        let store = MessageStore::open_with_storage("/s", MessageStoreConfig::new(log), Arc::new(sim)).unwrap();
-        store.create_topic("t", 1).unwrap();
-        store.create_topic("u", 1).unwrap();
+        let store = sim_store(FlushDiskType::AsyncFlush, &[("t", 1), ("u", 1)]);
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let waker = Waker::from(Arc::new(PutOnWake(store.clone(), tx)));
         let mut arrival = store.arrival("t", 0, 0).unwrap(); // t/0 tailed

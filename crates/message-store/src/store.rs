@@ -364,6 +364,18 @@ pub(crate) mod tests {
     }
 
     /// A log of 64 KiB segments on a simulated disk, whose disk guard never refuses.
+    /// A store on simulated storage with [`small_log`]'s log, and `topics`
+    /// (name, queues) made.
+    pub(crate) fn sim_store(flush: FlushDiskType, topics: &[(&str, u32)]) -> MessageStore {
+        let sim = store_io::sim::SimStorage::new();
+        let store =
+            MessageStore::open_with_storage("/s", MessageStoreConfig::new(small_log(flush)), Arc::new(sim)).unwrap();
+        for (topic, queues) in topics {
+            store.create_topic(topic, *queues).unwrap();
+        }
+        store
+    }
+
     pub(crate) fn small_log(flush: FlushDiskType) -> CommitLogConfig {
         let log = CommitLogConfig::builder()
             .mapped_file_size_commit_log(64 << 10)
@@ -442,10 +454,7 @@ pub(crate) mod tests {
         // or, were it let through, would return first and leave the commit
         // to write an offset of a deleted topic, which a topic made again
         // under the name would start with.
-        let sim = store_io::sim::SimStorage::new();
-        let log = small_log(FlushDiskType::SyncFlush);
-        let store = MessageStore::open_with_storage("/s", MessageStoreConfig::new(log), Arc::new(sim)).unwrap();
-        store.create_topic("t", 1).unwrap();
+        let store = sim_store(FlushDiskType::SyncFlush, &[("t", 1)]);
         for i in 0..4u8 {
             store.put_message(&Message::new("t", 0, vec![i])).unwrap().durability.wait().unwrap();
         }

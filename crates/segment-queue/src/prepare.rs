@@ -165,6 +165,18 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
+    /// One step of a preparation: zeros written and synced over `len` bytes
+    /// of `file` from `pos` ([`MappedFile::prepare_range`]), counted when
+    /// done; false (nothing written) once something was appended.
+    fn step(&self, file: &MappedFile, pos: usize, len: usize) -> Result<bool, MappedFileError> {
+        let done = file.prepare_range(pos, len)?;
+        if done {
+            bump(&self.steps, 1);
+            bump(&self.bytes_written, len as u64);
+        }
+        Ok(done)
+    }
+
     pub(crate) fn snapshot(&self) -> PreparationStats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         PreparationStats {
@@ -258,7 +270,7 @@ impl Preparer {
             }
             let len = chunk.min(size.saturating_sub(pos)); // `pos < size`
             pace.spend(started.elapsed(), len as u64);
-            match file.prepare_range(pos, len) {
+            match self.counters.step(&file, pos, len) {
                 Ok(true) => {}
                 // Only while nothing was appended, which holds until hand-over.
                 Ok(false) => break,
@@ -269,8 +281,6 @@ impl Preparer {
                     return Err(err);
                 }
             }
-            bump(&self.counters.steps, 1);
-            bump(&self.counters.bytes_written, len as u64);
             pos = pos.saturating_add(len);
         }
         if self.mode == SegmentPreparation::WrittenAndFaulted {
@@ -299,11 +309,9 @@ pub(crate) fn prepare_in_place(file: &MappedFile, chunk: usize, counters: &Count
     let mut pos = 0usize;
     while pos < size {
         let len = step.min(size.saturating_sub(pos));
-        if !file.prepare_range(pos, len)? {
+        if !counters.step(file, pos, len)? {
             return Ok(false);
         }
-        bump(&counters.steps, 1);
-        bump(&counters.bytes_written, len as u64);
         pos = pos.saturating_add(len);
     }
     bump(&counters.prepared_in_place, 1);
