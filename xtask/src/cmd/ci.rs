@@ -2,6 +2,8 @@
 
 use crate::cmd::{crash, raft_kill, release_check, test};
 use crate::process::cargo;
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// fmt, clippy, the tests, the CI-sized crash suite (loom included), the raft
 /// kill test, the release check, packaging and rustdoc: stable Rust only.
@@ -26,10 +28,28 @@ const UNPUBLISHED: [&str; 4] = ["crash-suite", "commitlog-bench", "test-support"
 /// verify builds use the workspace's packages even where crates.io holds a
 /// crate of the same name (`commitlog`, `store-io` and `mapped-file` are taken
 /// there: CHANGELOG.md and README.md say what that means for publishing).
+///
+/// The packages go to a target directory of their own, named for this run and
+/// removed after it. Cargo serves the verify builds the workspace's packages
+/// from a registry under the target directory and unpacks each into
+/// `$CARGO_HOME/registry/src/<hash of that registry's path>/`, skipping any it
+/// finds already unpacked: with the usual `target/package`, a checkout at the
+/// same path as an earlier run (a CI machine's) builds against the earlier run's
+/// sources of a crate whose version did not change, and fails on what changed
+/// since (or passes on what a fresh machine would reject). A path of its own
+/// each run gets a registry of its own.
 fn package() -> Result<(), String> {
-    let mut args = vec!["package", "--workspace", "--allow-dirty", "--quiet"];
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let stamp = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let target = root.join("target").join(format!("package-check-{}-{stamp}", std::process::id()));
+    let target_arg = target.to_string_lossy().into_owned();
+    let mut args = vec!["package", "--workspace", "--allow-dirty", "--quiet", "--target-dir", &target_arg];
     for crate_name in UNPUBLISHED {
         args.extend(["--exclude", crate_name]);
     }
-    cargo(&args, &[])
+    let packaged = cargo(&args, &[]);
+    if packaged.is_ok() {
+        std::fs::remove_dir_all(&target).map_err(|e| format!("cannot remove {}: {e}", target.display()))?;
+    }
+    packaged
 }
