@@ -37,6 +37,7 @@ mod bench_doc;
 mod inspect;
 mod messages;
 mod produce;
+mod stdin_lines;
 mod table;
 
 /// Default segment size for logs the tool creates (the library's default).
@@ -247,8 +248,26 @@ fn hint(e: &CliError) -> &'static str {
     }
 }
 
+/// The library's log lines on stderr: `RUST_LOG` picks them (`RUST_LOG=info`,
+/// `RUST_LOG=commitlog=debug`); by default warnings and errors, so a rebuild
+/// of derived data, a damaged file set aside or a failing flush is said where
+/// an operator sees it.
+fn log_to_stderr() {
+    use std::io::IsTerminal as _;
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    // Only fails if a subscriber is set already, which nothing else does.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .try_init();
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    log_to_stderr();
     let result = match cli.command {
         Command::Bench(args) => bench::run(args),
         Command::Produce(args) => produce::run(args),

@@ -1,6 +1,6 @@
 //! `commitlog produce`: stdin lines in, acknowledged offsets out, pipelined.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::mpsc;
 
@@ -51,8 +51,7 @@ pub fn run(args: ProduceArgs) -> Result<(), CliError> {
         Ok(printed)
     });
     let mut result = Ok(());
-    let stdin = std::io::stdin();
-    for (number, line) in stdin.lock().split(b'\n').enumerate() {
+    for (number, line) in crate::stdin_lines::StdinLines::read()?.enumerate() {
         let line = match line {
             Ok(line) => line,
             Err(e) => {

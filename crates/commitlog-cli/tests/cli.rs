@@ -785,7 +785,7 @@ fn receive_follow_prints_durable_messages_beside_the_running_store_and_commits_n
         assert!(line.starts_with(&format!("{}\t{i}x", 4 + i)), "{}", &line[..20.min(line.len())]);
     }
     interrupt(child);
-    assert_eq!(store.committed_offset("g", "t", 1), None, "--follow commits nothing");
+    assert_eq!(store.committed_offset("g", "t", 1).unwrap(), None, "--follow commits nothing");
     store.shutdown().unwrap();
     // A queue the store does not have: a clear refusal.
     assert_clean_failure(
@@ -927,7 +927,7 @@ fn verify_checks_a_message_stores_derived_data_and_recover_repairs_it_from_the_l
     assert!(report["message_store"]["problems"].as_array().unwrap().is_empty(), "{report}");
     assert!(run(&["verify", "--dir", d]).status.success());
     // Nothing lost: the group reads on from 20, the next message gets 30.
-    let rest = run(&["receive", "--dir", d, "--topic", "t", "--group", "g"]);
+    let rest = run(&["receive", "--dir", d, "--topic", "t", "--queue", "0", "--group", "g"]);
     let lines: Vec<String> = text(&rest.stdout).lines().map(String::from).collect();
     assert_eq!(lines.len(), 10, "{}", text(&rest.stderr));
     assert_eq!(lines[0], "20\tmessage 20");
@@ -949,7 +949,7 @@ fn receive_follow_reads_through_a_damaged_index_run_from_the_log() {
     thirty_messages(dir.path());
     damage_run(dir.path());
     let out = run_bounded(
-        &["receive", "--dir", d, "--topic", "t", "--group", "other", "--follow", "--max", "30"],
+        &["receive", "--dir", d, "--topic", "t", "--queue", "0", "--group", "other", "--follow", "--max", "30"],
         b"",
         std::time::Duration::from_secs(20),
     );
@@ -1001,7 +1001,7 @@ fn receive_on_a_full_disk_prints_the_queue_and_says_it_could_not_commit() {
     while file.write_all(&chunk).is_ok() {}
     let _ = file.flush();
     let s = store.to_str().unwrap();
-    let out = run(&["receive", "--dir", s, "--topic", "t", "--group", "g"]);
+    let out = run(&["receive", "--dir", s, "--topic", "t", "--queue", "0", "--group", "g"]);
     let printed = text(&out.stdout);
     let err = text(&out.stderr);
     unmount();
@@ -1102,7 +1102,7 @@ fn query_finds_keys_topics_delete_and_offsets_reset_and_remove() {
     assert_eq!(reset(&["--earliest", "--queue", "0"]), "0\t0\n");
     assert_eq!(reset(&["--offset", "1", "--queue", "0"]), "0\t1\n");
     assert_eq!(reset(&["--time", "2000-01-01T00:00:00Z", "--queue", "0"]), "0\t0\n");
-    let read = run(&["receive", "--dir", d, "--topic", "b", "--group", "g", "--peek"]);
+    let read = run(&["receive", "--dir", d, "--topic", "b", "--queue", "0", "--group", "g", "--peek"]);
     assert_eq!(text(&read.stdout), "0\tb with k\n1\tb with other\n", "from the offset reset to");
     assert_clean_failure(&run(&["offsets", "reset", "--dir", d, "--group", "g", "--topic", "b"]), 2, "--earliest");
     assert_clean_failure(
@@ -1170,11 +1170,166 @@ fn verify_says_what_the_open_repairs_of_a_lost_queue_index_runs_or_dispatch_chec
         let said = text(&found.stdout);
         assert!(said.contains("the next open"), "{damage}: {said}");
         // Nothing was lost: an open repairs it, and the group reads on from 20.
-        let rest = run(&["receive", "--dir", d, "--topic", "t", "--group", "g"]);
+        let rest = run(&["receive", "--dir", d, "--topic", "t", "--queue", "0", "--group", "g"]);
         let lines: Vec<String> = text(&rest.stdout).lines().map(String::from).collect();
         assert_eq!(lines.len(), 10, "{damage}: {}", text(&rest.stderr));
         assert_eq!(lines[0], "20\tmessage 20", "{damage}");
         let clean = run(&["verify", "--dir", d]);
         assert!(clean.status.success(), "{damage}: {}", text(&clean.stdout));
     }
+}
+
+/// `receive` without `--queue` reads every queue of the topic (in queue
+/// order, each line with its queue) and commits the group's offset in each;
+/// `--queue` reads one; `--from` needs one queue.
+#[test]
+fn receive_reads_every_queue_of_the_topic_unless_one_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let args = ["send", "--dir", d, "--segment-size", SEGMENT, "--topic", "t", "--create-queues", "3", "--round-robin"];
+    let sent = run_in(&args, b"a\nb\nc\nd\ne\nf\ng\n");
+    assert!(sent.status.success(), "{}", text(&sent.stderr));
+    let all = run(&["receive", "--dir", d, "--topic", "t", "--group", "g"]);
+    assert!(all.status.success(), "{}", text(&all.stderr));
+    assert_eq!(text(&all.stdout), "0\t0\ta\n0\t1\td\n0\t2\tg\n1\t0\tb\n1\t1\te\n2\t0\tc\n2\t1\tf\n");
+    let again = run(&["receive", "--dir", d, "--topic", "t", "--group", "g"]);
+    assert_eq!(text(&again.stdout), "", "every queue's offset committed: {}", text(&again.stderr));
+    let one = run(&["receive", "--dir", d, "--topic", "t", "--group", "h", "--queue", "1", "--json"]);
+    let queues: Vec<u64> = text(&one.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["queue"].as_u64().unwrap())
+        .collect();
+    assert_eq!(queues, [1, 1], "{}", text(&one.stderr));
+    let capped = run(&["receive", "--dir", d, "--topic", "t", "--group", "k", "--max", "4", "--peek"]);
+    assert_eq!(text(&capped.stdout), "0\t0\ta\n0\t1\td\n0\t2\tg\n1\t0\tb\n", "--max over every queue read");
+    assert_clean_failure(&run(&["receive", "--dir", d, "--topic", "t", "--group", "g", "--from", "0"]), 2, "--queue");
+    for follow in [&[][..], &["--follow"][..]] {
+        let group = if follow.is_empty() { "m" } else { "n" };
+        let mut args = vec!["receive", "--dir", d, "--topic", "t", "--group", group, "--max", "7"];
+        args.extend_from_slice(follow);
+        let out = run_bounded(&args, b"", std::time::Duration::from_secs(20));
+        assert_eq!(text(&out.stdout).lines().count(), 7, "{follow:?}: {}", text(&out.stderr));
+    }
+}
+
+/// A malformed `--tags` is a usage error before anything is read: the
+/// group's offset stays where it was (a filter that matched nothing would have
+/// moved it past every message).
+#[test]
+fn receive_refuses_a_malformed_tag_expression_and_moves_no_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let args = ["send", "--dir", d, "--segment-size", SEGMENT, "--topic", "t", "--create-queues", "1", "--tags", "a"];
+    assert!(run_in(&args, b"x\ny\n").status.success());
+    for follow in [&[][..], &["--follow"][..]] {
+        let mut args = vec!["receive", "--dir", d, "--topic", "t", "--group", "g", "--tags", "a ||| b"];
+        args.extend_from_slice(follow);
+        assert_clean_failure(&run_bounded(&args, b"", std::time::Duration::from_secs(20)), 2, "--tags");
+    }
+    let read = run(&["receive", "--dir", d, "--topic", "t", "--group", "g", "--tags", "a || b"]);
+    assert_eq!(text(&read.stdout), "0\tx\n1\ty\n", "{}", text(&read.stderr));
+}
+
+/// The message commands on a plain commit log say it is one, instead of
+/// printing an empty listing and exiting 0.
+#[test]
+fn message_commands_on_a_plain_commit_log_say_it_is_not_a_message_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    produce(dir.path(), &["r".to_string()], "sync");
+    assert_clean_failure(&run(&["topics", "--dir", d]), 1, "not a message store");
+    assert_clean_failure(&run(&["receive", "--dir", d, "--topic", "t", "--group", "g"]), 1, "not a message store");
+    assert_clean_failure(&run(&["query", "--dir", d, "--key", "k"]), 1, "not a message store");
+    assert_eq!(consume(dir.path()), [(0, "r".to_string())], "the log untouched");
+}
+
+/// Ctrl-C during `send` (or `produce`) ends it as the end of its input would:
+/// every line read is acknowledged and printed, and the store is closed
+/// cleanly (no abort marker: the next open recovers nothing).
+#[test]
+fn ctrl_c_during_send_or_produce_closes_the_store_cleanly() {
+    for command in ["send", "produce"] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_str().unwrap();
+        let mut args = vec![command, "--dir", d, "--segment-size", SEGMENT];
+        if command == "send" {
+            args.extend(["--topic", "t", "--create-queues", "1"]);
+        }
+        let mut child = commitlog()
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"one\ntwo\nthree\n").unwrap();
+        stdin.flush().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        for _ in 0..3 {
+            let mut line = String::new();
+            stdout.read_line(&mut line).unwrap();
+            assert!(!line.is_empty(), "{command}: an acknowledgement per line");
+        }
+        // stdin stays open: the command waits for more when Ctrl-C comes.
+        assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+        let exit = child.wait().unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert!(exit.success(), "{command}: Ctrl-C ends it cleanly: {exit:?} {err}");
+        drop(stdin);
+        let markers: Vec<_> = walk(dir.path()).into_iter().filter(|p| p.file_name().unwrap() == "abort").collect();
+        assert!(markers.is_empty(), "{command}: closed cleanly, no abort marker: {markers:?}");
+        if command == "send" {
+            let read = run(&["receive", "--dir", d, "--topic", "t", "--group", "g"]);
+            assert_eq!(text(&read.stdout), "0\tone\n1\ttwo\n2\tthree\n", "{}", text(&read.stderr));
+        } else {
+            assert_eq!(consume(dir.path()).len(), 3);
+        }
+    }
+}
+
+/// The tool shows the library's warnings on stderr (a rebuild of derived data
+/// is said where an operator sees it, without colour codes in a file or
+/// pipe); `RUST_LOG=off` silences them.
+#[test]
+fn the_library_warnings_reach_stderr_and_rust_log_picks_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    thirty_messages(dir.path());
+    let rest = |env: Option<&str>| {
+        std::fs::remove_file(dir.path().join("config").join("dispatch")).unwrap();
+        let mut command = commitlog();
+        command.args(["receive", "--dir", d, "--topic", "t", "--group", "g", "--peek"]);
+        match env {
+            Some(value) => command.env("RUST_LOG", value),
+            None => command.env_remove("RUST_LOG"),
+        };
+        command.output().unwrap()
+    };
+    let said = rest(None);
+    assert_eq!(text(&said.stdout).lines().count(), 10, "{}", text(&said.stderr));
+    let err = text(&said.stderr);
+    assert!(err.contains("WARN") && err.contains("dispatch checkpoint"), "the rebuild is said: {err}");
+    assert!(!err.contains('\u{1b}'), "no colour codes into a pipe: {err:?}");
+    let quiet = rest(Some("off"));
+    assert_eq!(text(&quiet.stdout).lines().count(), 10);
+    assert_eq!(text(&quiet.stderr), "", "RUST_LOG=off");
+}
+
+/// `recover` on a store whose queue index was deleted says how many messages
+/// its open dispatched again from the log.
+#[test]
+fn recover_reports_the_messages_dispatched_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    thirty_messages(dir.path());
+    std::fs::remove_dir_all(dir.path().join("queueindex")).unwrap();
+    let repaired = run(&["recover", "--dir", d, "--json"]);
+    assert!(repaired.status.success(), "{}", text(&repaired.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&repaired.stdout).unwrap();
+    assert_eq!(report["message_store"]["redispatched"].as_u64(), Some(30), "{report}");
+    std::fs::remove_dir_all(dir.path().join("queueindex")).unwrap();
+    let said = text(&run(&["recover", "--dir", d]).stdout);
+    assert!(said.contains("dispatched again    30 messages"), "{said}");
 }

@@ -362,7 +362,7 @@ fn check(base: &Base, storage: SimStorage, done: &Damaged) -> Tally {
             }
         }
         let committed = base.committed.iter().filter(|c| c.0 == queue).map(|c| c.1).max();
-        if committed.is_some_and(|c| store.committed_offset("g", TOPIC, queue).is_none_or(|now| now < c)) {
+        if committed.is_some_and(|c| store.committed_offset("g", TOPIC, queue).unwrap().is_none_or(|now| now < c)) {
             tally.offsets_lowered += 1;
         }
         let held = acked.iter().map(|a| a.1 + 1).max().unwrap_or(0);

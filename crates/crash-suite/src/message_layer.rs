@@ -349,7 +349,7 @@ fn check_image(
                 }
             }
             for (_, o) in commits.iter().filter(|c| c.0 == queue) {
-                if store.committed_offset("g", "t", queue).is_none_or(|c| c < *o) {
+                if store.committed_offset("g", "t", queue).unwrap().is_none_or(|c| c < *o) {
                     tally.offsets_lost += 1;
                 }
             }

@@ -175,9 +175,28 @@ pub enum StoreError {
     /// The store is shut down.
     #[error("the message store is shut down")]
     Shutdown,
+    /// The store's directory is locked: by another process, or by this one (a
+    /// store of it is open, or a message body read from an earlier open is
+    /// still alive). Nothing was opened.
+    #[error("message store at {} is locked {}", dir.display(), LockedBy(*holder))]
+    Locked {
+        /// The store's directory.
+        dir: PathBuf,
+        /// Who holds the lock, as far as the store can tell.
+        holder: commitlog::LockHolder,
+    },
+    /// Waiting for durability failed: a put's or a commit's sync timed out,
+    /// the flush failed, or the store shut down before it was durable
+    /// (what [`DurabilityHandle::wait`](commitlog::DurabilityHandle::wait)
+    /// returns converts into this with `?`).
+    #[error(transparent)]
+    Durability(commitlog::FlushError),
+    /// A subscription expression is malformed.
+    #[error(transparent)]
+    Filter(#[from] FilterError),
     /// The commit log failed.
     #[error(transparent)]
-    Log(#[from] commitlog::Error),
+    Log(commitlog::Error),
     /// The queue index failed.
     #[error(transparent)]
     QueueIndex(#[from] queue_index::IndexError),
@@ -185,6 +204,66 @@ pub enum StoreError {
     /// error names it.
     #[error(transparent)]
     File(#[from] mapped_file::MappedFileError),
+}
+
+impl From<commitlog::Error> for StoreError {
+    /// The log's lock and durability errors arrive as [`StoreError::Locked`]
+    /// and [`StoreError::Durability`], as the same failures met by the store
+    /// directly do: one match per failure, whichever layer met it.
+    fn from(error: commitlog::Error) -> Self {
+        match error {
+            commitlog::Error::Locked { dir, holder, .. } => StoreError::Locked { dir, holder },
+            commitlog::Error::Durability(flush) => StoreError::Durability(flush),
+            other => StoreError::Log(other),
+        }
+    }
+}
+
+impl From<commitlog::FlushError> for StoreError {
+    fn from(error: commitlog::FlushError) -> Self {
+        StoreError::Durability(error)
+    }
+}
+
+/// How [`StoreError::Locked`] says who holds the lock, in the store's terms.
+struct LockedBy(commitlog::LockHolder);
+
+impl std::fmt::Display for LockedBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            commitlog::LockHolder::ThisProcess => f.write_str(
+                "by this process: a MessageStore of it is open already, or a message body (StoredMessage::body) \
+                 read from an earlier open is still alive (drop it, or keep a copy with StoredMessage::into_owned)",
+            ),
+            other => other.fmt(f),
+        }
+    }
+}
+
+/// Why a subscription expression ([`TagFilter::parse`](crate::TagFilter::parse)) is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FilterError {
+    /// Two `||` with no tag between them, or one at either end.
+    #[error("subscription expression {expression:?} has an empty tag (tags are separated by \"||\")")]
+    EmptyTag {
+        /// The expression.
+        expression: String,
+    },
+    /// A tag holds a character no tag may hold: `|` (a separator written
+    /// wrong, such as `|||` or a single `|`) or `*` (which stands alone, for
+    /// every tag).
+    #[error(
+        "subscription expression {expression:?}: tag {tag:?} has {bad:?}; write `*` alone, or tags separated by \"||\""
+    )]
+    BadTag {
+        /// The expression.
+        expression: String,
+        /// The tag refused, trimmed.
+        tag: String,
+        /// The character refused.
+        bad: char,
+    },
 }
 
 /// Maps an I/O error on `path` to [`StoreError::Io`].

@@ -1,6 +1,7 @@
 //! Reading a queue (RocketMQ's `getMessage`): statuses, tag filters, offsets by
 //! store time; messages by key (`queryMessage`).
 
+use crate::error::FilterError;
 use crate::index::key_hash;
 use crate::message::{tags_code, StoredMessage};
 use crate::records::{message_at, QueueWalk, Read};
@@ -23,14 +24,38 @@ pub enum TagFilter {
 }
 
 impl TagFilter {
-    /// Parses RocketMQ's subscription expression: `*` (or empty) for all, else
-    /// tags separated by `||`.
-    pub fn parse(expression: &str) -> Self {
-        let expression = expression.trim();
-        if expression.is_empty() || expression == "*" {
-            return TagFilter::All;
+    /// Parses RocketMQ's subscription expression: `*` (or empty) for every
+    /// message, else tags separated by `||`, each trimmed (`"new || paid"`).
+    /// An empty tag (`"a ||"`, `"a || || b"`) or a tag holding `|` or `*`
+    /// (`"a ||| b"`, `"a | b"`, `"a || *"`) is refused: a filter that matches
+    /// nothing the writer meant would move a group's offset past every message.
+    ///
+    /// ```
+    /// use message_store::{FilterError, TagFilter};
+    ///
+    /// assert_eq!(TagFilter::parse("*")?, TagFilter::All);
+    /// assert_eq!(TagFilter::parse(" new || paid ")?, TagFilter::Tags(vec!["new".into(), "paid".into()]));
+    /// assert!(matches!(TagFilter::parse("new ||| paid"), Err(FilterError::BadTag { bad: '|', .. })));
+    /// # Ok::<(), FilterError>(())
+    /// ```
+    pub fn parse(expression: &str) -> Result<Self, FilterError> {
+        let trimmed = expression.trim();
+        if trimmed.is_empty() || trimmed == "*" {
+            return Ok(TagFilter::All);
         }
-        TagFilter::Tags(expression.split("||").map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).collect())
+        let mut tags = Vec::new();
+        for tag in trimmed.split("||").map(str::trim) {
+            if tag.is_empty() {
+                return Err(FilterError::EmptyTag { expression: expression.to_string() });
+            }
+            if let Some(bad) = tag.chars().find(|c| matches!(c, '|' | '*')) {
+                return Err(FilterError::BadTag { expression: expression.to_string(), tag: tag.to_string(), bad });
+            }
+            if !tags.iter().any(|t| t == tag) {
+                tags.push(tag.to_string());
+            }
+        }
+        Ok(TagFilter::Tags(tags))
     }
 
     fn passes_code(&self, code: u64) -> bool {
@@ -45,6 +70,15 @@ impl TagFilter {
             TagFilter::All => true,
             TagFilter::Tags(tags) => message.tags.as_ref().is_some_and(|tag| tags.iter().any(|t| t == tag)),
         }
+    }
+}
+
+impl std::str::FromStr for TagFilter {
+    type Err = FilterError;
+
+    /// [`TagFilter::parse`].
+    fn from_str(expression: &str) -> Result<Self, FilterError> {
+        TagFilter::parse(expression)
     }
 }
 
@@ -92,8 +126,9 @@ pub struct GetResult {
 /// ```
 /// use message_store::{GetRequest, TagFilter};
 ///
-/// let request = GetRequest::new("orders", 2, 0).max_count(64).filter(TagFilter::parse("new || paid"));
+/// let request = GetRequest::new("orders", 2, 0).max_count(64).filter(TagFilter::parse("new || paid")?);
 /// assert_eq!((request.topic.as_str(), request.queue_id, request.max_count), ("orders", 2, 64));
+/// # Ok::<(), message_store::FilterError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

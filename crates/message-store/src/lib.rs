@@ -27,8 +27,7 @@
 //! ```
 //! use std::time::Duration;
 //!
-//! use commitlog::{CommitLogConfig, FlushDiskType};
-//! use message_store::{GetRequest, GetStatus, Message, MessageStore, MessageStoreConfig, TagFilter};
+//! use message_store::{CommitLogConfig, FlushDiskType, GetRequest, GetStatus, Message, MessageStore, MessageStoreConfig, TagFilter};
 //!
 //! let dir = tempfile::tempdir()?;
 //! let config = MessageStoreConfig::builder()
@@ -39,7 +38,7 @@
 //! let put = store.put_message(&Message::new("orders", 2, "hello").with_tags("new"))?;
 //! put.durability.wait()?; // durable, and soon dispatched
 //! assert!(store.wait_for("orders", 2, put.queue_offset, Duration::from_secs(5))?.arrived());
-//! let got = store.get_messages(&GetRequest::new("orders", 2, 0).filter(TagFilter::parse("new")).group("readers"))?;
+//! let got = store.get_messages(&GetRequest::new("orders", 2, 0).filter(TagFilter::parse("new")?).group("readers"))?;
 //! assert_eq!(got.status, GetStatus::Found);
 //! assert_eq!(&got.messages[0].body[..], b"hello");
 //! store.commit_offset("readers", "orders", 2, got.next_offset)?;
@@ -92,8 +91,14 @@ mod textfile;
 mod topic;
 
 pub use bytes::Bytes;
+/// The commit log under the store, whole: its configuration, records, errors
+/// and tools (the types a store's user meets most are also re-exported below).
+pub use commitlog;
+/// The log's configuration and the durability of a put, as a store's user
+/// meets them (the same types as in [`commitlog`]).
+pub use commitlog::{CommitLogConfig, CommitLogConfigBuilder, DurabilityHandle, FlushDiskType, FlushError, LockHolder};
 pub use config::{DispatchLimit, MessageStoreConfig, MessageStoreConfigBuilder};
-pub use error::{MessageError, NameError, StoreError};
+pub use error::{FilterError, MessageError, NameError, StoreError};
 pub use get::{GetRequest, GetResult, GetStatus, TagFilter, TimeBound};
 pub use group::{BatchPutResult, PutResult};
 pub use index::IndexConfig;

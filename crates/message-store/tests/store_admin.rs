@@ -40,7 +40,7 @@ fn a_commit_right_after_a_durable_put_waits_for_dispatch_instead_of_failing() {
         put.durability.wait().unwrap();
         store.commit_offset("g", "t", (i % 2) as u32, put.queue_offset + 1).unwrap_or_else(|e| panic!("put {i}: {e}"));
     }
-    assert_eq!(store.committed_offset("g", "t", 0), Some(100));
+    assert_eq!(store.committed_offset("g", "t", 0).unwrap(), Some(100));
     // Past what was put it is still refused, at once.
     let refused = store.commit_offset("g", "t", 0, 102);
     assert!(matches!(refused, Err(StoreError::OffsetBeyondQueue { offset: 102, max: 100, .. })), "{refused:?}");
@@ -68,7 +68,7 @@ fn offsets_reset_to_each_end_an_offset_or_a_time_with_one_sync() {
     assert_eq!(store.reset_consumer_offsets("g", "t", Some(0), ResetTo::Offset(99)).unwrap(), vec![(0, 10)], "clamped");
     let at = store.reset_consumer_offsets("g", "t", Some(0), ResetTo::Time(times[4])).unwrap();
     assert!(at[0].1 <= 4 && times[at[0].1 as usize] >= times[4], "{at:?}");
-    assert_eq!(store.committed_offset("g", "t", 0), Some(at[0].1));
+    assert_eq!(store.committed_offset("g", "t", 0).unwrap(), Some(at[0].1));
     assert!(matches!(
         store.reset_consumer_offsets("g", "t", Some(2), ResetTo::Earliest),
         Err(StoreError::UnknownQueue { .. })
@@ -115,9 +115,9 @@ fn message_counts_are_exact_for_all_and_estimated_by_tag() {
     store.wait_for("t", 0, 99, Duration::from_secs(10)).unwrap();
     assert_eq!(store.estimate_message_count("t", 0, 0, 100, &TagFilter::All).unwrap(), 100);
     assert_eq!(store.estimate_message_count("t", 0, 90, 1000, &TagFilter::All).unwrap(), 10, "clamped to the end");
-    assert_eq!(store.estimate_message_count("t", 0, 0, 100, &TagFilter::parse("a")).unwrap(), 25);
-    assert_eq!(store.estimate_message_count("t", 0, 0, 100, &TagFilter::parse("a || b")).unwrap(), 100);
-    assert_eq!(store.estimate_message_count("t", 0, 50, 50, &TagFilter::parse("a")).unwrap(), 0);
+    assert_eq!(store.estimate_message_count("t", 0, 0, 100, &TagFilter::parse("a").unwrap()).unwrap(), 25);
+    assert_eq!(store.estimate_message_count("t", 0, 0, 100, &TagFilter::parse("a || b").unwrap()).unwrap(), 100);
+    assert_eq!(store.estimate_message_count("t", 0, 50, 50, &TagFilter::parse("a").unwrap()).unwrap(), 0);
     store.shutdown().unwrap();
 }
 
@@ -157,12 +157,42 @@ fn a_body_holds_the_store_lock_past_shutdown_until_dropped() {
     store.shutdown().unwrap();
     drop(store);
     let locked = MessageStore::open(dir.path(), config());
-    assert!(
-        matches!(&locked, Err(StoreError::Log(commitlog::Error::Locked { .. }))),
-        "the body's view still maps the log: {locked:?}"
-    );
+    let Err(StoreError::Locked { holder: message_store::LockHolder::ThisProcess, dir: locked_dir }) = &locked else {
+        panic!("the body's view still maps the log: {locked:?}");
+    };
+    assert!(locked_dir.starts_with(dir.path()), "{locked_dir:?}");
+    let said = locked.as_ref().unwrap_err().to_string();
+    assert!(said.contains("StoredMessage::body") && !said.contains("Record::body"), "in the store's terms: {said}");
     drop(got);
     let reopened = MessageStore::open(dir.path(), config()).expect("the lock goes with the last view");
     assert_eq!(&owned.body[..], b"kept", "a copied body outlives the store");
     reopened.shutdown().unwrap();
+}
+
+/// A store's user meets one error type: what a put's durability wait returns
+/// converts into `StoreError` with `?`, a log error about the lock or a
+/// durability wait arrives one level deep, and a query that can fail says so.
+#[test]
+fn errors_of_every_layer_convert_into_store_error_one_level_deep() {
+    use message_store::{FlushError, NameError};
+    let durability: StoreError = FlushError::Timeout { offset: 7, timeout_ms: 5 }.into();
+    assert!(matches!(durability, StoreError::Durability(FlushError::Timeout { offset: 7, .. })), "{durability:?}");
+    let via_log: StoreError = commitlog::Error::Durability(FlushError::Timeout { offset: 7, timeout_ms: 5 }).into();
+    assert!(matches!(via_log, StoreError::Durability(FlushError::Timeout { offset: 7, .. })), "{via_log:?}");
+    fn put_and_wait(store: &MessageStore) -> Result<u64, StoreError> {
+        let put = store.put_message(&Message::new("t", 0, "x"))?;
+        put.durability.wait()?; // FlushError into StoreError
+        Ok(put.queue_offset)
+    }
+    let sim = SimStorage::new();
+    let store = open(&sim, config(FlushDiskType::SyncFlush));
+    store.create_topic("t", 1).unwrap();
+    assert_eq!(put_and_wait(&store).unwrap(), 0);
+    assert_eq!(store.committed_offset("g", "t", 0).unwrap(), None);
+    store.commit_offset("g", "t", 0, 1).unwrap();
+    assert_eq!(store.committed_offset("g", "t", 0).unwrap(), Some(1));
+    let bad = store.committed_offset("bad group", "t", 0);
+    assert!(matches!(bad, Err(StoreError::Name(NameError::BadCharacter { .. }))), "{bad:?}");
+    store.shutdown().unwrap();
+    assert!(matches!(store.committed_offset("g", "t", 0), Err(StoreError::Shutdown)));
 }

@@ -88,22 +88,55 @@ fn tag_filters_compare_strings_after_hashes_so_collisions_never_leak() {
     store.put_message(&Message::new("t", 0, &b"untagged"[..])).unwrap();
     assert!(store.wait_for("t", 0, 4, WAIT).unwrap().arrived());
     let aa = store
-        .get_messages(&GetRequest::new("t", 0, 0).max_count(10).max_bytes(u64::MAX).filter(TagFilter::parse("Aa")))
+        .get_messages(
+            &GetRequest::new("t", 0, 0).max_count(10).max_bytes(u64::MAX).filter(TagFilter::parse("Aa").unwrap()),
+        )
         .unwrap();
     assert_eq!(aa.messages.iter().map(|m| m.queue_offset).collect::<Vec<_>>(), vec![0, 3]);
     assert_eq!(aa.next_offset, 5, "filtered entries advance the next offset");
     let either = store
         .get_messages(
-            &GetRequest::new("t", 0, 0).max_count(10).max_bytes(u64::MAX).filter(TagFilter::parse(" BB || C ")),
+            &GetRequest::new("t", 0, 0)
+                .max_count(10)
+                .max_bytes(u64::MAX)
+                .filter(TagFilter::parse(" BB || C ").unwrap()),
         )
         .unwrap();
     assert_eq!(either.messages.iter().map(|m| m.queue_offset).collect::<Vec<_>>(), vec![1, 2]);
     let none = store
-        .get_messages(&GetRequest::new("t", 0, 4).max_count(10).max_bytes(u64::MAX).filter(TagFilter::parse("Z")))
+        .get_messages(
+            &GetRequest::new("t", 0, 4).max_count(10).max_bytes(u64::MAX).filter(TagFilter::parse("Z").unwrap()),
+        )
         .unwrap();
     assert_eq!((none.status, none.next_offset), (GetStatus::NoMatchedMessage, 5));
-    assert_eq!(TagFilter::parse("*"), TagFilter::All);
+    assert_eq!(TagFilter::parse("*").unwrap(), TagFilter::All);
     store.shutdown().unwrap();
+}
+
+/// A malformed subscription expression is refused, never turned into a filter
+/// that matches none of the tags the writer meant (which would move a group's
+/// offset past every message).
+#[test]
+fn a_malformed_tag_expression_is_refused_and_a_good_one_parses() {
+    use message_store::FilterError;
+    for all in ["", "  ", "*", " * "] {
+        assert_eq!(TagFilter::parse(all).unwrap(), TagFilter::All, "{all:?}");
+    }
+    let tags = |t: &[&str]| TagFilter::Tags(t.iter().map(|s| s.to_string()).collect());
+    assert_eq!(TagFilter::parse("a").unwrap(), tags(&["a"]));
+    assert_eq!(TagFilter::parse(" a || b ||c ").unwrap(), tags(&["a", "b", "c"]));
+    assert_eq!(TagFilter::parse("a || a").unwrap(), tags(&["a"]), "a tag once");
+    assert_eq!("a||b".parse::<TagFilter>().unwrap(), tags(&["a", "b"]), "FromStr");
+    for bad in ["a ||| b", "a | b", "|a", "a || *", "*a", "a||b||*"] {
+        let err = TagFilter::parse(bad).unwrap_err();
+        assert!(matches!(err, FilterError::BadTag { .. }), "{bad:?}: {err:?}");
+        assert!(err.to_string().contains(bad), "the error names the expression: {err}");
+    }
+    for empty in ["a ||", "|| a", "a || || b", "||"] {
+        assert!(matches!(TagFilter::parse(empty), Err(FilterError::EmptyTag { .. })), "{empty:?}");
+    }
+    let err: StoreError = TagFilter::parse("a ||| b").unwrap_err().into();
+    assert!(matches!(err, StoreError::Filter(FilterError::BadTag { bad: '|', .. })), "{err:?}");
 }
 
 #[test]
@@ -260,7 +293,9 @@ fn under_async_flush_a_message_someone_waits_for_is_readable_when_its_put_return
     let stats = store.stats();
     assert_eq!((stats.dispatch_error.clone(), stats.dispatch_point), (None, stats.log_max_offset));
     let filtered = store
-        .get_messages(&GetRequest::new("t", 0, 0).max_count(200).max_bytes(u64::MAX).filter(TagFilter::parse("a")))
+        .get_messages(
+            &GetRequest::new("t", 0, 0).max_count(200).max_bytes(u64::MAX).filter(TagFilter::parse("a").unwrap()),
+        )
         .unwrap();
     assert_eq!(filtered.messages.len(), 50, "tags hashed on the put path as dispatch hashes them");
     store.shutdown().unwrap();
@@ -426,13 +461,13 @@ fn consumer_offsets_are_durable_and_never_beyond_the_queue() {
     assert!(matches!(store.commit_offset("g", "t", 1, 4), Err(StoreError::OffsetBeyondQueue { max: 3, .. })));
     assert!(matches!(store.commit_offset("bad group", "t", 1, 0), Err(StoreError::Name(_))));
     assert!(matches!(store.commit_offset("g", "t", 5, 0), Err(StoreError::UnknownQueue { .. })));
-    assert_eq!(store.committed_offset("g", "t", 1), Some(3));
+    assert_eq!(store.committed_offset("g", "t", 1).unwrap(), Some(3));
     // A power cut right after the commit returned: it survives.
     let image = sim.snapshot().crash_image(|_| false);
     store.shutdown().unwrap();
     let reopened = open(&image, config(FlushDiskType::SyncFlush));
-    assert_eq!(reopened.committed_offset("g", "t", 1), Some(3));
-    assert_eq!(reopened.committed_offset("g", "t", 0), None);
+    assert_eq!(reopened.committed_offset("g", "t", 1).unwrap(), Some(3));
+    assert_eq!(reopened.committed_offset("g", "t", 0).unwrap(), None);
     reopened.shutdown().unwrap();
 }
 
@@ -519,7 +554,7 @@ fn the_files_of_a_store_read_back_as_its_queues_without_opening_it() {
     let bodies: Vec<&[u8]> = all.messages.iter().map(|m| &m.body[..]).collect();
     assert_eq!(bodies, [&b"m0"[..], b"m1", b"m2", b"m3", b"m4", b"m5"]);
     assert_eq!((all.next_offset, all.skipped_to), (6, None));
-    let odd = inspect::read_queue(root, "t", 1, 2, 100, &TagFilter::parse("odd")).unwrap();
+    let odd = inspect::read_queue(root, "t", 1, 2, 100, &TagFilter::parse("odd").unwrap()).unwrap();
     let offsets: Vec<u64> = odd.messages.iter().map(|m| m.queue_offset).collect();
     assert_eq!((offsets, odd.next_offset), (vec![3, 5], 6), "filtered ones are passed over");
     let two = inspect::read_queue(root, "t", 1, 0, 2, &TagFilter::All).unwrap();
@@ -707,7 +742,7 @@ fn a_deleted_topic_stays_deleted_and_one_made_again_under_its_name_starts_empty(
         "{:?}",
         store.queue_range("old", 0)
     );
-    assert_eq!(store.committed_offset("g", "old", 0), None);
+    assert_eq!(store.committed_offset("g", "old", 0).unwrap(), None);
 
     store.create_topic("old", 2).unwrap();
     let check = |store: &message_store::MessageStore| {

@@ -237,8 +237,8 @@ fn offsets_committed_after_a_compaction_that_followed_a_removal_reopen() {
         Ok(store) => store,
         Err(err) => panic!("the store does not open: {err}"),
     };
-    assert_eq!(store.committed_offset("gone", "t", 0), Some(1));
-    assert_eq!(store.committed_offset("other", "t", 0), Some(0));
+    assert_eq!(store.committed_offset("gone", "t", 0).unwrap(), Some(1));
+    assert_eq!(store.committed_offset("other", "t", 0).unwrap(), Some(0));
     store.shutdown().unwrap();
 }
 
@@ -305,7 +305,7 @@ fn a_crash_inside_delete_topic_never_gives_a_topic_made_again_the_old_offsets() 
         let reopened = open(&snapshot.crash_image(|_| false), config(FlushDiskType::SyncFlush));
         if reopened.topics().iter().all(|(t, _)| t != "t") {
             reopened.create_topic("t", 1).unwrap();
-            if let Some(offset) = reopened.committed_offset("g", "t", 0) {
+            if let Some(offset) = reopened.committed_offset("g", "t", 0).unwrap() {
                 bad.push((snapshot.event, offset));
             }
         }
@@ -346,9 +346,9 @@ fn offsets_of_a_topic_a_damaged_registry_cannot_recover_are_kept() {
     let sim = registry_lost_after_a_topic_only_offsets_name();
     for open_kind in ["the open that recovers the registry", "the next open"] {
         let store = open(&sim, quiet_async());
-        assert_eq!(store.committed_offset("g", "busy", 0), Some(1), "{open_kind}");
+        assert_eq!(store.committed_offset("g", "busy", 0).unwrap(), Some(1), "{open_kind}");
         assert_eq!(
-            store.committed_offset("g", "idle", 1),
+            store.committed_offset("g", "idle", 1).unwrap(),
             Some(0),
             "{open_kind}: the offset of a topic the registry lost"
         );
@@ -374,7 +374,7 @@ fn a_power_cut_inside_the_recovering_open_keeps_the_offsets_of_a_topic_the_regis
     sim.set_snapshot_sink(Some(tx));
     let store = open(&sim, quiet_async());
     sim.set_snapshot_sink(None);
-    assert_eq!(store.committed_offset("g", "idle", 1), Some(0), "the open without a cut");
+    assert_eq!(store.committed_offset("g", "idle", 1).unwrap(), Some(0), "the open without a cut");
     store.shutdown().unwrap();
     let snapshots: Vec<_> = rx.try_iter().collect();
     let mut lost = Vec::new();
@@ -383,7 +383,7 @@ fn a_power_cut_inside_the_recovering_open_keeps_the_offsets_of_a_topic_the_regis
         let storage: std::sync::Arc<dyn commitlog::Storage> = std::sync::Arc::new(image.clone());
         let store = message_store::MessageStore::open_with_storage(common::ROOT, quiet_async(), storage)
             .unwrap_or_else(|err| panic!("event {event}: {err}"));
-        if store.committed_offset("g", "idle", 1) != Some(0) {
+        if store.committed_offset("g", "idle", 1).unwrap() != Some(0) {
             lost.push((event, store.topics()));
         }
         store.shutdown().unwrap();

@@ -241,7 +241,7 @@ fn a_clean_reopen_on_a_real_disk_dispatches_nothing_again() {
     store.shutdown().unwrap();
     let reopened = MessageStore::open(dir.path(), config.clone()).unwrap();
     assert_eq!(reopened.open_report().redispatched, 0, "the point was recorded at shutdown");
-    assert_eq!(reopened.committed_offset("g", "t", 0), Some(4));
+    assert_eq!(reopened.committed_offset("g", "t", 0).unwrap(), Some(4));
     check(&reopened, &expected, 2);
     // Dropped without shutdown: the last handle shuts it down.
     drop(reopened);
@@ -286,7 +286,7 @@ fn a_clean_open_whose_log_recovery_cut_a_record_lowers_offsets_past_the_queues_e
         assert_eq!(recovery.cut_anything(), damage != "zeroed", "{damage}: {recovery:?}");
         assert_eq!(store_range(&reopened, 0), (0, 2), "{damage}: the damaged record is gone");
         assert_eq!(reopened.open_report().offsets_lowered, 1, "{damage}");
-        assert_eq!(reopened.committed_offset("g", "t", 0), Some(2), "{damage}: lowered to the queue's end");
+        assert_eq!(reopened.committed_offset("g", "t", 0).unwrap(), Some(2), "{damage}: lowered to the queue's end");
         let put = reopened.put_message(&Message::new("t", 0, &b"after"[..])).unwrap();
         assert_eq!(put.queue_offset, 2, "{damage}");
         put.durability.wait().unwrap();

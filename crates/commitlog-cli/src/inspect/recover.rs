@@ -54,6 +54,9 @@ struct MessageStoreRepair {
     index_runs_dropped: Vec<String>,
     /// The key index was rebuilt.
     index_rebuilt: bool,
+    /// Messages the open dispatched again from the log (a queue index or a
+    /// dispatch checkpoint lost or damaged, or a crash since the last seal).
+    redispatched: u64,
     /// Consumer offsets lowered to their queue's end (the log lost messages).
     offsets_lowered: usize,
     /// Problems the check found after opening, each repaired.
@@ -187,6 +190,7 @@ pub fn recover(args: RecoverArgs) -> Result<(), CliError> {
             outln!("topics recovered    config/topics, from the dispatch checkpoint and the log")?;
         }
         outln!("index runs dropped  {} (their log ranges dispatched again)", m.index_runs_dropped.len())?;
+        outln!("dispatched again    {} messages, from the log", m.redispatched)?;
         for why in &m.index_runs_dropped {
             outln!("  {why}")?;
         }
@@ -223,6 +227,7 @@ fn repair_message_store(dir: &std::path::Path) -> Result<MessageStoreRepair, Cli
         topics_recovered: open.topics_recovered,
         index_runs_dropped: open.index_runs_dropped.clone(),
         index_rebuilt: open.index_rebuilt,
+        redispatched: open.redispatched,
         offsets_lowered: open.offsets_lowered,
         ..MessageStoreRepair::default()
     };

@@ -28,7 +28,8 @@ pub use topics::{topics_command, TopicsCommand};
 /// Where the store is and how to open it.
 #[derive(Args)]
 pub struct StoreArgs {
-    /// Store directory (created if missing, recovered otherwise).
+    /// The store's directory (recovered if it was not closed cleanly; only
+    /// `send` creates one).
     #[arg(long)]
     dir: PathBuf,
     /// When a message counts as acknowledged.
@@ -47,11 +48,25 @@ impl StoreArgs {
 
     /// Opens the store, which must exist: a command that reads never creates one.
     fn open_existing(&self) -> Result<MessageStore, CliError> {
-        crate::existing_dir(&self.dir)?;
-        commitlog::inspect::check_store_dir(&self.dir).map_err(|_| {
-            CliError::Input(format!("{} is not a message store (no commitlog/ in it)", self.dir.display()))
-        })?;
+        existing_store(&self.dir)?;
         self.open()
+    }
+}
+
+/// Refuses a `dir` that is not a message store: missing, without a log
+/// (`commitlog/`), or a plain commit log (a log without the store's `config/`
+/// or index, which `commitlog stat` and `consume` read).
+pub(crate) fn existing_store(dir: &std::path::Path) -> Result<(), CliError> {
+    crate::existing_dir(dir)?;
+    commitlog::inspect::check_store_dir(dir)
+        .map_err(|_| CliError::Input(format!("{} is not a message store (no commitlog/ in it)", dir.display())))?;
+    if ["config", "queueindex", "consumequeue"].iter().any(|d| dir.join(d).is_dir()) {
+        Ok(())
+    } else {
+        Err(CliError::Input(format!(
+            "{} is a commit log, not a message store (no config/ or queueindex/ in it): `commitlog stat` and `commitlog consume` read it",
+            dir.display()
+        )))
     }
 }
 

@@ -1,6 +1,6 @@
 //! `send`: stdin lines to a topic's queue, or its queues.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::sync::mpsc;
 
 use clap::Args;
@@ -75,7 +75,7 @@ fn send_lines(store: &MessageStore, args: &SendArgs) -> Result<(), CliError> {
         Ok(())
     });
     let mut result = Ok(());
-    for (number, line) in std::io::stdin().lock().split(b'\n').enumerate() {
+    for (number, line) in crate::stdin_lines::StdinLines::read()?.enumerate() {
         let line = match line {
             Ok(line) => line,
             Err(e) => {

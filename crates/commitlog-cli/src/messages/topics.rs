@@ -66,7 +66,7 @@ pub fn topics_command(command: TopicsCommand) -> Result<(), CliError> {
 /// group's lag, from the files (read-only: safe beside a running store).
 fn topics(args: TopicsArgs) -> Result<(), CliError> {
     let dir = args.dir.expect("clap requires --dir without a subcommand");
-    crate::existing_dir(&dir)?;
+    super::existing_store(&dir)?;
     let queues = inspect::queues(&dir)?;
     let groups = inspect::consumer_offsets(&dir)?;
     let dispatch_point = inspect::dispatch_point(&dir)?;

@@ -167,9 +167,15 @@ impl MessageStore {
         self.core.offsets.remove_topic(&*self.core.storage, topic)
     }
 
-    /// `group`'s committed offset in `topic`'s queue, if it committed one.
-    pub fn committed_offset(&self, group: &str, topic: &str, queue_id: u32) -> Option<u64> {
-        self.core.offsets.get(group, topic, queue_id)
+    /// `group`'s committed offset in `topic`'s queue: `None` if it committed
+    /// none there. A name no group or topic may have is refused
+    /// ([`StoreError::Name`]), as is a store shut down
+    /// ([`StoreError::Shutdown`]).
+    pub fn committed_offset(&self, group: &str, topic: &str, queue_id: u32) -> Result<Option<u64>, StoreError> {
+        self.check_open()?;
+        validate_group(group)?;
+        validate_topic(topic)?;
+        Ok(self.core.offsets.get(group, topic, queue_id))
     }
 
     /// Every committed offset.
