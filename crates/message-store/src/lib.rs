@@ -14,6 +14,10 @@
 //!   RocketMQ's statuses and tag filters), wait for new messages
 //!   ([`MessageStore::wait_for`], [`MessageStore::arrival`]), and commit their
 //!   offsets durably ([`MessageStore::commit_offset`]).
+//! - A [`Consumer`] ([`MessageStore::consumer`]) follows topics as a member of a
+//!   consumer group, shares their queues with the group's other members in
+//!   this process, hands out messages as a batch, an iterator or a `Stream`,
+//!   and commits what it handed out (at least once).
 //! - The index finds messages by key within a time range
 //!   ([`MessageStore::query_by_key`]), built by the same dispatch.
 //! - Everything but the consumer offsets is derived from the log and rebuilt
@@ -52,7 +56,8 @@
 //! `open.rs` (the open and recovery), `put.rs` (puts), `get.rs` (reading a
 //! queue, messages by key), `records.rs` (the one read path from a log record to
 //! a message, over the live log or the files `inspect` reads),
-//! `poll.rs` (long polling), `maintenance.rs` (the services' work on the
+//! `poll.rs` (long polling), `consumer/` (the consumer, and in `group.rs`
+//! how a group's members share queues), `maintenance.rs` (the services' work on the
 //! derived data: seals, flushes, expiry), `message.rs` (the encoding inside a
 //! log record), `topic.rs` (names, the topic registry) and `topic/admin.rs`
 //! (creating and deleting topics), `queues.rs` (each queue in use: its put
@@ -67,6 +72,7 @@
 
 mod checkpoint;
 mod config;
+mod consumer;
 mod dispatch;
 mod error;
 mod get;
@@ -98,6 +104,7 @@ pub use commitlog;
 /// meets them (the same types as in [`commitlog`]).
 pub use commitlog::{CommitLogConfig, CommitLogConfigBuilder, DurabilityHandle, FlushDiskType, FlushError, LockHolder};
 pub use config::{DispatchLimit, MessageStoreConfig, MessageStoreConfigBuilder};
+pub use consumer::{Consumer, ConsumerConfig, Messages, StartFrom};
 pub use error::{FilterError, MessageError, NameError, StoreError};
 pub use get::{GetRequest, GetResult, GetStatus, TagFilter, TimeBound};
 pub use group::{BatchPutResult, PutResult};

@@ -211,6 +211,7 @@ impl MessageStore {
             index_on_put,
             indexed_on_put: AtomicU64::new(0),
             groups: crate::group::PutGroups::default(),
+            consumer_groups: crate::consumer::ConsumerGroups::default(),
             topic_life: parking_lot::RwLock::new(()),
             #[cfg(test)]
             commit_checked: crate::pause::Pause::default(),

@@ -121,8 +121,9 @@ impl MessageStore {
     }
 }
 
-/// Unparks the thread blocked in [`MessageStore::wait_for_any`].
-struct ThreadWaker(std::thread::Thread);
+/// Unparks the thread blocked in [`MessageStore::wait_for_any`] (or a
+/// consumer's wait).
+pub(crate) struct ThreadWaker(pub(crate) std::thread::Thread);
 
 impl Wake for ThreadWaker {
     fn wake(self: Arc<Self>) {

@@ -141,6 +141,8 @@ pub(crate) struct Core {
     pub(crate) indexed_on_put: AtomicU64,
     /// Puts that collide share appends.
     pub(crate) groups: crate::group::PutGroups,
+    /// The members of each consumer group in this process.
+    pub(crate) consumer_groups: crate::consumer::ConsumerGroups,
     /// Held shared by a call that checks a topic exists and then writes for
     /// it (an offset commit or reset), exclusive by `delete_topic`: no such
     /// write lands after the deletion it raced.
