@@ -271,6 +271,7 @@ impl MessageStore {
         result.next_offset = walk.at();
         if !result.messages.is_empty() {
             result.status = GetStatus::Found;
+            self.core.read_messages.fetch_add(result.messages.len() as u64, std::sync::atomic::Ordering::Relaxed);
         }
         tracing::trace!(
             group = group.as_deref(),

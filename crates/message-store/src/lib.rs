@@ -66,7 +66,7 @@
 //! `index.rs` (the key index), `offsets/` (consumer offsets: the journal, and
 //! the store's operations on them in `api.rs`), `textfile.rs` (the small text
 //! files of `config/`), `inspect/` (read-only views and the check),
-//! `config.rs`, `error.rs`.
+//! `metrics.rs` (what the `metrics` recorder gets), `config.rs`, `error.rs`.
 
 #![forbid(unsafe_code)]
 
@@ -81,6 +81,7 @@ mod index;
 pub mod inspect;
 mod maintenance;
 mod message;
+mod metrics;
 mod offsets;
 mod open;
 #[cfg(test)]

@@ -212,6 +212,8 @@ impl MessageStore {
             indexed_on_put: AtomicU64::new(0),
             groups: crate::group::PutGroups::default(),
             consumer_groups: crate::consumer::ConsumerGroups::default(),
+            put_messages: AtomicU64::new(0),
+            read_messages: AtomicU64::new(0),
             topic_life: parking_lot::RwLock::new(()),
             #[cfg(test)]
             commit_checked: crate::pause::Pause::default(),
@@ -329,12 +331,17 @@ impl MessageStore {
         let interval = Duration::from_millis(self.core.config.flush_interval_consume_queue_ms);
         let thorough = Duration::from_millis(self.core.config.flush_consume_queue_thorough_interval_ms);
         let mut last_thorough = Instant::now();
+        let mut lagging = std::collections::BTreeSet::new();
         let flush = ServiceThread::spawn_every("FlushConsumeQueueService", interval, move || {
             let is_thorough = last_thorough.elapsed() >= thorough;
             match core.flush_derived(is_thorough) {
                 Ok(()) if is_thorough => last_thorough = Instant::now(),
                 Ok(()) => {}
                 Err(err) => tracing::error!(%err, "queue index or key index flush failed; retrying"),
+            }
+            crate::metrics::export(&core.stats());
+            if is_thorough {
+                crate::metrics::export_lag(&core, &mut lagging);
             }
         })
         .map_err(io)?;

@@ -138,7 +138,7 @@ impl MessageStore {
             }
             (offset, appended)
         };
-        self.after_put();
+        self.after_put(1);
         Ok(PutResult {
             queue_offset,
             log_offset: appended.wrote_offset,
@@ -203,7 +203,7 @@ impl MessageStore {
         }
         drop(held);
         self.core.groups.written(taken.len());
-        self.after_put();
+        self.after_put(taken.len());
     }
 
     /// The most bytes a group appends: within half a segment.
@@ -241,7 +241,7 @@ impl MessageStore {
             (offset, appended)
         };
         arrivals.announce();
-        self.after_put();
+        self.after_put(messages.len());
         Ok(BatchPutResult {
             first_queue_offset: first_offset,
             log_offsets: appended.offsets,
@@ -275,8 +275,10 @@ impl MessageStore {
         Ok(offset)
     }
 
-    /// Wakes dispatch after a put, where it reads up to the log's written end.
-    fn after_put(&self) {
+    /// Counts `messages` put, and wakes dispatch after a put, where it reads
+    /// up to the log's written end.
+    fn after_put(&self, messages: usize) {
+        self.core.put_messages.fetch_add(messages as u64, Ordering::Relaxed);
         #[cfg(planted_bugs)]
         if crate::planted::is_active(crate::planted::Bug::DispatchBeforeDurable) {
             // The bug as it would be written: dispatch by the written end, woken by puts.

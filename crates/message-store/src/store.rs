@@ -85,6 +85,10 @@ pub struct StoreStats {
     pub put_groups: u64,
     /// Puts appended in those groups (the rest appended alone).
     pub puts_in_groups: u64,
+    /// Messages put since open.
+    pub messages_put: u64,
+    /// Messages `get_messages` returned since open.
+    pub messages_read: u64,
 }
 
 /// What recovery did at open.
@@ -115,6 +119,34 @@ pub struct OpenReport {
     pub index_rebuilt: bool,
 }
 
+impl Core {
+    /// The store's counts ([`MessageStore::stats`]).
+    pub(crate) fn stats(&self) -> StoreStats {
+        let dispatcher = &self.dispatcher;
+        let index = &dispatcher.queue_index;
+        StoreStats {
+            dispatch_point: dispatcher.point(),
+            dispatch_limit: dispatcher.limit(),
+            log_max_offset: self.log.max_offset(),
+            records_skipped: dispatcher.skipped.load(Ordering::Relaxed),
+            indexed_queues: index.queue_count(),
+            index_runs: index.run_count(),
+            index_active_entries: index.active_entries(),
+            index_sealed_to: index.sealed_to(),
+            index_heap_bytes: index.heap_bytes(),
+            queues_in_use: self.queues.live_count(),
+            dispatch_error: dispatcher.error(),
+            consumer_offsets: self.offsets.len(),
+            consumer_offset_syncs: self.offsets.syncs(),
+            entries_indexed_on_put: self.indexed_on_put.load(Ordering::Relaxed),
+            put_groups: self.groups.counts().0,
+            puts_in_groups: self.groups.counts().1,
+            messages_put: self.put_messages.load(Ordering::Relaxed),
+            messages_read: self.read_messages.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// The shared state of a store.
 #[derive(Debug)]
 pub(crate) struct Core {
@@ -143,6 +175,10 @@ pub(crate) struct Core {
     pub(crate) groups: crate::group::PutGroups,
     /// The members of each consumer group in this process.
     pub(crate) consumer_groups: crate::consumer::ConsumerGroups,
+    /// Messages put since open (for the metrics).
+    pub(crate) put_messages: AtomicU64,
+    /// Messages `get_messages` returned since open.
+    pub(crate) read_messages: AtomicU64,
     /// Held shared by a call that checks a topic exists and then writes for
     /// it (an offset commit or reset), exclusive by `delete_topic`: no such
     /// write lands after the deletion it raced.
@@ -264,26 +300,7 @@ impl MessageStore {
 
     /// What the services have done.
     pub fn stats(&self) -> StoreStats {
-        let dispatcher = &self.core.dispatcher;
-        let index = &dispatcher.queue_index;
-        StoreStats {
-            dispatch_point: dispatcher.point(),
-            dispatch_limit: dispatcher.limit(),
-            log_max_offset: self.core.log.max_offset(),
-            records_skipped: dispatcher.skipped.load(Ordering::Relaxed),
-            indexed_queues: index.queue_count(),
-            index_runs: index.run_count(),
-            index_active_entries: index.active_entries(),
-            index_sealed_to: index.sealed_to(),
-            index_heap_bytes: index.heap_bytes(),
-            queues_in_use: self.core.queues.live_count(),
-            dispatch_error: dispatcher.error(),
-            consumer_offsets: self.core.offsets.len(),
-            consumer_offset_syncs: self.core.offsets.syncs(),
-            entries_indexed_on_put: self.core.indexed_on_put.load(Ordering::Relaxed),
-            put_groups: self.core.groups.counts().0,
-            puts_in_groups: self.core.groups.counts().1,
-        }
+        self.core.stats()
     }
 
     /// Why dispatch is stopped, if it is (it retries on its own).
