@@ -1333,3 +1333,51 @@ fn recover_reports_the_messages_dispatched_again() {
     let said = text(&run(&["recover", "--dir", d]).stdout);
     assert!(said.contains("dispatched again    30 messages"), "{said}");
 }
+
+/// `--config` reads the store's configuration from a TOML file (every knob
+/// of `MessageStoreConfig`); a bad file is an error naming it; the writer's
+/// options (`--flush`, `--segment-size`) are `send`'s only.
+#[test]
+fn a_config_file_reaches_every_knob_and_writer_options_are_sends_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let d = store.to_str().unwrap();
+    let file = dir.path().join("store.toml");
+    std::fs::write(
+        &file,
+        "auto_create_topics = true\ndefault_topic_queue_nums = 3\n\n[log]\nmapped_file_size_commit_log = 65536\nflush_disk_type = \"sync_flush\"\n",
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    let sent = run_in(&["send", "--dir", d, "--config", f, "--topic", "auto", "--round-robin"], b"a\nb\nc\nd\n");
+    assert!(sent.status.success(), "auto-created by the file's knob: {}", text(&sent.stderr));
+    let listing: serde_json::Value = serde_json::from_slice(&run(&["topics", "--dir", d, "--json"]).stdout).unwrap();
+    let queues = listing["queues"].as_array().unwrap().iter().filter(|q| q["topic"] == "auto").count();
+    assert_eq!(queues, 3, "{listing}");
+    let segments: Vec<_> = walk(&store).into_iter().filter(|p| p.parent().unwrap().ends_with("commitlog")).collect();
+    assert!(
+        segments.iter().all(|p| std::fs::metadata(p).unwrap().len() == 65536),
+        "the file's segment size: {segments:?}"
+    );
+    let read = run(&["receive", "--dir", d, "--config", f, "--topic", "auto", "--group", "g"]);
+    assert_eq!(text(&read.stdout).lines().count(), 4, "{}", text(&read.stderr));
+
+    std::fs::write(&file, "auto_create_topic = true\n").unwrap();
+    assert_clean_failure(
+        &run(&["receive", "--dir", d, "--config", f, "--topic", "auto", "--group", "g"]),
+        1,
+        "auto_create_topic",
+    );
+    let missing = dir.path().join("none.toml");
+    let out = run(&["receive", "--dir", d, "--config", missing.to_str().unwrap(), "--topic", "auto", "--group", "g"]);
+    assert_clean_failure(&out, 1, "none.toml");
+    for command in [
+        &["receive", "--topic", "auto", "--group", "g"][..],
+        &["query", "--key", "k"][..],
+        &["topics", "delete", "--topic", "auto"][..],
+    ] {
+        let mut args = command.to_vec();
+        args.extend(["--dir", d, "--flush", "async"]);
+        assert_clean_failure(&run(&args), 2, "--flush");
+    }
+}

@@ -8,6 +8,7 @@ use crate::message::MessageLimits;
 
 /// How far the dispatcher may read the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "snake_case"))]
 #[non_exhaustive]
 pub enum DispatchLimit {
     /// Only what is durable: consumers never see a message a crash can take
@@ -38,7 +39,21 @@ pub enum DispatchLimit {
 /// assert_eq!(config.log.max_message_size, 256 << 10, "a quarter of a segment, unless set");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug, Clone)]
+///
+/// With the `serde` feature it reads from (and writes to) a file, TOML say,
+/// every field optional (the defaults fill in; `limits`, when left out,
+/// follows the `[log]` section's `max_message_size`, as the builder's does):
+///
+/// ```toml
+/// auto_create_topics = true
+/// dispatch_limit = "durable"
+///
+/// [log]
+/// mapped_file_size_commit_log = 1048576
+/// flush_disk_type = "sync_flush"
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(from = "ConfigFile"))]
 #[non_exhaustive]
 pub struct MessageStoreConfig {
     /// The commit log's configuration (flush mode, segment size, retention, …).
@@ -257,5 +272,79 @@ impl MessageStoreConfigBuilder {
         }
         self.config.validate()?;
         Ok(self.config)
+    }
+}
+
+/// What a configuration file holds: [`MessageStoreConfig`]'s fields, each
+/// optional, `limits` left out following the log's `max_message_size`.
+#[cfg(feature = "serde")]
+#[derive(serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct ConfigFile {
+    log: CommitLogConfig,
+    dispatch_limit: Option<DispatchLimit>,
+    flush_interval_consume_queue_ms: u64,
+    flush_consume_queue_least_pages: usize,
+    flush_consume_queue_thorough_interval_ms: u64,
+    queue_index_seal_entries: usize,
+    auto_create_topics: bool,
+    default_topic_queue_nums: u32,
+    max_queues_per_topic: u32,
+    limits: Option<MessageLimits>,
+    message_index_enable: bool,
+    write_groups: bool,
+    index: IndexConfig,
+    max_filter_entries: u64,
+    consumer_offsets_journal_size: usize,
+    commit_dispatch_wait_ms: u64,
+}
+
+#[cfg(feature = "serde")]
+impl Default for ConfigFile {
+    fn default() -> Self {
+        let d = MessageStoreConfig::default();
+        ConfigFile {
+            log: d.log,
+            dispatch_limit: d.dispatch_limit,
+            flush_interval_consume_queue_ms: d.flush_interval_consume_queue_ms,
+            flush_consume_queue_least_pages: d.flush_consume_queue_least_pages,
+            flush_consume_queue_thorough_interval_ms: d.flush_consume_queue_thorough_interval_ms,
+            queue_index_seal_entries: d.queue_index_seal_entries,
+            auto_create_topics: d.auto_create_topics,
+            default_topic_queue_nums: d.default_topic_queue_nums,
+            max_queues_per_topic: d.max_queues_per_topic,
+            limits: None,
+            message_index_enable: d.message_index_enable,
+            write_groups: d.write_groups,
+            index: d.index,
+            max_filter_entries: d.max_filter_entries,
+            consumer_offsets_journal_size: d.consumer_offsets_journal_size,
+            commit_dispatch_wait_ms: d.commit_dispatch_wait_ms,
+        }
+    }
+}
+
+#[cfg(feature = "serde")]
+impl From<ConfigFile> for MessageStoreConfig {
+    fn from(file: ConfigFile) -> Self {
+        let limits = file.limits.unwrap_or_else(|| MessageLimits::within(file.log.max_message_size));
+        MessageStoreConfig {
+            log: file.log,
+            dispatch_limit: file.dispatch_limit,
+            flush_interval_consume_queue_ms: file.flush_interval_consume_queue_ms,
+            flush_consume_queue_least_pages: file.flush_consume_queue_least_pages,
+            flush_consume_queue_thorough_interval_ms: file.flush_consume_queue_thorough_interval_ms,
+            queue_index_seal_entries: file.queue_index_seal_entries,
+            auto_create_topics: file.auto_create_topics,
+            default_topic_queue_nums: file.default_topic_queue_nums,
+            max_queues_per_topic: file.max_queues_per_topic,
+            limits,
+            message_index_enable: file.message_index_enable,
+            write_groups: file.write_groups,
+            index: file.index,
+            max_filter_entries: file.max_filter_entries,
+            consumer_offsets_journal_size: file.consumer_offsets_journal_size,
+            commit_dispatch_wait_ms: file.commit_dispatch_wait_ms,
+        }
     }
 }

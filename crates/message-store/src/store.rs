@@ -257,6 +257,11 @@ impl MessageStore {
         self.report.clone()
     }
 
+    /// The configuration the store was opened with.
+    pub fn config(&self) -> &MessageStoreConfig {
+        &self.core.config
+    }
+
     /// The commit log underneath (to read records, flush, or see its stats).
     pub fn log(&self) -> &CommitLog {
         &self.core.log

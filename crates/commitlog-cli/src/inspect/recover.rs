@@ -219,7 +219,7 @@ pub fn recover(args: RecoverArgs) -> Result<(), CliError> {
 /// left is reported.
 fn repair_message_store(dir: &std::path::Path) -> Result<MessageStoreRepair, CliError> {
     use message_store::inspect::Derived;
-    let store = crate::messages::open_store(dir, FlushArg::Sync, None)?;
+    let store = crate::messages::open_store(dir, None, Some(FlushArg::Sync), None)?;
     let open = store.open_report();
     store.shutdown()?;
     let mut repair = MessageStoreRepair {
@@ -250,7 +250,7 @@ fn repair_message_store(dir: &std::path::Path) -> Result<MessageStoreRepair, Cli
         }
     }
     if queue_index || key_index {
-        let store = crate::messages::open_store(dir, FlushArg::Sync, None)?;
+        let store = crate::messages::open_store(dir, None, Some(FlushArg::Sync), None)?;
         if queue_index {
             let again = store.open_report().redispatched;
             repair

@@ -17,7 +17,9 @@ use base64::Engine as _;
 use clap::Args;
 use message_store::{inspect, MessageStore, MessageStoreConfig};
 
-use crate::{log_config, CliError, FlushArg};
+use commitlog::FlushDiskType;
+
+use crate::{io, log_config, CliError, FlushArg};
 
 pub use offsets::{offsets, OffsetsCommand};
 pub use query::{query, QueryArgs};
@@ -32,24 +34,31 @@ pub struct StoreArgs {
     /// `send` creates one).
     #[arg(long)]
     dir: PathBuf,
-    /// When a message counts as acknowledged.
-    #[arg(long, value_enum, default_value = "sync")]
-    flush: FlushArg,
-    /// Segment size for a new log (existing logs keep theirs).
+    /// The store's configuration, a TOML file of `MessageStoreConfig` (every
+    /// key optional, the log's under `[log]`; docs/operations.md shows one).
+    /// An existing store keeps the shapes its files show (segment size, key
+    /// index, segment directories).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+/// How `send` writes: options of the writing command only.
+#[derive(Args)]
+pub struct WriteArgs {
+    /// When a message counts as acknowledged (default: the configuration's
+    /// `log.flush_disk_type`, else sync).
+    #[arg(long, value_enum)]
+    flush: Option<FlushArg>,
+    /// Segment size for a new store (an existing one keeps its own).
     #[arg(long, value_name = "BYTES", value_parser = crate::args::segment_size)]
     segment_size: Option<usize>,
 }
 
 impl StoreArgs {
-    /// Opens (or creates) the store, with the shapes its files show.
-    fn open(&self) -> Result<MessageStore, CliError> {
-        open_store(&self.dir, self.flush, self.segment_size)
-    }
-
     /// Opens the store, which must exist: a command that reads never creates one.
     fn open_existing(&self) -> Result<MessageStore, CliError> {
         existing_store(&self.dir)?;
-        self.open()
+        open_store(&self.dir, self.config.as_deref(), None, None)
     }
 }
 
@@ -70,22 +79,56 @@ pub(crate) fn existing_store(dir: &std::path::Path) -> Result<(), CliError> {
     }
 }
 
-/// Opens the message store in `dir`: a new one with `segment_size` segments, an
-/// existing one with its own segment size and the key index's shape and the
-/// queue counts its files show (a program may have configured others than the
-/// defaults; a file of an unexpected size would be taken for damage).
+/// Opens the message store in `dir` with the configuration in `file` (else
+/// the defaults), `flush` and `segment_size` over it: a new one with those
+/// segments, an existing one with its own segment size and segment
+/// directories, and the key index's shape and the queue counts its files
+/// show (a program may have configured others than the defaults; a file of
+/// an unexpected size would be taken for damage).
 pub(crate) fn open_store(
     dir: &std::path::Path,
-    flush: FlushArg,
+    file: Option<&std::path::Path>,
+    flush: Option<FlushArg>,
     segment_size: Option<usize>,
 ) -> Result<MessageStore, CliError> {
-    let log = log_config(dir, flush, false, segment_size, &crate::SegmentPathArgs::default())?;
+    let from_file = file.map(read_config).transpose()?;
+    let flush = flush.unwrap_or(match from_file.as_ref().map(|c| c.log.flush_disk_type) {
+        Some(FlushDiskType::AsyncFlush) => FlushArg::Async,
+        _ => FlushArg::Sync,
+    });
+    let segment_size = segment_size.or(from_file.as_ref().map(|c| c.log.mapped_file_size_commit_log));
+    let shapes = log_config(dir, flush, false, segment_size, &crate::SegmentPathArgs::default())?;
+    let config = match from_file {
+        None => MessageStoreConfig::new(shapes),
+        Some(mut config) => {
+            // The file's knobs, with the shapes the directory has (or the
+            // flags give) and records that fit its segments.
+            config.log.mapped_file_size_commit_log = shapes.mapped_file_size_commit_log;
+            config.log.store_path_commit_log = shapes.store_path_commit_log;
+            config.log.read_only_commit_log_store_paths = shapes.read_only_commit_log_store_paths;
+            config.log.flush_disk_type = shapes.flush_disk_type;
+            if config.log.max_message_size > shapes.max_message_size {
+                config.log.max_message_size = shapes.max_message_size;
+                config.limits = message_store::MessageLimits::within(shapes.max_message_size);
+            }
+            config
+        }
+    };
     let config = if dir.join("config").is_dir() || dir.join("consumequeue").is_dir() {
-        inspect::existing_config(dir, log)?
+        inspect::with_existing_shapes(dir, config)?
     } else {
-        MessageStoreConfig::new(log)
+        config
     };
     Ok(MessageStore::open(dir, config)?)
+}
+
+/// Reads a configuration file (TOML of `MessageStoreConfig`).
+fn read_config(path: &std::path::Path) -> Result<MessageStoreConfig, CliError> {
+    let text = std::fs::read_to_string(path).map_err(io(format!("reading {}", path.display())))?;
+    let config: MessageStoreConfig =
+        toml::from_str(&text).map_err(|e| CliError::Input(format!("{}: {e}", path.display())))?;
+    config.validate().map_err(|e| CliError::Input(format!("{}: {e}", path.display())))?;
+    Ok(config)
 }
 
 /// A queue of a topic in a store.

@@ -17,6 +17,8 @@ const IN_FLIGHT: usize = 4096;
 pub struct SendArgs {
     #[command(flatten)]
     queue: QueueArgs,
+    #[command(flatten)]
+    write: super::WriteArgs,
     /// Create the topic with this many queues if it does not exist.
     #[arg(long, value_name = "N")]
     create_queues: Option<u32>,
@@ -41,7 +43,8 @@ pub struct SendArgs {
 /// (with the queue first, over several queues) in input order once
 /// acknowledged.
 pub fn send(args: SendArgs) -> Result<(), CliError> {
-    let store = args.queue.store.open()?;
+    let store = &args.queue.store;
+    let store = super::open_store(&store.dir, store.config.as_deref(), args.write.flush, args.write.segment_size)?;
     let result = send_lines(&store, &args);
     let shutdown = store.shutdown().map_err(CliError::from);
     result.and(shutdown)
@@ -52,7 +55,11 @@ fn send_lines(store: &MessageStore, args: &SendArgs) -> Result<(), CliError> {
     if let Some(queues) = args.create_queues {
         store.create_topic(topic, queues)?;
     }
-    let queues = store.topics().into_iter().find(|(t, _)| t == topic).map(|(_, n)| n);
+    let exists = |store: &MessageStore| store.topics().into_iter().find(|(t, _)| t == topic).map(|(_, n)| n);
+    if exists(store).is_none() && store.config().auto_create_topics {
+        store.create_topic(topic, store.config().default_topic_queue_nums)?;
+    }
+    let queues = exists(store);
     // Said as every command says it: with the tool's way to create it.
     let queues = queues.ok_or_else(|| message_store::StoreError::UnknownTopic { topic: topic.clone() })?;
     let several = args.round_robin || args.line_queue;

@@ -90,7 +90,16 @@ pub fn dispatch_point(root: &Path) -> Result<Option<u64>, StoreError> {
 /// store never takes its files for damage (a file of another size would be
 /// removed and rebuilt).
 pub fn existing_config(root: &Path, log: commitlog::CommitLogConfig) -> Result<crate::MessageStoreConfig, StoreError> {
-    let mut config = crate::MessageStoreConfig::new(log);
+    with_existing_shapes(root, crate::MessageStoreConfig::new(log))
+}
+
+/// `config` with the shapes the store in `root` shows, as
+/// [`existing_config`] over the defaults: for a configuration read from a
+/// file.
+pub fn with_existing_shapes(
+    root: &Path,
+    mut config: crate::MessageStoreConfig,
+) -> Result<crate::MessageStoreConfig, StoreError> {
     let widest = topics(root).unwrap_or_default().into_iter().map(|(_, queues)| queues).max().unwrap_or(0);
     config.max_queues_per_topic = config.max_queues_per_topic.max(widest);
     let index = SegmentFiles::list(&root.join("index"))?;
