@@ -39,6 +39,34 @@ where
     }
 }
 
+/// A while ago: `90s`, `15m`, `2h`, `7d`, `500ms`, or several (`1h30m`).
+pub fn ago(s: &str) -> Result<Duration, String> {
+    let bad = || format!("{s:?} is not a duration such as 90s, 15m, 2h, 7d or 1h30m");
+    let mut total = Duration::ZERO;
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let number: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let ms = match &rest[..unit] {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(bad()),
+        };
+        let part = Duration::from_millis(number.checked_mul(ms).ok_or_else(bad)?);
+        total = total.checked_add(part).ok_or_else(bad)?;
+        rest = &rest[unit..];
+    }
+    Ok(total)
+}
+
 /// A point in time as ms since the Unix epoch: a whole number of ms, or an
 /// RFC 3339 time (`2026-12-06T12:00:00Z`, `2026-12-06T13:00:00+01:00`).
 pub fn time_ms(s: &str) -> Result<u64, String> {
@@ -67,6 +95,13 @@ mod tests {
         let producers = count_in::<usize>(1024);
         assert!(producers("0").is_err() && producers("1025").is_err() && producers("-3").is_err());
         assert_eq!(producers("16").unwrap(), 16);
+        assert_eq!(ago("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(ago("90s").unwrap(), Duration::from_secs(90));
+        assert_eq!(ago("7d").unwrap(), Duration::from_secs(7 * 86_400));
+        assert_eq!(ago("250ms").unwrap(), Duration::from_millis(250));
+        for bad in ["", "h", "5", "5y", "1h30", "-5m", "99999999999999999999d"] {
+            assert!(ago(bad).is_err(), "{bad}");
+        }
         assert_eq!(time_ms("1700000000000").unwrap(), 1_700_000_000_000);
         assert_eq!(time_ms("2023-11-14T22:13:20Z").unwrap(), 1_700_000_000_000);
         assert_eq!(time_ms("2023-11-14T23:13:20+01:00").unwrap(), 1_700_000_000_000);

@@ -85,6 +85,9 @@ enum Command {
     /// Message store: topics and queues with their offsets, dispatch lag and each
     /// group's lag (read-only); `topics delete` deletes a topic.
     Topics(messages::TopicsCommand),
+    /// Message store: consumer groups (`groups list`: each group's topics,
+    /// queues and lag; `groups describe --group G`: per queue), read-only.
+    Groups(messages::GroupsCommand),
     /// Message store: reset or remove a consumer group's offsets.
     Offsets(messages::OffsetsCommand),
 }
@@ -280,6 +283,7 @@ fn main() -> ExitCode {
         Command::Receive(args) => messages::receive(args),
         Command::Query(args) => messages::query(args),
         Command::Topics(args) => messages::topics_command(args),
+        Command::Groups(args) => messages::groups(args),
         Command::Offsets(args) => messages::offsets(args),
     };
     match result {

@@ -1092,19 +1092,19 @@ fn query_finds_keys_topics_delete_and_offsets_reset_and_remove() {
     assert_clean_failure(&run(&["query", "--dir", d, "--key", "k", "--begin", "someday"]), 2, "RFC 3339");
 
     let reset = |to: &[&str]| {
-        let mut args = vec!["offsets", "reset", "--dir", d, "--group", "g", "--topic", "b"];
+        let mut args = vec!["offsets", "reset", "--dir", d, "--group", "g", "--topic", "b", "--execute"];
         args.extend_from_slice(to);
         let out = run(&args);
         assert!(out.status.success(), "{}", text(&out.stderr));
         text(&out.stdout)
     };
-    assert_eq!(reset(&["--latest"]), "0\t2\n1\t0\n");
-    assert_eq!(reset(&["--earliest", "--queue", "0"]), "0\t0\n");
-    assert_eq!(reset(&["--offset", "1", "--queue", "0"]), "0\t1\n");
-    assert_eq!(reset(&["--time", "2000-01-01T00:00:00Z", "--queue", "0"]), "0\t0\n");
+    assert_eq!(reset(&["--latest", "--new-group"]), "0\t-\t2\n1\t-\t0\n", "QUEUE, CURRENT, NEW");
+    assert_eq!(reset(&["--earliest", "--queue", "0"]), "0\t2\t0\n");
+    assert_eq!(reset(&["--offset", "1", "--queue", "0"]), "0\t0\t1\n");
+    assert_eq!(reset(&["--time", "2000-01-01T00:00:00Z", "--queue", "0"]), "0\t1\t0\n");
     let read = run(&["receive", "--dir", d, "--topic", "b", "--queue", "0", "--group", "g", "--peek"]);
     assert_eq!(text(&read.stdout), "0\tb with k\n1\tb with other\n", "from the offset reset to");
-    assert_clean_failure(&run(&["offsets", "reset", "--dir", d, "--group", "g", "--topic", "b"]), 2, "--earliest");
+    assert_clean_failure(&run(&["offsets", "reset", "--dir", d, "--group", "g", "--topic", "b"]), 2, "--to-earliest");
     assert_clean_failure(
         &run(&["offsets", "reset", "--dir", d, "--group", "g", "--topic", "zz", "--latest"]),
         1,
@@ -1380,4 +1380,65 @@ fn a_config_file_reaches_every_knob_and_writer_options_are_sends_only() {
         args.extend(["--dir", d, "--flush", "async"]);
         assert_clean_failure(&run(&args), 2, "--flush");
     }
+}
+
+/// `offsets reset` previews unless `--execute`; refuses a target past a
+/// queue's end (unless `--clamp`) and a group without offsets (unless
+/// `--new-group`); moves by `--shift-by` and `--by-duration`. `groups list`
+/// and `groups describe` show each group's lag; `topics create` makes a
+/// topic; `query --log-offset` finds a message by where `send` put it.
+#[test]
+fn offsets_reset_previews_and_refuses_and_groups_topics_and_lookups_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let made = run(&["topics", "create", "--dir", d, "--segment-size", SEGMENT, "--topic", "t", "--queues", "2"]);
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    let sent = run_in(&["send", "--dir", d, "--topic", "t", "--round-robin"], b"a\nb\nc\nd\ne\n");
+    assert!(sent.status.success(), "{}", text(&sent.stderr));
+    let third_log_offset = text(&sent.stdout).lines().nth(2).unwrap().split('\t').nth(2).unwrap().to_string();
+    let found = run(&["query", "--dir", d, "--log-offset", &third_log_offset]);
+    assert_eq!(text(&found.stdout), "t\t0\t1\tc\n", "{}", text(&found.stderr));
+    assert_clean_failure(&run(&["query", "--dir", d, "--log-offset", "1"]), 1, "");
+    let read = run(&["receive", "--dir", d, "--topic", "t", "--group", "g", "--max", "3"]);
+    assert!(read.status.success(), "{}", text(&read.stderr));
+
+    let offsets = |q: u32| -> Option<u64> {
+        let listing: serde_json::Value =
+            serde_json::from_slice(&run(&["groups", "describe", "--dir", d, "--group", "g", "--json"]).stdout).unwrap();
+        listing.as_array().unwrap().iter().find(|r| r["queue"] == q).map(|r| r["offset"].as_u64().unwrap())
+    };
+    assert_eq!((offsets(0), offsets(1)), (Some(3), None), "receive read queue 0's three, and stopped");
+    let reset = |extra: &[&str]| {
+        let mut args = vec!["offsets", "reset", "--dir", d, "--group", "g", "--topic", "t"];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let preview = reset(&["--to-earliest"]);
+    assert_eq!(text(&preview.stdout), "0\t3\t0\n1\t-\t0\n");
+    assert!(text(&preview.stderr).contains("--execute"), "{}", text(&preview.stderr));
+    assert_eq!(offsets(0), Some(3), "a preview changes nothing");
+    assert_clean_failure(&reset(&["--to-offset", "9", "--execute"]), 2, "past the queue's end");
+    assert_eq!(offsets(0), Some(3), "refused: nothing changed");
+    let clamped = reset(&["--to-offset", "9", "--clamp", "--execute", "--queue", "0"]);
+    assert_eq!(text(&clamped.stdout), "0\t3\t3\n", "{}", text(&clamped.stderr));
+    let shifted = reset(&["--shift-by", "-2", "--execute"]);
+    assert_eq!(text(&shifted.stdout), "0\t3\t1\n1\t-\t0\n", "{}", text(&shifted.stderr));
+    assert_eq!(offsets(0), Some(1));
+    let ago = reset(&["--by-duration", "1h", "--execute"]);
+    assert_eq!(text(&ago.stdout), "0\t1\t0\n1\t0\t0\n", "an hour ago: every message; {}", text(&ago.stderr));
+    assert_clean_failure(&reset(&["--by-duration", "soon"]), 2, "duration");
+    let unknown = run(&["offsets", "reset", "--dir", d, "--group", "typo", "--topic", "t", "--to-latest", "--execute"]);
+    assert_clean_failure(&unknown, 1, "--new-group");
+    assert_eq!(
+        text(&run(&["groups", "list", "--dir", d]).stdout).lines().filter(|l| l.starts_with("typo")).count(),
+        0,
+        "no offsets made for a group that never existed"
+    );
+    let list = run(&["groups", "list", "--dir", d, "--json"]);
+    let groups: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(groups[0]["group"], "g");
+    assert_eq!(groups[0]["lag"].as_u64(), Some(5), "{groups}");
+    assert_clean_failure(&run(&["groups", "describe", "--dir", d, "--group", "nobody"]), 1, "no committed offset");
+    let again = run(&["topics", "create", "--dir", d, "--topic", "t", "--queues", "3"]);
+    assert_clean_failure(&again, 1, "exists");
 }

@@ -284,6 +284,16 @@ impl MessageStore {
         Ok(result)
     }
 
+    /// The message whose log record starts at `log_offset` (RocketMQ's
+    /// `lookMessageByOffset`; a `PutResult::log_offset`, or a
+    /// `StoredMessage::log_offset`): `None` if it expired with the log's
+    /// front. An offset inside a record, or past the log's end, is an error
+    /// naming it.
+    pub fn message_at_log_offset(&self, log_offset: u64) -> Result<Option<StoredMessage>, StoreError> {
+        self.check_open()?;
+        message_at(&self.core.log, log_offset)
+    }
+
     /// The messages of `topic` with `key` stored within `[begin_ms, end_ms]`,
     /// newest first, at most `max` (and at most 1,024: RocketMQ #7948 ran out of
     /// memory on a huge `maxNum`). Candidates are checked against their record:

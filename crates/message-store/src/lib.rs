@@ -111,7 +111,7 @@ pub use get::{GetRequest, GetResult, GetStatus, TagFilter, TimeBound};
 pub use group::{BatchPutResult, PutResult};
 pub use index::IndexConfig;
 pub use message::{tags_code, Message, MessageLimits, StoredMessage};
-pub use offsets::{CommittedOffset, ResetTo};
+pub use offsets::{CommittedOffset, OffsetReset, ResetTo};
 pub use poll::{Arrival, Arrivals, Waited};
 pub use store::{MessageStore, OpenReport, QueueStats, StoreStats};
 pub use topic::{validate_group, validate_topic, MAX_GROUP_LEN, MAX_TOPIC_LEN};

@@ -196,3 +196,34 @@ fn errors_of_every_layer_convert_into_store_error_one_level_deep() {
     store.shutdown().unwrap();
     assert!(matches!(store.committed_offset("g", "t", 0), Err(StoreError::Shutdown)));
 }
+
+/// A reset planned first changes nothing and says where each queue goes and
+/// what was clamped; `ShiftBy` moves from the committed offset; a message is
+/// found by its log offset.
+#[test]
+fn a_reset_is_planned_before_it_is_applied_and_a_message_is_found_by_its_log_offset() {
+    use message_store::ResetTo;
+    let sim = SimStorage::new();
+    let store = open(&sim, config(FlushDiskType::SyncFlush));
+    store.create_topic("t", 1).unwrap();
+    let mut at = Vec::new();
+    for i in 0..5u32 {
+        let put = store.put_message(&Message::new("t", 0, format!("m{i}"))).unwrap();
+        put.durability.wait().unwrap();
+        at.push(put.log_offset);
+    }
+    store.commit_offset("g", "t", 0, 3).unwrap();
+    let plan = store.plan_offsets_reset("g", "t", None, ResetTo::Offset(9)).unwrap();
+    assert_eq!((plan[0].current, plan[0].offset, plan[0].clamped_from), (Some(3), 5, Some(9)));
+    assert_eq!(store.committed_offset("g", "t", 0).unwrap(), Some(3), "a plan changes nothing");
+    let back = store.plan_offsets_reset("g", "t", Some(0), ResetTo::ShiftBy(-2)).unwrap();
+    assert_eq!((back[0].offset, back[0].clamped_from), (1, None));
+    let far = store.plan_offsets_reset("g", "t", Some(0), ResetTo::ShiftBy(-9)).unwrap();
+    assert_eq!((far[0].offset, far[0].clamped_from), (0, Some(-6)));
+    assert_eq!(store.reset_consumer_offsets("g", "t", None, ResetTo::ShiftBy(1)).unwrap(), [(0, 4)]);
+    assert!(store.group_exists("g") && !store.group_exists("h"));
+    let third = store.message_at_log_offset(at[2]).unwrap().unwrap();
+    assert_eq!((&third.body[..], third.queue_offset), (&b"m2"[..], 2));
+    assert!(store.message_at_log_offset(at[2] + 1).is_err(), "inside a record");
+    store.shutdown().unwrap();
+}

@@ -5,6 +5,7 @@
 //! `remove`); and what they share: the store's arguments and its opening, a
 //! message as JSON.
 
+mod groups;
 mod offsets;
 mod query;
 mod receive;
@@ -21,6 +22,7 @@ use commitlog::FlushDiskType;
 
 use crate::{io, log_config, CliError, FlushArg};
 
+pub use groups::{groups, GroupsCommand};
 pub use offsets::{offsets, OffsetsCommand};
 pub use query::{query, QueryArgs};
 pub use receive::{receive, ReceiveArgs};

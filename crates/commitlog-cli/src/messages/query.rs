@@ -13,8 +13,12 @@ pub struct QueryArgs {
     #[command(flatten)]
     store: StoreArgs,
     /// The key (a message's `--key` when it was sent).
-    #[arg(long)]
-    key: String,
+    #[arg(long, required_unless_present = "log_offset", conflicts_with = "log_offset")]
+    key: Option<String>,
+    /// Instead of a key: the message whose log record starts here (`send`
+    /// prints it; RocketMQ's `queryMsgByOffset`).
+    #[arg(long, value_name = "OFFSET")]
+    log_offset: Option<u64>,
     /// Only this topic (default: every topic).
     #[arg(long)]
     topic: Option<String>,
@@ -42,6 +46,13 @@ pub fn query(args: QueryArgs) -> Result<(), CliError> {
     if begin > end {
         return Err(CliError::Usage(format!("--begin {begin} is after --end {end}")));
     }
+    let Some(key) = &args.key else {
+        let offset = args.log_offset.expect("clap requires --key or --log-offset");
+        return with_store(&args.store, |store| match store.message_at_log_offset(offset)? {
+            Some(message) => print(&args, &[message]),
+            None => Err(CliError::Input(format!("the message at log offset {offset} expired with the log's front"))),
+        });
+    };
     with_store(&args.store, |store| {
         let topics: Vec<String> = match &args.topic {
             Some(topic) if store.topics().iter().any(|(t, _)| t == topic) => vec![topic.clone()],
@@ -52,25 +63,31 @@ pub fn query(args: QueryArgs) -> Result<(), CliError> {
         };
         let mut found = Vec::new();
         for topic in &topics {
-            found.extend(store.query_by_key(topic, &args.key, begin, end, args.max)?);
+            found.extend(store.query_by_key(topic, key, begin, end, args.max)?);
         }
         found.sort_by(|a, b| b.store_timestamp_ms.cmp(&a.store_timestamp_ms).then(b.log_offset.cmp(&a.log_offset)));
         found.truncate(args.max);
         if found.is_empty() {
-            eprintln!("commitlog: no message with key {:?}", args.key);
+            eprintln!("commitlog: no message with key {key:?}");
         }
-        let stdout = std::io::stdout();
-        let mut out = std::io::BufWriter::new(stdout.lock());
-        for message in &found {
-            if args.json {
-                writeln!(out, "{}", message_json(message))
-            } else {
-                write!(out, "{}\t{}\t{}\t", message.topic, message.queue_id, message.queue_offset)
-                    .and_then(|()| out.write_all(&message.body))
-                    .and_then(|()| out.write_all(b"\n"))
-            }
-            .map_err(io("writing to stdout"))?;
-        }
-        out.flush().map_err(io("writing to stdout"))
+        print(&args, &found)
     })
+}
+
+/// The messages as `query` prints them: `TOPIC<TAB>QUEUE<TAB>QUEUE_OFFSET<TAB>BODY`,
+/// or JSON lines.
+fn print(args: &QueryArgs, found: &[message_store::StoredMessage]) -> Result<(), CliError> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    for message in found {
+        if args.json {
+            writeln!(out, "{}", message_json(message))
+        } else {
+            write!(out, "{}\t{}\t{}\t", message.topic, message.queue_id, message.queue_offset)
+                .and_then(|()| out.write_all(&message.body))
+                .and_then(|()| out.write_all(b"\n"))
+        }
+        .map_err(io("writing to stdout"))?;
+    }
+    out.flush().map_err(io("writing to stdout"))
 }

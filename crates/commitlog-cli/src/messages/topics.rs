@@ -25,6 +25,24 @@ enum TopicsAction {
     /// group's offsets in it go, durably; its messages stay in the log until
     /// their segments are cleaned, never read again. Opens the store.
     Delete(TopicDeleteArgs),
+    /// Create a topic with N queues (a new store if the directory has none);
+    /// one that exists with N queues is left as it is. Opens the store.
+    Create(TopicCreateArgs),
+}
+
+/// `topics create`'s arguments.
+#[derive(Args)]
+struct TopicCreateArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    #[command(flatten)]
+    write: super::WriteArgs,
+    /// The topic.
+    #[arg(long)]
+    topic: String,
+    /// Its queues.
+    #[arg(long, value_name = "N")]
+    queues: u32,
 }
 
 /// `topics delete`'s arguments.
@@ -52,6 +70,15 @@ pub struct TopicsArgs {
 pub fn topics_command(command: TopicsCommand) -> Result<(), CliError> {
     match command.action {
         None => topics(command.list),
+        Some(TopicsAction::Create(args)) => {
+            message_store::validate_topic(&args.topic).map_err(|e| CliError::Usage(e.to_string()))?;
+            let (store, write) = (&args.store, &args.write);
+            let store = super::open_store(&store.dir, store.config.as_deref(), write.flush, write.segment_size)?;
+            let created = store.create_topic(&args.topic, args.queues).map_err(CliError::from);
+            let shutdown = store.shutdown().map_err(CliError::from);
+            created.and(shutdown)?;
+            outln!("topic {} has {} queues", args.topic, args.queues)
+        }
         Some(TopicsAction::Delete(args)) => with_store(&args.store, |store| {
             if store.delete_topic(&args.topic)? {
                 outln!("deleted topic {}", args.topic)

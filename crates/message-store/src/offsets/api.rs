@@ -43,6 +43,29 @@ pub enum ResetTo {
     /// The first message stored at or after this time (ms since the Unix
     /// epoch; RocketMQ's `resetOffsetByTimestamp`), by [`MessageStore::offset_by_time`].
     Time(u64),
+    /// The group's committed offset moved by this many messages (back when
+    /// negative), clamped to each queue's `[min, end]`; from the queue's
+    /// first offset where the group has none.
+    ShiftBy(i64),
+}
+
+/// One queue of a planned offset reset ([`MessageStore::plan_offsets_reset`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OffsetReset {
+    /// The queue.
+    pub queue_id: u32,
+    /// The group's committed offset now, if it has one.
+    pub current: Option<u64>,
+    /// Where the reset moves it.
+    pub offset: u64,
+    /// The offset asked for, where it was outside the queue's `[min, end]`
+    /// and `offset` is it clamped.
+    pub clamped_from: Option<i128>,
+    /// The queue's first offset whose message the log holds.
+    pub min_offset: u64,
+    /// The queue's end.
+    pub max_offset: u64,
 }
 
 impl MessageStore {
@@ -111,9 +134,54 @@ impl MessageStore {
         Ok(())
     }
 
+    /// Where [`reset_consumer_offsets`](Self::reset_consumer_offsets) would
+    /// move `group`'s offsets in `topic` (every queue, or only `queue_id`),
+    /// changing nothing: each queue's current offset, the new one, and
+    /// whether the target was clamped to the queue's range (a dry run, as
+    /// `kafka-consumer-groups --reset-offsets` prints by default).
+    pub fn plan_offsets_reset(
+        &self,
+        group: &str,
+        topic: &str,
+        queue_id: Option<u32>,
+        to: ResetTo,
+    ) -> Result<Vec<OffsetReset>, StoreError> {
+        self.check_open()?;
+        validate_group(group)?;
+        let queues =
+            self.core.queues.topic(topic).ok_or_else(|| StoreError::UnknownTopic { topic: topic.into() })?.queues;
+        // A queue the topic does not have is refused by `queue_range` below.
+        let ids: Vec<u32> = queue_id.map_or_else(|| (0..queues).collect(), |id| vec![id]);
+        let mut plan = Vec::with_capacity(ids.len());
+        for id in ids {
+            let range = self.queue_range(topic, id)?;
+            let current = self.core.offsets.get(group, topic, id);
+            let wanted: i128 = match to {
+                ResetTo::Earliest => range.start.into(),
+                ResetTo::Latest => range.end.into(),
+                ResetTo::Offset(offset) => offset.into(),
+                ResetTo::Time(ms) => self.offset_by_time(topic, id, ms, TimeBound::Lower)?.into(),
+                ResetTo::ShiftBy(by) => i128::from(current.unwrap_or(range.start)) + i128::from(by),
+            };
+            let offset = u64::try_from(wanted.clamp(range.start.into(), range.end.into())).expect("within the range");
+            let clamped_from = (i128::from(offset) != wanted).then_some(wanted);
+            plan.push(OffsetReset {
+                queue_id: id,
+                current,
+                offset,
+                clamped_from,
+                min_offset: range.start,
+                max_offset: range.end,
+            });
+        }
+        Ok(plan)
+    }
+
     /// Moves `group`'s offsets in `topic` (every queue, or only `queue_id`)
     /// to `to` (RocketMQ's `resetOffset` and `resetOffsetByTimestamp`), with
-    /// one sync; durable when this returns. Returns each queue's new offset.
+    /// one sync; durable when this returns. Returns each queue's new offset
+    /// (each clamped to its queue's range: [`plan_offsets_reset`](Self::plan_offsets_reset)
+    /// says where, first).
     pub fn reset_consumer_offsets(
         &self,
         group: &str,
@@ -121,28 +189,17 @@ impl MessageStore {
         queue_id: Option<u32>,
         to: ResetTo,
     ) -> Result<Vec<(u32, u64)>, StoreError> {
-        self.check_open()?;
-        validate_group(group)?;
         let _life = self.core.topic_life.read();
-        let queues =
-            self.core.queues.topic(topic).ok_or_else(|| StoreError::UnknownTopic { topic: topic.into() })?.queues;
-        // A queue the topic does not have is refused by `queue_range` below.
-        let ids: Vec<u32> = queue_id.map_or_else(|| (0..queues).collect(), |id| vec![id]);
-        let mut moved = Vec::with_capacity(ids.len());
-        for id in ids {
-            let range = self.queue_range(topic, id)?;
-            let offset = match to {
-                ResetTo::Earliest => range.start,
-                ResetTo::Latest => range.end,
-                ResetTo::Offset(offset) => offset.clamp(range.start, range.end),
-                ResetTo::Time(ms) => self.offset_by_time(topic, id, ms, TimeBound::Lower)?,
-            };
-            moved.push((id, offset));
-        }
-        let commits: Vec<(&str, u32, u64)> = moved.iter().map(|&(id, offset)| (topic, id, offset)).collect();
+        let plan = self.plan_offsets_reset(group, topic, queue_id, to)?;
+        let commits: Vec<(&str, u32, u64)> = plan.iter().map(|r| (topic, r.queue_id, r.offset)).collect();
         self.core.offsets.commit_many(&*self.core.storage, group, &commits)?;
         tracing::info!(group, topic, ?queue_id, ?to, "consumer offsets reset");
-        Ok(moved)
+        Ok(plan.iter().map(|r| (r.queue_id, r.offset)).collect())
+    }
+
+    /// Whether `group` has a committed offset anywhere.
+    pub fn group_exists(&self, group: &str) -> bool {
+        self.core.offsets.all().iter().any(|((g, _, _), _)| g == group)
     }
 
     /// Removes `group`'s committed offsets: in every topic (RocketMQ's

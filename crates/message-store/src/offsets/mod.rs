@@ -28,7 +28,7 @@ use store_io::Storage;
 use crate::error::{io_err, StoreError};
 use crate::textfile;
 use crate::topic::{validate_group, validate_topic};
-pub use api::{CommittedOffset, ResetTo};
+pub use api::{CommittedOffset, OffsetReset, ResetTo};
 use journal::{Change, Encoder, Table, Undo};
 
 /// The first line of the text file of offsets the store kept before the journal.
