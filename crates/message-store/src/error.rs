@@ -140,6 +140,26 @@ pub enum StoreError {
         /// The queue's end (the next offset it will take).
         max: u64,
     },
+    /// A consumer's offset in a queue is outside what the queue holds (its
+    /// messages expired, or a crash took the end back), and the consumer is
+    /// set to fail on it ([`OutOfRange::Fail`](crate::OutOfRange::Fail)).
+    #[error(
+        "group {group:?}'s offset {offset} in {topic:?} queue {queue_id} is outside the queue's range {min}..{max}"
+    )]
+    OffsetOutOfRange {
+        /// The group.
+        group: String,
+        /// The topic.
+        topic: String,
+        /// The queue.
+        queue_id: u32,
+        /// The offset.
+        offset: u64,
+        /// The queue's first offset.
+        min: u64,
+        /// The queue's end.
+        max: u64,
+    },
     /// A queue-index entry names a record the log does not hold as that
     /// message: the index and the log disagree (`commitlog verify` shows
     /// where; `commitlog recover`, or deleting `queueindex/`, rebuilds the

@@ -105,7 +105,7 @@ pub use commitlog;
 /// meets them (the same types as in [`commitlog`]).
 pub use commitlog::{CommitLogConfig, CommitLogConfigBuilder, DurabilityHandle, FlushDiskType, FlushError, LockHolder};
 pub use config::{DispatchLimit, MessageStoreConfig, MessageStoreConfigBuilder};
-pub use consumer::{Consumer, ConsumerConfig, Messages, StartFrom};
+pub use consumer::{Consumer, ConsumerConfig, Messages, OutOfRange, StartFrom};
 pub use error::{FilterError, MessageError, NameError, StoreError};
 pub use get::{GetRequest, GetResult, GetStatus, TagFilter, TimeBound};
 pub use group::{BatchPutResult, PutResult};

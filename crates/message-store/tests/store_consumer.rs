@@ -356,3 +356,36 @@ proptest! {
         store.shutdown().unwrap();
     }
 }
+
+#[test]
+fn an_offset_whose_messages_expired_goes_on_from_the_first_or_fails_as_configured() {
+    use message_store::OutOfRange;
+    let (_sim, store) = store_with(1);
+    for i in 0..300u32 {
+        store.put_message(&Message::new("t", 0, format!("{i:04}{}", "x".repeat(1000)))).unwrap();
+    }
+    store.dispatch_now().unwrap();
+    let mut going_on = store.consumer("on", ConsumerConfig::default().max_batch(1)).unwrap();
+    let mut failing =
+        store.consumer("fail", ConsumerConfig::default().max_batch(1).out_of_range(OutOfRange::Fail)).unwrap();
+    for consumer in [&mut going_on, &mut failing] {
+        consumer.subscribe("t", TagFilter::All).unwrap();
+        assert_eq!(consumer.poll(SHORT).unwrap()[0].queue_offset, 0);
+        consumer.commit().unwrap();
+    }
+    store.log().flush_all().unwrap();
+    let cut = store.log().max_offset() / 2;
+    common::wait_sealed_past(&store, cut);
+    assert!(store.log().delete_segments_before(cut, usize::MAX).unwrap() > 0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while store.queue_range("t", 0).unwrap().start == 0 {
+        assert!(std::time::Instant::now() < deadline, "the index did not expire");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let first = store.queue_range("t", 0).unwrap().start;
+    assert_eq!(going_on.poll(SHORT).unwrap()[0].queue_offset, first, "on from the queue's first");
+    let failed = failing.poll(SHORT);
+    assert!(matches!(failed, Err(StoreError::OffsetOutOfRange { offset: 1, min, .. }) if min == first), "{failed:?}");
+    drop((going_on, failing));
+    store.shutdown().unwrap();
+}

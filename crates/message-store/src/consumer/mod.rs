@@ -41,6 +41,23 @@ pub enum StartFrom {
     Time(u64),
 }
 
+/// What a [`Consumer`] does when a queue's offset is outside what the queue
+/// holds (RocketMQ's `OFFSET_TOO_SMALL` and `OFFSET_OVERFLOW_BADLY`, Kafka's
+/// `auto.offset.reset` at an out-of-range offset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OutOfRange {
+    /// Go on from the queue's first message (the messages before expired with
+    /// the log's front) or from its end (the messages past it were taken back
+    /// by a crash under async flush), with a warning. The default: a consumer
+    /// never stops on it.
+    #[default]
+    GoOn,
+    /// Fail the poll with [`StoreError::OffsetOutOfRange`]; the offset stays,
+    /// for the application (or an operator's `offsets reset`) to decide.
+    Fail,
+}
+
 /// How a [`Consumer`] reads and commits.
 ///
 /// ```
@@ -58,6 +75,8 @@ pub struct ConsumerConfig {
     /// The most messages one [`Consumer::poll`] returns, and one read of a
     /// queue fetches (RocketMQ's `pullBatchSize`, 32).
     pub max_batch: usize,
+    /// What to do at an offset outside its queue's range.
+    pub out_of_range: OutOfRange,
     /// Commit what was handed out before each poll once this long has passed
     /// since the last commit (RocketMQ's lite pull consumer and Kafka commit
     /// automatically every 5 s); `None` (the default): only
@@ -67,7 +86,12 @@ pub struct ConsumerConfig {
 
 impl Default for ConsumerConfig {
     fn default() -> Self {
-        ConsumerConfig { start_from: StartFrom::Earliest, max_batch: 32, auto_commit: None }
+        ConsumerConfig {
+            start_from: StartFrom::Earliest,
+            max_batch: 32,
+            out_of_range: OutOfRange::GoOn,
+            auto_commit: None,
+        }
     }
 }
 
@@ -81,6 +105,12 @@ impl ConsumerConfig {
     /// Sets [`max_batch`](Self::max_batch) (at least 1).
     pub fn max_batch(mut self, max_batch: usize) -> Self {
         self.max_batch = max_batch.max(1);
+        self
+    }
+
+    /// Sets [`out_of_range`](Self::out_of_range).
+    pub fn out_of_range(mut self, out_of_range: OutOfRange) -> Self {
+        self.out_of_range = out_of_range;
         self
     }
 
@@ -483,6 +513,18 @@ impl Consumer {
                 // fetch starts with none): its position moves past what the
                 // filter passed over.
                 GetStatus::NoMatchedMessage => owned.handed = got.next_offset,
+                GetStatus::OffsetTooSmall | GetStatus::OffsetOverflow
+                    if self.config.out_of_range == OutOfRange::Fail =>
+                {
+                    return Err(StoreError::OffsetOutOfRange {
+                        group: self.name.clone(),
+                        topic: owned.topic.to_string(),
+                        queue_id: owned.queue_id,
+                        offset: next,
+                        min: got.min_offset,
+                        max: got.max_offset,
+                    });
+                }
                 GetStatus::OffsetTooSmall => {
                     tracing::warn!(group = %self.name, topic = %owned.topic, queue = owned.queue_id, from = next, to = got.next_offset, "consumer: messages expired before they were read; going on from the queue's first");
                 }
