@@ -50,12 +50,15 @@ impl Iterator for StdinLines {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            // A line already read still goes in before Ctrl-C is looked at:
-            // what a pipe delivered before the signal is not dropped.
+            // Looked at before each line: input that never pauses (`tail -f
+            // | commitlog send`) still ends at Ctrl-C. Lines read ahead and
+            // not taken were never put, nor acknowledged.
+            if self.stop.load(Ordering::SeqCst) {
+                return None;
+            }
             match self.lines.recv_timeout(STOP_POLL) {
                 Ok(line) => return Some(line),
                 Err(RecvTimeoutError::Disconnected) => return None,
-                Err(RecvTimeoutError::Timeout) if self.stop.load(Ordering::SeqCst) => return None,
                 Err(RecvTimeoutError::Timeout) => {}
             }
         }

@@ -1442,3 +1442,56 @@ fn offsets_reset_previews_and_refuses_and_groups_topics_and_lookups_work() {
     let again = run(&["topics", "create", "--dir", d, "--topic", "t", "--queues", "3"]);
     assert_clean_failure(&again, 1, "exists");
 }
+
+/// Ctrl-C ends `send` and `produce` even while their input keeps coming.
+#[test]
+fn ctrl_c_ends_send_and_produce_while_input_keeps_coming() {
+    let mut running = Vec::new();
+    for command in ["send", "produce"] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_str().unwrap();
+        let mut args = vec![command, "--dir", d, "--segment-size", SEGMENT];
+        if command == "send" {
+            args.extend(["--topic", "t", "--create-queues", "1"]);
+        }
+        let mut child =
+            commitlog().args(&args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        // Input that never pauses: the pipe stays full.
+        let writer = std::thread::spawn(move || {
+            let line = [b'x'; 63].iter().copied().chain([b'\n']).collect::<Vec<u8>>();
+            let started = std::time::Instant::now();
+            while started.elapsed() < std::time::Duration::from_secs(30) {
+                if stdin.write_all(&line).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        stdout.read_line(&mut first).unwrap();
+        assert!(!first.is_empty(), "{command}: started");
+        let drainer = std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+        assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let exited = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if std::time::Instant::now() > deadline {
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        if exited.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = writer.join();
+        let _ = drainer.join();
+        if exited.is_none() {
+            running.push(command);
+        }
+    }
+    assert!(running.is_empty(), "{running:?}: still running 10 s after Ctrl-C while the input kept coming");
+}

@@ -347,6 +347,8 @@ impl Core {
         // Whatever failed above, waiters return, the index's runs are
         // unmapped and the log shuts down.
         self.queues.close_all();
+        // Consumers waiting on no queue return too.
+        self.consumer_groups.touch_all();
         self.dispatcher.queue_index.close();
         let closed = self.dispatcher.index.as_ref().map_or(Ok(()), |index| index.close());
         self.offsets.close();

@@ -43,6 +43,29 @@ impl ConsumerGroups {
         (group, id)
     }
 
+    /// Every group's members take their shares again (and every member
+    /// waiting is woken): a topic was made, deleted, or made again under its
+    /// name (its queue count may differ), or the store shut down.
+    pub(crate) fn touch_all(&self) {
+        let groups: Vec<Arc<Group>> = self.groups.lock().values().cloned().collect();
+        for group in groups {
+            group.change(|_| ());
+        }
+    }
+
+    /// Runs `change` (a write of `name`'s committed offsets from outside its
+    /// members: a reset, a removal) under the group's lock if it has members
+    /// here, then makes them take their shares again: none commits over the
+    /// change, and each starts from it (a queue kept whose committed offset
+    /// moved starts again from it).
+    pub(crate) fn while_changing<R>(&self, name: &str, change: impl FnOnce() -> R) -> R {
+        let group = self.groups.lock().get(name).cloned();
+        match group {
+            Some(group) => group.change(|_| change()),
+            None => change(),
+        }
+    }
+
     /// Takes member `id` out of `name`'s group (the group goes with its last
     /// member).
     pub(crate) fn leave(&self, name: &str, group: &Group, id: u64) {

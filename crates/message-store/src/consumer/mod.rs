@@ -4,7 +4,7 @@
 
 mod group;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
@@ -125,6 +125,9 @@ impl ConsumerConfig {
 #[derive(Debug)]
 struct Owned {
     topic: Arc<str>,
+    /// The topic's id when the share was taken: a topic deleted and made
+    /// again under its name has another.
+    topic_id: u32,
     queue_id: u32,
     /// The queue, held (so its signal is the one puts wake).
     queue: Arc<Queue>,
@@ -313,24 +316,31 @@ impl Consumer {
     /// member since is not committed (its owner commits it; what this member
     /// handed out of it is handed out again).
     pub fn commit(&mut self) -> Result<(), StoreError> {
+        self.forget_deleted_topics();
         let group = Arc::clone(&self.group);
         let members = group.lock();
         self.take_share(&members)?;
         self.last_commit = Instant::now();
-        let commits: Vec<(&str, u32, u64)> = self
-            .owned
-            .iter()
-            .filter(|o| o.next.is_some() && o.handed != o.committed)
-            .map(|o| (&*o.topic, o.queue_id, o.handed))
+        let due: Vec<usize> = (0..self.owned.len())
+            .filter(|&i| {
+                let o = &self.owned[i];
+                o.next.is_some() && o.handed != o.committed && !o.queue.signal.is_closed()
+            })
             .collect();
-        if commits.is_empty() {
+        if due.is_empty() {
             return Ok(());
         }
+        let commits: Vec<(&str, u32, u64)> =
+            due.iter().map(|&i| &self.owned[i]).map(|o| (&*o.topic, o.queue_id, o.handed)).collect();
+        let ids: Vec<u32> = due.iter().map(|&i| self.owned[i].topic_id).collect();
         // Under the group's lock: no other member takes these queues (and
-        // reads their committed offsets) before the commit is in.
-        self.store.commit_offsets(&self.name, &commits)?;
-        for owned in &mut self.owned {
-            owned.committed = owned.handed;
+        // reads their committed offsets) before the commit is in. A queue
+        // whose topic was deleted since (or made again) is left out.
+        let taken = self.store.commit_offsets_of(&self.name, &commits, Some(&ids))?;
+        for (&i, taken) in due.iter().zip(taken) {
+            if taken {
+                self.owned[i].committed = self.owned[i].handed;
+            }
         }
         Ok(())
     }
@@ -394,24 +404,37 @@ impl Consumer {
         }
         let mut before: HashMap<(Arc<str>, u32), Owned> =
             self.owned.drain(..).map(|o| ((Arc::clone(&o.topic), o.queue_id), o)).collect();
+        // Queues whose fetched messages go: new ones (of a topic made again,
+        // a fetch may have read the new topic at the old one's position) and
+        // ones starting again from the committed offset.
+        let mut restarted: HashSet<(Arc<str>, u32)> = HashSet::new();
         for (topic, _) in &self.topics {
             let Some(entry) = self.store.core.queues.topic(topic) else { continue };
             for queue_id in members.share(self.id, topic, entry.queues) {
-                let kept = before.remove(&(Arc::clone(topic), queue_id)).filter(|o| !o.queue.signal.is_closed());
+                let key = (Arc::clone(topic), queue_id);
+                let kept = match before.remove(&key) {
+                    Some(o) if o.topic_id == entry.id && !o.queue.signal.is_closed() => Some(o),
+                    Some(unfit) => {
+                        unfit.queue.signal.forget(self.token);
+                        None
+                    }
+                    None => None,
+                };
                 let owned = match kept {
                     Some(mut owned) => {
                         if owned.next.is_some()
                             && self.store.core.offsets.get(&self.name, topic, queue_id) != Some(owned.committed)
                         {
                             owned.next = None;
-                            let queue = (Arc::clone(topic), queue_id);
-                            self.fetched.retain(|f| f.queue != queue);
+                            restarted.insert(key);
                         }
                         owned
                     }
                     None => match self.store.queue(topic, queue_id) {
                         Ok(queue) => {
-                            Owned { topic: Arc::clone(topic), queue_id, queue, next: None, handed: 0, committed: 0 }
+                            restarted.insert(key);
+                            let topic = Arc::clone(topic);
+                            Owned { topic, topic_id: entry.id, queue_id, queue, next: None, handed: 0, committed: 0 }
                         }
                         // Deleted meanwhile: the next read drops the topic.
                         Err(StoreError::UnknownTopic { .. } | StoreError::UnknownQueue { .. }) => continue,
@@ -426,7 +449,7 @@ impl Consumer {
         }
         self.by_queue = self.owned.iter().enumerate().map(|(i, o)| ((Arc::clone(&o.topic), o.queue_id), i)).collect();
         let by_queue = &self.by_queue;
-        self.fetched.retain(|f| by_queue.contains_key(&f.queue));
+        self.fetched.retain(|f| by_queue.contains_key(&f.queue) && !restarted.contains(&f.queue));
         self.cursor = 0;
         self.generation = Some(members.generation());
         Ok(())
@@ -437,6 +460,7 @@ impl Consumer {
     /// one sync) so a later owner starts there too. Under the group's lock.
     fn resolve_starts(&mut self) -> Result<(), StoreError> {
         let mut fresh = Vec::new();
+        let mut changed = false;
         for (i, owned) in self.owned.iter_mut().enumerate() {
             if owned.next.is_some() {
                 continue;
@@ -447,16 +471,29 @@ impl Consumer {
                     committed
                 }
                 None => {
-                    let range = self.store.queue_range(&owned.topic, owned.queue_id)?;
-                    let start = match self.config.start_from {
-                        StartFrom::Earliest => range.start,
-                        StartFrom::Latest => range.end,
-                        StartFrom::Time(ms) => {
-                            self.store.offset_by_time(&owned.topic, owned.queue_id, ms, TimeBound::Lower)?
-                        }
+                    let start = match self.store.queue_range(&owned.topic, owned.queue_id) {
+                        Ok(range) => match self.config.start_from {
+                            StartFrom::Earliest => Ok(range.start),
+                            StartFrom::Latest => Ok(range.end),
+                            StartFrom::Time(ms) => {
+                                self.store.offset_by_time(&owned.topic, owned.queue_id, ms, TimeBound::Lower)
+                            }
+                        },
+                        Err(err) => Err(err),
                     };
-                    fresh.push(i);
-                    start
+                    match start {
+                        Ok(start) => {
+                            fresh.push(i);
+                            start
+                        }
+                        // Deleted meanwhile: the next round drops the topic,
+                        // or takes the share of the one made again.
+                        Err(StoreError::UnknownTopic { .. } | StoreError::UnknownQueue { .. }) => {
+                            changed = true;
+                            continue;
+                        }
+                        Err(err) => return Err(err),
+                    }
                 }
             };
             owned.next = Some(start);
@@ -465,10 +502,19 @@ impl Consumer {
         if !fresh.is_empty() {
             let commits: Vec<(&str, u32, u64)> =
                 fresh.iter().map(|&i| &self.owned[i]).map(|o| (&*o.topic, o.queue_id, o.handed)).collect();
-            self.store.commit_offsets(&self.name, &commits)?;
-            for i in fresh {
-                self.owned[i].committed = self.owned[i].handed;
+            let ids: Vec<u32> = fresh.iter().map(|&i| self.owned[i].topic_id).collect();
+            let taken = self.store.commit_offsets_of(&self.name, &commits, Some(&ids))?;
+            for (i, taken) in fresh.into_iter().zip(taken) {
+                if taken {
+                    self.owned[i].committed = self.owned[i].handed;
+                } else {
+                    self.owned[i].next = None;
+                    changed = true;
+                }
             }
+        }
+        if changed {
+            self.generation = None;
         }
         Ok(())
     }

@@ -88,15 +88,40 @@ impl MessageStore {
     /// Checked like [`commit_offset`](Self::commit_offset), all before any is
     /// taken: one refused, none committed.
     pub fn commit_offsets(&self, group: &str, commits: &[(&str, u32, u64)]) -> Result<(), StoreError> {
+        self.commit_offsets_of(group, commits, None).map(drop)
+    }
+
+    /// [`commit_offsets`](Self::commit_offsets); with `topic_ids` (a
+    /// consumer's: the id of the topic each commit's position was read
+    /// from), a commit whose topic was deleted since, or deleted and made
+    /// again under its name, is left out instead of refused (or, worse,
+    /// taken as a position in the new topic). Returns whether each was taken.
+    pub(crate) fn commit_offsets_of(
+        &self,
+        group: &str,
+        commits: &[(&str, u32, u64)],
+        topic_ids: Option<&[u32]>,
+    ) -> Result<Vec<bool>, StoreError> {
         self.check_open()?;
         validate_group(group)?;
+        let live = |i: usize, topic: &str| {
+            topic_ids.is_none_or(|ids| self.core.queues.topic(topic).is_some_and(|entry| entry.id == ids[i]))
+        };
         // Waits for dispatch first, outside the topics' lock: a deletion
         // meanwhile closes the queue and wakes the wait.
-        for &(topic, queue_id, offset) in commits {
-            self.wait_for_dispatch_of(topic, queue_id, offset)?;
+        for (i, &(topic, queue_id, offset)) in commits.iter().enumerate() {
+            match self.wait_for_dispatch_of(topic, queue_id, offset) {
+                Err(StoreError::UnknownTopic { .. } | StoreError::UnknownQueue { .. }) if !live(i, topic) => {}
+                other => other?,
+            }
         }
         let _life = self.core.topic_life.read();
-        for &(topic, queue_id, offset) in commits {
+        let mut taken = Vec::with_capacity(commits.len());
+        for (i, &(topic, queue_id, offset)) in commits.iter().enumerate() {
+            if !live(i, topic) {
+                taken.push(false);
+                continue;
+            }
             let max = self.queue_range(topic, queue_id)?.end;
             if offset > max {
                 return Err(StoreError::OffsetBeyondQueue {
@@ -107,10 +132,15 @@ impl MessageStore {
                     max,
                 });
             }
+            taken.push(true);
         }
         #[cfg(test)]
         self.core.commit_checked.reached();
-        self.core.offsets.commit_many(&*self.core.storage, group, commits)
+        let kept: Vec<(&str, u32, u64)> = commits.iter().zip(&taken).filter(|(_, t)| **t).map(|(c, _)| *c).collect();
+        if !kept.is_empty() || topic_ids.is_none() {
+            self.core.offsets.commit_many(&*self.core.storage, group, &kept)?;
+        }
+        Ok(taken)
     }
 
     /// Waits, for a commit of `offset` in `topic`'s queue, until dispatch
@@ -189,10 +219,15 @@ impl MessageStore {
         queue_id: Option<u32>,
         to: ResetTo,
     ) -> Result<Vec<(u32, u64)>, StoreError> {
-        let _life = self.core.topic_life.read();
-        let plan = self.plan_offsets_reset(group, topic, queue_id, to)?;
-        let commits: Vec<(&str, u32, u64)> = plan.iter().map(|r| (topic, r.queue_id, r.offset)).collect();
-        self.core.offsets.commit_many(&*self.core.storage, group, &commits)?;
+        // The group's members here start from the reset, none commits over
+        // it. The group's lock first, then the topics' (as a member's commit).
+        let plan = self.core.consumer_groups.while_changing(group, || {
+            let _life = self.core.topic_life.read();
+            let plan = self.plan_offsets_reset(group, topic, queue_id, to)?;
+            let commits: Vec<(&str, u32, u64)> = plan.iter().map(|r| (topic, r.queue_id, r.offset)).collect();
+            self.core.offsets.commit_many(&*self.core.storage, group, &commits)?;
+            Ok::<_, StoreError>(plan)
+        })?;
         tracing::info!(group, topic, ?queue_id, ?to, "consumer offsets reset");
         Ok(plan.iter().map(|r| (r.queue_id, r.offset)).collect())
     }
@@ -209,10 +244,10 @@ impl MessageStore {
         self.check_open()?;
         validate_group(group)?;
         let storage = &*self.core.storage;
-        match topic {
+        self.core.consumer_groups.while_changing(group, || match topic {
             Some(topic) => self.core.offsets.remove_group_topic(storage, group, topic),
             None => self.core.offsets.remove_group(storage, group),
-        }
+        })
     }
 
     /// Removes every group's committed offsets in `topic` (RocketMQ's

@@ -24,6 +24,10 @@ impl MessageStore {
         // dispatch paths as the queues are first used.
         self.core.queues.reserve(queues as usize);
         self.core.dispatcher.queue_index.reserve(queues as usize);
+        drop(registry);
+        // Consumers following a topic of this name (made again, perhaps with
+        // another queue count) take their shares again.
+        self.core.consumer_groups.touch_all();
         Ok(())
     }
 
@@ -40,7 +44,7 @@ impl MessageStore {
         self.check_open()?;
         validate_topic(topic)?;
         // No commit that checked the topic is between its check and its write.
-        let _life = self.core.topic_life.write();
+        let life = self.core.topic_life.write();
         let mut registry = self.core.registry.lock();
         let Some(entry) = registry.remove(&*self.core.storage, topic)? else { return Ok(false) };
         // No record of the topic between its queue's lookup and its append:
@@ -52,6 +56,11 @@ impl MessageStore {
         drop(dispatch);
         drop(registry);
         self.core.offsets.remove_topic(&*self.core.storage, topic)?;
+        drop(life);
+        // Consumers following it stop (a member owning none of its queues
+        // waits on nothing the deletion closes). After the topics' lock: a
+        // member commits under its group's lock, then takes the topics'.
+        self.core.consumer_groups.touch_all();
         tracing::info!(topic, "topic deleted");
         Ok(true)
     }

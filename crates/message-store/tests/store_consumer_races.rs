@@ -1,0 +1,314 @@
+//! The consumer beside topics deleted and made again, offsets reset, a
+//! shutdown, and members in threads joining and leaving.
+
+mod common;
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Wake, Waker};
+use std::time::Duration;
+
+use commitlog::FlushDiskType;
+use common::{config, open};
+use futures_core::Stream;
+use message_store::{Consumer, ConsumerConfig, Message, MessageStore, ResetTo, StoredMessage, TagFilter};
+use store_io::sim::SimStorage;
+
+const SHORT: Duration = Duration::from_millis(50);
+
+fn store_with(queues: u32) -> (SimStorage, MessageStore) {
+    let sim = SimStorage::new();
+    let store = open(&sim, config(FlushDiskType::AsyncFlush));
+    store.create_topic("t", queues).unwrap();
+    (sim, store)
+}
+
+fn put(store: &MessageStore, topic: &str, queues: u32, from: u32, count: u32) {
+    for i in from..from + count {
+        store.put_message(&Message::new(topic, i % queues, format!("m{i}"))).unwrap();
+    }
+    store.dispatch_now().unwrap();
+}
+
+fn bodies(messages: &[StoredMessage]) -> Vec<String> {
+    let mut out: Vec<String> = messages.iter().map(|m| String::from_utf8(m.body.to_vec()).unwrap()).collect();
+    out.sort();
+    out
+}
+
+fn bodies_of(range: std::ops::Range<u32>) -> Vec<String> {
+    let mut out: Vec<String> = range.map(|i| format!("m{i}")).collect();
+    out.sort();
+    out
+}
+
+fn drain(consumer: &mut Consumer) -> Vec<StoredMessage> {
+    consumer.messages(SHORT).map(Result::unwrap).collect()
+}
+
+/// A topic deleted and made again with more queues: the member that owned no
+/// queue of the old topic never takes its share of the new one (nothing
+/// moves the generation), so the messages of its queues are handed out by
+/// no one.
+#[test]
+fn topic_made_again_with_more_queues_every_message_is_handed_out() {
+    let (_sim, store) = store_with(1);
+    let mut a = store.consumer("g", ConsumerConfig::default()).unwrap();
+    let mut b = store.consumer("g", ConsumerConfig::default()).unwrap();
+    a.subscribe("t", TagFilter::All).unwrap();
+    b.subscribe("t", TagFilter::All).unwrap();
+    assert!(a.poll(SHORT).unwrap().is_empty());
+    assert!(b.poll(SHORT).unwrap().is_empty());
+    assert_eq!(a.assignment(), [("t".to_string(), 0)]);
+    assert!(b.assignment().is_empty(), "two members, one queue");
+    store.delete_topic("t").unwrap();
+    store.create_topic("t", 2).unwrap();
+    put(&store, "t", 2, 0, 4); // m0, m2 on queue 0; m1, m3 on queue 1
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.extend(drain(&mut a));
+        got.extend(drain(&mut b));
+    }
+    assert_eq!(
+        bodies(&got),
+        bodies_of(0..4),
+        "a owns {:?}, b owns {:?}: queue 1 of the new topic is nobody's",
+        a.assignment(),
+        b.assignment()
+    );
+    drop((a, b));
+    store.shutdown().unwrap();
+}
+
+/// `commit()` after the topic was deleted and made again commits the old
+/// queue's hand-out position into the new topic's queue (take_share is not
+/// re-run for a closed queue in commit): the new topic's first messages are
+/// never handed out.
+#[test]
+fn commit_after_topic_made_again_skips_none_of_the_new_topics_messages() {
+    let (_sim, store) = store_with(1);
+    put(&store, "t", 1, 0, 5);
+    let mut a = store.consumer("g", ConsumerConfig::default()).unwrap();
+    a.subscribe("t", TagFilter::All).unwrap();
+    assert_eq!(drain(&mut a).len(), 5, "handed out, not committed");
+    store.delete_topic("t").unwrap();
+    store.create_topic("t", 1).unwrap();
+    put(&store, "t", 1, 10, 8); // the new topic: m10..m17 at offsets 0..8
+    let committed = a.commit();
+    let new_offset = store.committed_offset("g", "t", 0).unwrap();
+    let got = drain(&mut a);
+    assert_eq!(
+        bodies(&got),
+        bodies_of(10..18),
+        "commit() returned {committed:?}; the group's offset in the new topic became {new_offset:?}"
+    );
+    drop(a);
+    store.shutdown().unwrap();
+}
+
+/// `commit()` after one of the followed topics was deleted fails as a
+/// whole (UnknownTopic), so what was handed out of the other topics is not
+/// committed either (and `close()` with auto-commit fails the same way).
+#[test]
+fn commit_after_a_followed_topic_is_deleted_commits_the_others() {
+    let (_sim, store) = store_with(1);
+    store.create_topic("u", 1).unwrap();
+    put(&store, "t", 1, 0, 3);
+    put(&store, "u", 1, 0, 3);
+    let mut a = store.consumer("g", ConsumerConfig::default()).unwrap();
+    a.subscribe("t", TagFilter::All).unwrap();
+    a.subscribe("u", TagFilter::All).unwrap();
+    assert_eq!(drain(&mut a).len(), 6);
+    store.delete_topic("t").unwrap();
+    let committed = a.commit();
+    assert!(committed.is_ok(), "commit after t was deleted: {committed:?}");
+    assert_eq!(store.committed_offset("g", "u", 0).unwrap(), Some(3), "u's hand-out committed");
+    drop(a);
+    store.shutdown().unwrap();
+}
+
+struct Count(AtomicUsize);
+
+impl Wake for Count {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A member that owns no queue (more members than queues) waits on the
+/// group's changes only: a store shutdown or the deletion of the topic
+/// never wakes its stream, which then never yields the shutdown error nor
+/// ends (a tokio task on it hangs for good; a blocking poll without a
+/// deadline too).
+#[test]
+fn the_stream_of_a_member_without_queues_is_woken_by_shutdown_and_deletion() {
+    let mut never_woken = Vec::new();
+    for event in ["shutdown", "delete_topic"] {
+        let (_sim, store) = store_with(1);
+        let mut a = store.consumer("g", ConsumerConfig::default()).unwrap();
+        let mut b = store.consumer("g", ConsumerConfig::default()).unwrap();
+        a.subscribe("t", TagFilter::All).unwrap();
+        b.subscribe("t", TagFilter::All).unwrap();
+        assert!(a.poll(SHORT).unwrap().is_empty());
+        assert!(b.poll(SHORT).unwrap().is_empty());
+        assert!(b.assignment().is_empty());
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&count));
+        let mut cx = Context::from_waker(&waker);
+        assert!(Pin::new(&mut b).poll_next(&mut cx).is_pending());
+        match event {
+            "shutdown" => store.shutdown().unwrap(),
+            _ => assert!(store.delete_topic("t").unwrap()),
+        }
+        let woken = count.0.load(Ordering::SeqCst);
+        let next = Pin::new(&mut b).poll_next(&mut cx);
+        if woken == 0 {
+            never_woken.push(format!("{event}: b's stream never woken; polled anyway it gives {next:?}"));
+        }
+        drop((a, b));
+        let _ = store.shutdown();
+    }
+    assert!(never_woken.is_empty(), "{never_woken:#?}");
+}
+
+/// `reset_consumer_offsets` while a member runs: the member goes on from
+/// where it was and its next commit overwrites the reset (unless some
+/// member happened to join or leave meanwhile, when the member does start
+/// again from the reset offset).
+#[test]
+fn a_reset_while_a_member_runs_is_not_undone_by_its_next_commit() {
+    let (_sim, store) = store_with(1);
+    put(&store, "t", 1, 0, 10);
+    let mut a = store.consumer("g", ConsumerConfig::default().max_batch(5)).unwrap();
+    a.subscribe("t", TagFilter::All).unwrap();
+    assert_eq!(bodies(&a.poll(SHORT).unwrap()), bodies_of(0..5));
+    a.commit().unwrap();
+    store.reset_consumer_offsets("g", "t", None, ResetTo::Earliest).unwrap();
+    let after = drain(&mut a);
+    a.commit().unwrap();
+    let committed = store.committed_offset("g", "t", 0).unwrap();
+    assert!(
+        after.iter().any(|m| m.queue_offset == 0),
+        "reset to the earliest, but the member handed out {:?} and committed {committed:?}",
+        after.iter().map(|m| m.queue_offset).collect::<Vec<_>>()
+    );
+    drop(a);
+    store.shutdown().unwrap();
+}
+
+/// Stress: members in threads poll and commit while others join and leave
+/// and messages are put. A message handed out below the committed offset
+/// read *before* the poll is a committed message handed out again (offsets
+/// only grow here); at the end every message must have been handed out.
+#[test]
+fn stress_members_in_threads() {
+    use std::collections::BTreeSet;
+    use std::sync::atomic::AtomicBool;
+    const QUEUES: u32 = 4;
+    const MESSAGES: u32 = 4000;
+    let (_sim, store) = store_with(QUEUES);
+    let stop = Arc::new(AtomicBool::new(false));
+    let delivered = Arc::new(parking_lot::Mutex::new(BTreeSet::new()));
+    let violations = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for member in 0..3 {
+        let (store, stop, delivered, violations) =
+            (store.clone(), Arc::clone(&stop), Arc::clone(&delivered), Arc::clone(&violations));
+        threads.push(std::thread::spawn(move || {
+            let mut rounds = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                let mut c = store.consumer("g", ConsumerConfig::default().max_batch(7)).unwrap();
+                c.subscribe("t", TagFilter::All).unwrap();
+                for _ in 0..(20 + member * 7) {
+                    let before: Vec<u64> =
+                        (0..QUEUES).map(|q| store.committed_offset("g", "t", q).unwrap().unwrap_or(0)).collect();
+                    let got = c.poll(Duration::from_millis(2)).unwrap();
+                    for m in &got {
+                        if m.queue_offset < before[m.queue_id as usize] {
+                            violations.lock().push((m.queue_id, m.queue_offset, before[m.queue_id as usize]));
+                        }
+                        delivered.lock().insert((m.queue_id, m.queue_offset));
+                    }
+                    rounds += 1;
+                    if rounds.is_multiple_of(3) {
+                        c.commit().unwrap();
+                    }
+                }
+                if rounds.is_multiple_of(2) {
+                    c.commit().unwrap();
+                }
+                drop(c);
+            }
+        }));
+    }
+    for i in 0..MESSAGES {
+        store.put_message(&Message::new("t", i % QUEUES, format!("m{i}"))).unwrap();
+        if i % 200 == 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    store.dispatch_now().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::SeqCst);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut last = store.consumer("g", ConsumerConfig::default()).unwrap();
+    last.subscribe("t", TagFilter::All).unwrap();
+    loop {
+        let got = last.poll(Duration::ZERO).unwrap();
+        if got.is_empty() {
+            break;
+        }
+        for m in &got {
+            delivered.lock().insert((m.queue_id, m.queue_offset));
+        }
+        last.commit().unwrap();
+    }
+    let delivered = delivered.lock();
+    let missing: Vec<(u32, u64)> = (0..QUEUES)
+        .flat_map(|q| (0..store.queue_range("t", q).unwrap().end).map(move |o| (q, o)))
+        .filter(|k| !delivered.contains(k))
+        .collect();
+    assert!(violations.lock().is_empty(), "handed out below the committed offset: {:?}", &violations.lock()[..]);
+    assert!(missing.is_empty(), "never handed out: {missing:?}");
+    drop(last);
+    store.shutdown().unwrap();
+}
+
+/// A topic deleted and made again while a member polls: `poll` should not
+/// fail (the topic is either followed or dropped), but `resolve_starts`
+/// reads the queue's range and commits its start under no topic lock.
+#[test]
+fn poll_beside_topic_deleted_and_made_again_does_not_fail() {
+    use std::sync::atomic::AtomicBool;
+    let (_sim, store) = store_with(2);
+    let stop = Arc::new(AtomicBool::new(false));
+    let poller = {
+        let (store, stop) = (store.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            // Fails without auto-commit too (resolve_starts); with it, the commit's too.
+            let mut c = store.consumer("g", ConsumerConfig::default()).unwrap();
+            let mut errors = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                if c.subscriptions().is_empty() && c.subscribe("t", TagFilter::All).is_err() {
+                    continue;
+                }
+                if let Err(e) = c.poll(Duration::ZERO) {
+                    errors.push(format!("{e:?}"));
+                }
+            }
+            errors
+        })
+    };
+    for i in 0..3000u32 {
+        store.delete_topic("t").unwrap();
+        store.create_topic("t", 2).unwrap();
+        store.put_message(&Message::new("t", i % 2, format!("m{i}"))).unwrap();
+    }
+    stop.store(true, Ordering::SeqCst);
+    let errors = poller.join().unwrap();
+    assert!(errors.is_empty(), "{} polls failed, e.g. {:?}", errors.len(), &errors[..errors.len().min(3)]);
+    store.shutdown().unwrap();
+}
