@@ -212,6 +212,8 @@ fn a_reset_is_planned_before_it_is_applied_and_a_message_is_found_by_its_log_off
         put.durability.wait().unwrap();
         at.push(put.log_offset);
     }
+    // Durable is not yet dispatched: the queue's end is what dispatch reached.
+    store.dispatch_now().unwrap();
     store.commit_offset("g", "t", 0, 3).unwrap();
     let plan = store.plan_offsets_reset("g", "t", None, ResetTo::Offset(9)).unwrap();
     assert_eq!((plan[0].current, plan[0].offset, plan[0].clamped_from), (Some(3), 5, Some(9)));
