@@ -159,11 +159,11 @@ pub struct SegmentPathArgs {
     /// `;`-separated or repeated. New segments go round-robin over them. Default:
     /// the directories the store recorded, or `<dir>/commitlog` for a new store.
     #[arg(long, value_name = "DIRS", value_delimiter = ';')]
-    store_path_commit_log: Vec<std::path::PathBuf>,
+    pub(crate) store_path_commit_log: Vec<std::path::PathBuf>,
     /// Segment directories to read but not to create segments in
     /// (`readOnlyCommitLogStorePaths`), `;`-separated or repeated.
     #[arg(long, value_name = "DIRS", value_delimiter = ';')]
-    read_only_commit_log_store_paths: Vec<std::path::PathBuf>,
+    pub(crate) read_only_commit_log_store_paths: Vec<std::path::PathBuf>,
 }
 
 /// The configuration for opening an existing or new log in `dir`: the segment size

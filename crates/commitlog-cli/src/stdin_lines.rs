@@ -1,7 +1,8 @@
 //! The lines of standard input, as `send` and `produce` read them: on a thread
 //! of their own, so that Ctrl-C (or SIGTERM) ends the command as the end of
-//! its input would, with every line read so far put and acknowledged and the
-//! store closed (no abort marker left behind), instead of killing it.
+//! its input would, with every line it took put and acknowledged and the
+//! store closed (no abort marker left behind), instead of killing it. Lines
+//! read ahead (up to 1,024) and not taken when Ctrl-C came are not put.
 
 use std::io::BufRead;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1495,3 +1495,73 @@ fn ctrl_c_ends_send_and_produce_while_input_keeps_coming() {
     }
     assert!(running.is_empty(), "{running:?}: still running 10 s after Ctrl-C while the input kept coming");
 }
+
+/// `--config` on an existing store whose segments are not 64 MiB,
+/// with a file that says nothing of segments ("an existing store keeps the
+/// shapes its files show"): the file's default segment size is taken as if
+/// `--segment-size` had asked for it, and the store is refused.
+#[test]
+fn a_config_file_opens_an_existing_store_with_its_own_segment_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let d = store.to_str().unwrap();
+    let made = run(&["topics", "create", "--dir", d, "--segment-size", SEGMENT, "--topic", "t", "--queues", "1"]);
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    let file = dir.path().join("store.toml");
+    std::fs::write(&file, "commit_dispatch_wait_ms = 100\n").unwrap();
+    let out = run(&["receive", "--dir", d, "--config", file.to_str().unwrap(), "--topic", "t", "--group", "g"]);
+    assert!(out.status.success(), "exit {:?}: {}", out.status.code(), text(&out.stderr));
+}
+
+/// a config file's explicit `[limits]` are replaced by limits
+/// "within" the segment when the log's `max_message_size` (left at its
+/// 4 MiB default) is lowered to fit the file's small segments: a body over
+/// `max_body_size` is taken.
+#[test]
+fn a_config_files_message_limits_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let d = store.to_str().unwrap();
+    let file = dir.path().join("store.toml");
+    std::fs::write(
+        &file,
+        "[log]\nmapped_file_size_commit_log = 65536\nflush_disk_type = \"sync_flush\"\n\n[limits]\nmax_body_size = 100\nmax_properties_size = 100\n",
+    )
+    .unwrap();
+    let line = format!("{}\n", "x".repeat(1000));
+    let sent = run_in(
+        &["send", "--dir", d, "--config", file.to_str().unwrap(), "--topic", "t", "--create-queues", "1"],
+        line.as_bytes(),
+    );
+    assert!(!sent.status.success(), "a 1000-byte body went in under max_body_size = 100: {}", text(&sent.stdout));
+}
+
+/// a new store made with `--config` whose `[log]` names segment
+/// directories (`store_path_commit_log`, a knob of the file like any other)
+/// gets `<dir>/commitlog` instead: `open_store` overwrites them with the
+/// flags' (none).
+#[test]
+fn a_config_files_segment_directories_are_used_for_a_new_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let d = store.to_str().unwrap();
+    let disk = dir.path().join("disk-a");
+    std::fs::create_dir(&disk).unwrap();
+    let file = dir.path().join("store.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[log]\nmapped_file_size_commit_log = 65536\nmax_message_size = 4096\nflush_disk_type = \"sync_flush\"\nstore_path_commit_log = [{:?}]\n",
+            disk.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let sent = run_in(
+        &["send", "--dir", d, "--config", file.to_str().unwrap(), "--topic", "t", "--create-queues", "1"],
+        b"a\n",
+    );
+    assert!(sent.status.success(), "{}", text(&sent.stderr));
+    let in_disk = walk(&disk).len();
+    let in_store: Vec<_> = walk(&store).into_iter().filter(|p| p.parent().unwrap().ends_with("commitlog")).collect();
+    assert!(in_disk > 0, "no segment in the configured directory; segments in {in_store:?}");
+}

@@ -28,7 +28,7 @@ pub enum FlushDiskType {
 /// Configuration of a [`CommitLog`](crate::CommitLog). Build one with
 /// [`CommitLogConfig::builder`] or start from `Default` (RocketMQ's defaults).
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(default))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(default, deny_unknown_fields))]
 pub struct CommitLogConfig {
     /// Segment size of a new store (`mappedFileSizeCommitLog`), a multiple of
     /// 4096: 64 MiB by default (RocketMQ's brokers use 1 GiB; the trade-off,

@@ -7,7 +7,7 @@ use crate::policy::{GatherChoice, PolicyChoice};
 /// Flush-service configuration. Every field is a RocketMQ `MessageStoreConfig` knob
 /// (`flushIntervalCommitLog` → `flush_interval_commit_log_ms`, ...).
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(default))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(default, deny_unknown_fields))]
 pub struct FlushConfig {
     /// Async flush interval (`flushIntervalCommitLog`, 500 ms).
     pub flush_interval_commit_log_ms: u64,

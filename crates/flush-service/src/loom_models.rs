@@ -10,7 +10,6 @@ use crate::service::ServiceState;
 use crate::sync::{lock, Arc, AtomicBool, Mutex, Ordering};
 use crate::testing::MemoryTarget;
 use crate::write_group::{Answer, Member, Turn, WriteGroups};
-use crate::FlushTarget;
 
 #[test]
 fn loom_wakeup_is_never_lost() {

@@ -326,7 +326,14 @@ impl Default for ConfigFile {
 
 #[cfg(feature = "serde")]
 impl From<ConfigFile> for MessageStoreConfig {
-    fn from(file: ConfigFile) -> Self {
+    fn from(mut file: ConfigFile) -> Self {
+        // A `[log]` section that shrinks the segment without saying how large
+        // a record may be gets the builder's rule (a quarter of a segment,
+        // at most the default), not a default that cannot fit.
+        let default = CommitLogConfig::default().max_message_size;
+        if file.log.max_message_size == default && default.saturating_mul(4) > file.log.mapped_file_size_commit_log {
+            file.log.max_message_size = default.min(file.log.mapped_file_size_commit_log / 4).max(1);
+        }
         let limits = file.limits.unwrap_or_else(|| MessageLimits::within(file.log.max_message_size));
         MessageStoreConfig {
             log: file.log,

@@ -160,6 +160,17 @@ pub enum StoreError {
         /// The queue's end.
         max: u64,
     },
+    /// A log offset given to find a message by
+    /// ([`MessageStore::message_at_log_offset`](crate::MessageStore::message_at_log_offset))
+    /// is not where a message's record starts: inside a record, past what
+    /// is dispatched, or not a record at all.
+    #[error(
+        "log offset {log_offset} is not where a message starts (use the log offset a put returned, or a message's)"
+    )]
+    NotAMessageStart {
+        /// The offset given.
+        log_offset: u64,
+    },
     /// A queue-index entry names a record the log does not hold as that
     /// message: the index and the log disagree (`commitlog verify` shows
     /// where; `commitlog recover`, or deleting `queueindex/`, rebuilds the

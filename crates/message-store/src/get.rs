@@ -287,11 +287,36 @@ impl MessageStore {
     /// The message whose log record starts at `log_offset` (RocketMQ's
     /// `lookMessageByOffset`; a `PutResult::log_offset`, or a
     /// `StoredMessage::log_offset`): `None` if it expired with the log's
-    /// front. An offset inside a record, or past the log's end, is an error
-    /// naming it.
+    /// front, or is of a topic deleted since (never read again). What is
+    /// read there must be the message its queue's entry names: an offset
+    /// inside a record (which may read as one: a body can hold any bytes) is
+    /// [`StoreError::NotAMessageStart`], as is one past the dispatched end.
     pub fn message_at_log_offset(&self, log_offset: u64) -> Result<Option<StoredMessage>, StoreError> {
         self.check_open()?;
-        message_at(&self.core.log, log_offset)
+        let not_a_start = || StoreError::NotAMessageStart { log_offset };
+        let message = match message_at(&self.core.log, log_offset) {
+            Ok(Some(message)) => message,
+            Ok(None) => return Ok(None),
+            Err(StoreError::Log(
+                commitlog::Error::BadRecord { .. }
+                | commitlog::Error::InsideRecord { .. }
+                | commitlog::Error::NoRecord { .. }
+                | commitlog::Error::NotYetDurable { .. },
+            ))
+            | Err(StoreError::Message(_)) => return Err(not_a_start()),
+            Err(err) => return Err(err),
+        };
+        let Some(key) = self.core.queues.key_of_record(&message.topic, message.queue_id, log_offset) else {
+            return Ok(None); // a deleted topic's
+        };
+        match self.core.dispatcher.queue_index.get(key, message.queue_offset, 1).first() {
+            Some(entry) if entry.log_offset == log_offset => Ok(Some(message)),
+            // Expired from the index with the log's front meanwhile.
+            None if self.core.dispatcher.queue_index.extent(key).is_some_and(|(min, _)| min > message.queue_offset) => {
+                Ok(None)
+            }
+            _ => Err(not_a_start()),
+        }
     }
 
     /// The messages of `topic` with `key` stored within `[begin_ms, end_ms]`,

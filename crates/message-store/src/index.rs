@@ -39,7 +39,7 @@ const END_MAGIC: &[u8; 8] = b"MSIDXEND";
 
 /// The index's shape: slots and items per file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(default))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(default, deny_unknown_fields))]
 #[non_exhaustive]
 pub struct IndexConfig {
     /// Hash slots per file (RocketMQ's `maxHashSlotNum`, 5,000,000; here 200,000).

@@ -34,7 +34,7 @@ const FIXED: usize = 26;
 
 /// Limits a message is checked against before anything is appended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(default))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(default, deny_unknown_fields))]
 #[non_exhaustive]
 pub struct MessageLimits {
     /// The largest body (RocketMQ's `maxMessageSize` is 4 MiB for the whole

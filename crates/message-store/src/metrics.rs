@@ -35,17 +35,32 @@ pub(crate) const CONSUMER_OFFSETS: &str = "message_store_consumer_offsets";
 pub(crate) const OFFSET_SYNCS: &str = "message_store_offsets_journal_syncs_total";
 pub(crate) const CONSUMER_LAG: &str = "message_store_consumer_lag_messages";
 
+/// What one store handed the recorder's counters so far: they go up by the
+/// difference, so a store reopened in the same process (its counts start at
+/// 0 again), or two stores in one process, add up instead of hiding behind
+/// the larger count.
+#[derive(Debug, Default)]
+pub(crate) struct Exported {
+    puts: u64,
+    reads: u64,
+    syncs: u64,
+}
+
 /// Hands the store's counts to the recorder.
-pub(crate) fn export(stats: &StoreStats) {
-    metrics::counter!(PUT_MESSAGES).absolute(stats.messages_put);
-    metrics::counter!(READ_MESSAGES).absolute(stats.messages_read);
+pub(crate) fn export(stats: &StoreStats, exported: &mut Exported) {
+    let add = |name: &'static str, now: u64, before: &mut u64| {
+        metrics::counter!(name).increment(now.saturating_sub(*before));
+        *before = now;
+    };
+    add(PUT_MESSAGES, stats.messages_put, &mut exported.puts);
+    add(READ_MESSAGES, stats.messages_read, &mut exported.reads);
+    add(OFFSET_SYNCS, stats.consumer_offset_syncs, &mut exported.syncs);
     metrics::gauge!(DISPATCH_LAG).set(stats.dispatch_limit.saturating_sub(stats.dispatch_point) as f64);
     metrics::gauge!(INDEX_RUNS).set(stats.index_runs as f64);
     metrics::gauge!(INDEX_ACTIVE).set(stats.index_active_entries as f64);
     metrics::gauge!(INDEX_HEAP).set(stats.index_heap_bytes as f64);
     metrics::gauge!(QUEUES_IN_USE).set(stats.queues_in_use as f64);
     metrics::gauge!(CONSUMER_OFFSETS).set(stats.consumer_offsets as f64);
-    metrics::counter!(OFFSET_SYNCS).absolute(stats.consumer_offset_syncs);
 }
 
 /// Each group's lag: what it has not committed past, summed over the queues it

@@ -332,6 +332,7 @@ impl MessageStore {
         let thorough = Duration::from_millis(self.core.config.flush_consume_queue_thorough_interval_ms);
         let mut last_thorough = Instant::now();
         let mut lagging = std::collections::BTreeSet::new();
+        let mut exported = crate::metrics::Exported::default();
         let flush = ServiceThread::spawn_every("FlushConsumeQueueService", interval, move || {
             let is_thorough = last_thorough.elapsed() >= thorough;
             match core.flush_derived(is_thorough) {
@@ -339,7 +340,7 @@ impl MessageStore {
                 Ok(()) => {}
                 Err(err) => tracing::error!(%err, "queue index or key index flush failed; retrying"),
             }
-            crate::metrics::export(&core.stats());
+            crate::metrics::export(&core.stats(), &mut exported);
             if is_thorough {
                 crate::metrics::export_lag(&core, &mut lagging);
             }

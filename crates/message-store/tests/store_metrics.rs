@@ -66,10 +66,18 @@ fn puts_reads_dispatch_the_index_offsets_and_consumer_lag_are_measured() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut seen = Vec::new();
     loop {
-        // A snapshot drains counters: keep the last value of each.
+        // A snapshot drains counters (what was added since the last one):
+        // add them up; a gauge is its last value.
         for metric in values(&snapshotter) {
-            seen.retain(|m: &(MetricKind, String, Vec<String>, f64)| (&m.1, &m.2) != (&metric.1, &metric.2));
-            seen.push(metric);
+            let before = seen
+                .iter()
+                .position(|m: &(MetricKind, String, Vec<String>, f64)| (&m.1, &m.2) == (&metric.1, &metric.2))
+                .map(|at| seen.remove(at));
+            let value = match (&before, metric.0) {
+                (Some(before), MetricKind::Counter) => before.3 + metric.3,
+                _ => metric.3,
+            };
+            seen.push((metric.0, metric.1, metric.2, value));
         }
         if wanted(&seen) {
             break;

@@ -98,20 +98,32 @@ pub(crate) fn open_store(
         Some(FlushDiskType::AsyncFlush) => FlushArg::Async,
         _ => FlushArg::Sync,
     });
-    let segment_size = segment_size.or(from_file.as_ref().map(|c| c.log.mapped_file_size_commit_log));
-    let shapes = log_config(dir, flush, false, segment_size, &crate::SegmentPathArgs::default())?;
+    // The file's segment size and directories shape a new store only: an
+    // existing one keeps its own (a flag that disagrees is refused).
+    let new_store = commitlog::inspect::check_store_dir(dir).is_err();
+    let file_log = from_file.as_ref().map(|c| &c.log).filter(|_| new_store);
+    let segment_size = segment_size.or(file_log.map(|log| log.mapped_file_size_commit_log));
+    let paths = crate::SegmentPathArgs {
+        store_path_commit_log: file_log.map(|log| log.store_path_commit_log.clone()).unwrap_or_default(),
+        read_only_commit_log_store_paths: file_log
+            .map(|log| log.read_only_commit_log_store_paths.clone())
+            .unwrap_or_default(),
+    };
+    let shapes = log_config(dir, flush, false, segment_size, &paths)?;
     let config = match from_file {
         None => MessageStoreConfig::new(shapes),
         Some(mut config) => {
             // The file's knobs, with the shapes the directory has (or the
-            // flags give) and records that fit its segments.
+            // flags give) and records that fit its segments; the file's
+            // message limits kept where they fit them.
             config.log.mapped_file_size_commit_log = shapes.mapped_file_size_commit_log;
             config.log.store_path_commit_log = shapes.store_path_commit_log;
             config.log.read_only_commit_log_store_paths = shapes.read_only_commit_log_store_paths;
             config.log.flush_disk_type = shapes.flush_disk_type;
-            if config.log.max_message_size > shapes.max_message_size {
-                config.log.max_message_size = shapes.max_message_size;
-                config.limits = message_store::MessageLimits::within(shapes.max_message_size);
+            config.log.max_message_size = config.log.max_message_size.min(shapes.max_message_size);
+            let need = config.limits.max_body_size.saturating_add(config.limits.max_properties_size);
+            if need > config.log.max_message_size {
+                config.limits = message_store::MessageLimits::within(config.log.max_message_size);
             }
             config
         }

@@ -126,7 +126,9 @@ fn reset(args: &ResetArgs) -> Result<(), CliError> {
             )));
         }
         let plan = store.plan_offsets_reset(&args.group, &args.topic, args.queue, to)?;
-        if !args.clamp {
+        // Only an offset given outright is refused past the end; a time, a
+        // duration or a shift lands within each queue's range by definition.
+        if !args.clamp && args.to_offset.is_some() {
             if let Some(past) = plan.iter().find(|r| r.clamped_from.is_some_and(|w| w > i128::from(r.max_offset))) {
                 return Err(CliError::Usage(format!(
                     "queue {}: offset {} is past the queue's end {} (--clamp moves it to the end)",

@@ -61,7 +61,10 @@ impl ConsumerGroups {
     pub(crate) fn while_changing<R>(&self, name: &str, change: impl FnOnce() -> R) -> R {
         let group = self.groups.lock().get(name).cloned();
         match group {
-            Some(group) => group.change(|_| change()),
+            Some(group) => group.change(|members| {
+                members.resets += 1;
+                change()
+            }),
             None => change(),
         }
     }
@@ -97,6 +100,10 @@ pub(crate) struct Members {
     next_id: u64,
     /// Bumped by every change of membership or of a member's topics.
     generation: u64,
+    /// Bumped by every write of the group's offsets from outside its members
+    /// (a reset, a removal): each member starts every queue again from its
+    /// committed offset, even one equal to what it last knew.
+    resets: u64,
     /// Each member's topics, by id (ids in joining order).
     topics: BTreeMap<u64, BTreeSet<String>>,
     /// Members waiting for a change (a consumer waiting for messages is woken
@@ -108,6 +115,11 @@ impl Members {
     /// The generation the shares below belong to.
     pub(crate) fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// How many times the group's offsets were written from outside.
+    pub(crate) fn resets(&self) -> u64 {
+        self.resets
     }
 
     /// Member `id`'s share of `topic`'s `queues`: a contiguous range among

@@ -206,6 +206,8 @@ pub struct Consumer {
     topics: Vec<(Arc<str>, TagFilter)>,
     /// The generation `owned` is the share of; `None` before the first.
     generation: Option<u64>,
+    /// The group's resets this member's positions have taken in.
+    resets: u64,
     owned: Vec<Owned>,
     by_queue: HashMap<(Arc<str>, u32), usize>,
     fetched: VecDeque<Fetched>,
@@ -234,6 +236,7 @@ impl MessageStore {
             config: ConsumerConfig { max_batch: config.max_batch.max(1), ..config },
             topics: Vec::new(),
             generation: None,
+            resets: 0,
             owned: Vec::new(),
             by_queue: HashMap::new(),
             fetched: VecDeque::new(),
@@ -408,6 +411,7 @@ impl Consumer {
         // a fetch may have read the new topic at the old one's position) and
         // ones starting again from the committed offset.
         let mut restarted: HashSet<(Arc<str>, u32)> = HashSet::new();
+        let reset = self.resets != members.resets();
         for (topic, _) in &self.topics {
             let Some(entry) = self.store.core.queues.topic(topic) else { continue };
             for queue_id in members.share(self.id, topic, entry.queues) {
@@ -423,7 +427,8 @@ impl Consumer {
                 let owned = match kept {
                     Some(mut owned) => {
                         if owned.next.is_some()
-                            && self.store.core.offsets.get(&self.name, topic, queue_id) != Some(owned.committed)
+                            && (reset
+                                || self.store.core.offsets.get(&self.name, topic, queue_id) != Some(owned.committed))
                         {
                             owned.next = None;
                             restarted.insert(key);
@@ -452,6 +457,7 @@ impl Consumer {
         self.fetched.retain(|f| by_queue.contains_key(&f.queue) && !restarted.contains(&f.queue));
         self.cursor = 0;
         self.generation = Some(members.generation());
+        self.resets = members.resets();
         Ok(())
     }
 
