@@ -1496,10 +1496,9 @@ fn ctrl_c_ends_send_and_produce_while_input_keeps_coming() {
     assert!(running.is_empty(), "{running:?}: still running 10 s after Ctrl-C while the input kept coming");
 }
 
-/// `--config` on an existing store whose segments are not 64 MiB,
-/// with a file that says nothing of segments ("an existing store keeps the
-/// shapes its files show"): the file's default segment size is taken as if
-/// `--segment-size` had asked for it, and the store is refused.
+/// `--config` on an existing store whose segments are not 64 MiB, with a
+/// file that says nothing of segments: the store keeps the shapes its files
+/// show, and opens.
 #[test]
 fn a_config_file_opens_an_existing_store_with_its_own_segment_size() {
     let dir = tempfile::tempdir().unwrap();
@@ -1513,10 +1512,9 @@ fn a_config_file_opens_an_existing_store_with_its_own_segment_size() {
     assert!(out.status.success(), "exit {:?}: {}", out.status.code(), text(&out.stderr));
 }
 
-/// a config file's explicit `[limits]` are replaced by limits
-/// "within" the segment when the log's `max_message_size` (left at its
-/// 4 MiB default) is lowered to fit the file's small segments: a body over
-/// `max_body_size` is taken.
+/// A config file's explicit `[limits]` are kept when its small segments
+/// lower the log's `max_message_size`: a body over `max_body_size` is
+/// refused.
 #[test]
 fn a_config_files_message_limits_are_kept() {
     let dir = tempfile::tempdir().unwrap();
@@ -1536,10 +1534,8 @@ fn a_config_files_message_limits_are_kept() {
     assert!(!sent.status.success(), "a 1000-byte body went in under max_body_size = 100: {}", text(&sent.stdout));
 }
 
-/// a new store made with `--config` whose `[log]` names segment
-/// directories (`store_path_commit_log`, a knob of the file like any other)
-/// gets `<dir>/commitlog` instead: `open_store` overwrites them with the
-/// flags' (none).
+/// A new store made with `--config` whose `[log]` names segment
+/// directories (`store_path_commit_log`) keeps its segments there.
 #[test]
 fn a_config_files_segment_directories_are_used_for_a_new_store() {
     let dir = tempfile::tempdir().unwrap();

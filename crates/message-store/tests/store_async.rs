@@ -3,23 +3,20 @@
 //! as streams; nothing blocks a runtime thread waiting for a message.
 
 mod common;
+#[path = "common/consumer.rs"]
+mod consumer;
 
 use std::collections::BTreeSet;
-use std::pin::Pin;
 use std::time::Duration;
 
 use commitlog::FlushDiskType;
 use common::{config, open};
-use futures_core::Stream;
+use consumer::next;
 use message_store::{ConsumerConfig, Message, StoredMessage, TagFilter};
 use store_io::sim::SimStorage;
 
 const TASKS: u32 = 2_000;
 const MEMBERS: usize = 4;
-
-async fn next<S: Stream + Unpin>(stream: &mut S) -> Option<S::Item> {
-    std::future::poll_fn(|cx| Pin::new(&mut *stream).poll_next(cx)).await
-}
 
 #[test]
 fn thousands_of_tasks_put_and_await_durability_while_a_groups_streams_consume_them() {

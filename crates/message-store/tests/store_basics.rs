@@ -2,12 +2,15 @@
 //! consumer offsets.
 
 mod common;
+#[path = "common/consumer.rs"]
+mod consumer;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use commitlog::FlushDiskType;
 use common::{config, open, read_queue};
+use consumer::block_on;
 use message_store::{
     DispatchLimit, GetRequest, GetStatus, Message, MessageError, StoreError, TagFilter, TimeBound, Waited,
 };
@@ -426,25 +429,6 @@ fn one_wait_covers_many_queues_and_says_which_have_messages() {
     store.shutdown().unwrap();
     assert!(waiter.join().unwrap().is_empty());
     assert!(started.elapsed() < Duration::from_secs(5));
-}
-
-/// Runs a future to completion on this thread.
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = std::task::Context::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
-    loop {
-        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return out;
-        }
-        std::thread::park_timeout(Duration::from_secs(10));
-    }
 }
 
 #[test]

@@ -3,52 +3,24 @@
 //! what they handed out; and a property test of members joining and leaving.
 
 mod common;
+#[path = "common/consumer.rs"]
+mod consumer;
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Waker};
 use std::time::Duration;
 
-use commitlog::FlushDiskType;
-use common::{config, open};
+use consumer::{block_on, bodies, bodies_of, drain, next, put, store_with, Unpark, SHORT};
 use futures_core::Stream;
 use message_store::{Consumer, ConsumerConfig, Message, MessageStore, StartFrom, StoreError, TagFilter};
 use proptest::prelude::*;
-use store_io::sim::SimStorage;
-
-const SHORT: Duration = Duration::from_millis(50);
-
-fn store_with(queues: u32) -> (SimStorage, MessageStore) {
-    let sim = SimStorage::new();
-    let store = open(&sim, config(FlushDiskType::AsyncFlush));
-    store.create_topic("t", queues).unwrap();
-    (sim, store)
-}
-
-/// Puts `count` messages round-robin over the topic's queues, bodies `"m{i}"`.
-fn put(store: &MessageStore, queues: u32, from: u32, count: u32) {
-    for i in from..from + count {
-        store.put_message(&Message::new("t", i % queues, format!("m{i}"))).unwrap();
-    }
-    store.dispatch_now().unwrap();
-}
-
-fn bodies(messages: &[message_store::StoredMessage]) -> Vec<String> {
-    let mut out: Vec<String> = messages.iter().map(|m| String::from_utf8(m.body.to_vec()).unwrap()).collect();
-    out.sort();
-    out
-}
-
-fn drain(consumer: &mut Consumer) -> Vec<message_store::StoredMessage> {
-    consumer.messages(SHORT).map(Result::unwrap).collect()
-}
 
 #[test]
 fn a_consumer_reads_every_queue_of_its_topics_and_a_commit_moves_the_group_on() {
     let (_sim, store) = store_with(4);
-    put(&store, 4, 0, 10);
+    put(&store, "t", 4, 0, 10);
     let mut consumer = store.consumer("g", ConsumerConfig::default().max_batch(3)).unwrap();
     consumer.subscribe("t", TagFilter::All).unwrap();
     let first = consumer.poll(SHORT).unwrap();
@@ -70,12 +42,6 @@ fn a_consumer_reads_every_queue_of_its_topics_and_a_commit_moves_the_group_on() 
     assert_eq!(drain(&mut other).len(), 10, "another group reads them all");
     drop((again, other));
     store.shutdown().unwrap();
-}
-
-fn bodies_of(range: std::ops::Range<u32>) -> Vec<String> {
-    let mut out: Vec<String> = range.map(|i| format!("m{i}")).collect();
-    out.sort();
-    out
 }
 
 #[test]
@@ -102,12 +68,12 @@ fn uncommitted_messages_are_handed_out_again_and_filters_move_the_offset_past_wh
 #[test]
 fn a_group_without_offsets_starts_where_start_from_says_and_commits_that_start() {
     let (_sim, store) = store_with(2);
-    put(&store, 2, 0, 4);
+    put(&store, "t", 2, 0, 4);
     let mut latest = store.consumer("late", ConsumerConfig::default().start_from(StartFrom::Latest)).unwrap();
     latest.subscribe("t", TagFilter::All).unwrap();
     assert!(latest.poll(SHORT).unwrap().is_empty(), "nothing before the group came");
     assert_eq!(store.committed_offset("late", "t", 0).unwrap(), Some(2), "the start is committed");
-    put(&store, 2, 4, 2);
+    put(&store, "t", 2, 4, 2);
     assert_eq!(bodies(&drain(&mut latest)), ["m4", "m5"]);
     let mut by_time = store.consumer("timed", ConsumerConfig::default().start_from(StartFrom::Time(u64::MAX))).unwrap();
     by_time.subscribe("t", TagFilter::All).unwrap();
@@ -119,7 +85,7 @@ fn a_group_without_offsets_starts_where_start_from_says_and_commits_that_start()
 #[test]
 fn members_of_a_group_share_the_queues_and_take_them_over_when_one_leaves() {
     let (_sim, store) = store_with(5);
-    put(&store, 5, 0, 20);
+    put(&store, "t", 5, 0, 20);
     let mut a = store.consumer("g", ConsumerConfig::default()).unwrap();
     let mut b = store.consumer("g", ConsumerConfig::default()).unwrap();
     a.subscribe("t", TagFilter::All).unwrap();
@@ -176,7 +142,7 @@ fn a_waiting_member_is_woken_by_a_put_and_by_a_share_it_gains() {
 #[test]
 fn a_deleted_topic_ends_the_iterator_and_the_stream_and_a_shutdown_is_an_error_once() {
     let (_sim, store) = store_with(2);
-    put(&store, 2, 0, 2);
+    put(&store, "t", 2, 0, 2);
     let mut consumer = store.consumer("g", ConsumerConfig::default()).unwrap();
     consumer.subscribe("t", TagFilter::All).unwrap();
     assert_eq!(drain(&mut consumer).len(), 2);
@@ -202,32 +168,6 @@ fn a_deleted_topic_ends_the_iterator_and_the_stream_and_a_shutdown_is_an_error_o
     assert!(matches!(after.next(), Some(Err(StoreError::Shutdown))));
     assert!(after.next().is_none(), "once");
     drop((consumer, other));
-}
-
-/// A future of a stream's next item.
-fn next<S: Stream + Unpin>(stream: &mut S) -> impl Future<Output = Option<S::Item>> + '_ {
-    std::future::poll_fn(move |cx| Pin::new(&mut *stream).poll_next(cx))
-}
-
-struct Unpark(std::thread::Thread);
-
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// Runs a future on this thread, parking while it is pending.
-fn block_on<F: Future>(future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    loop {
-        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return out;
-        }
-        std::thread::park();
-    }
 }
 
 #[test]
@@ -311,7 +251,7 @@ proptest! {
         for op in ops {
             match op {
                 Op::Put(n) => {
-                    put(&store, queues, put_count, u32::from(n));
+                    put(&store, "t", queues, put_count, u32::from(n));
                     put_count += u32::from(n);
                 }
                 Op::Join => {

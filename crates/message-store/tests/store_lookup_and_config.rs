@@ -12,11 +12,9 @@ use message_store::MessageStoreConfig;
 use message_store::{ConsumerConfig, Message, ResetTo, TagFilter};
 use store_io::sim::SimStorage;
 
-/// The TOML example in `MessageStoreConfig`'s docs ("every field optional,
-/// the defaults fill in") sets a 1 MiB segment: the log's `max_message_size`
-/// stays at its 4 MiB default (not a quarter of the segment, as the builder
-/// makes it), so `CommitLog::open` (and so `MessageStore::open`) refuses it;
-/// `MessageStoreConfig::validate` passes it.
+/// The TOML example in `MessageStoreConfig`'s docs sets a 1 MiB segment and
+/// no `max_message_size`: it gets the builder's (a quarter of the segment),
+/// so the configuration validates and the log's own check passes.
 #[cfg(feature = "serde")]
 #[test]
 fn the_documented_toml_example_opens() {
@@ -27,8 +25,8 @@ fn the_documented_toml_example_opens() {
     assert!(log.is_ok(), "max_message_size {}: {log:?}", config.log.max_message_size);
 }
 
-/// "An unknown key is an error that names it": only at the top level; a
-/// typo under `[log]` (or `[index]`, `[limits]`) is silently dropped.
+/// An unknown key is an error at every level: a typo under `[log]` (or
+/// `[index]`, `[limits]`) is refused, not dropped.
 #[cfg(feature = "serde")]
 #[test]
 fn an_unknown_key_in_a_section_is_an_error() {
@@ -36,10 +34,9 @@ fn an_unknown_key_in_a_section_is_an_error() {
     assert!(typo.is_err(), "accepted; flush_disk_type = {:?}", typo.map(|c| c.log.flush_disk_type));
 }
 
-/// A deleted topic's messages are "never read again" (`delete_topic`), and
-/// `query_by_key` drops records of a topic of the same name deleted before;
-/// `message_at_log_offset` hands out the old topic's message under the new
-/// topic's coordinates.
+/// A deleted topic's messages are never read again (`delete_topic`):
+/// `message_at_log_offset` does not hand out the old topic's message under
+/// the coordinates of a topic made again under its name.
 #[test]
 fn message_at_log_offset_does_not_return_a_deleted_topics_message() {
     let sim = SimStorage::new();
@@ -61,9 +58,9 @@ fn message_at_log_offset_does_not_return_a_deleted_topics_message() {
     store.shutdown().unwrap();
 }
 
-/// "An offset inside a record ... is an error naming it": a body that holds
-/// a well-formed log record (magic, length, its own offset, CRC) at the
-/// offset it will land at is read as a message of any topic.
+/// An offset inside a record is an error even where a body holds a
+/// well-formed log record (magic, length, its own offset, CRC) at the offset
+/// it lands at: the record is checked against its queue's entry.
 #[test]
 fn an_offset_inside_a_record_is_an_error_even_for_a_crafted_body() {
     let sim = SimStorage::new();
@@ -96,11 +93,9 @@ fn an_offset_inside_a_record_is_an_error_even_for_a_crafted_body() {
     store.shutdown().unwrap();
 }
 
-/// `reset_consumer_offsets`: "the group's members here start from the
-/// reset, none commits over it". A member that handed out messages past its
-/// committed offset keeps going (and commits over the reset) when the reset
-/// moves the offset to where it already was: `take_share` restarts a queue
-/// only if the committed offset differs from the one the member knew.
+/// `reset_consumer_offsets` makes a running member start again from the
+/// reset even when the reset moves the offset to where it already was (the
+/// member had handed out messages past it): none commits over the reset.
 #[test]
 fn a_running_member_starts_from_a_reset_to_the_committed_offset() {
     let sim = SimStorage::new();
@@ -130,9 +125,8 @@ fn a_running_member_starts_from_a_reset_to_the_committed_offset() {
     store.shutdown().unwrap();
 }
 
-/// "An offset inside a record ... is an error naming it": inside a body's
-/// zeros the log reports damage ("end of data where durable records should
-/// be") instead of the record the offset is inside.
+/// An offset inside a body's zeros is `NotAMessageStart`, not reported as
+/// damage to the log.
 #[test]
 fn an_offset_inside_a_records_zeros_names_the_record() {
     let sim = SimStorage::new();
