@@ -37,6 +37,7 @@ mod bench_doc;
 mod inspect;
 mod messages;
 mod produce;
+mod progress;
 mod stdin_lines;
 mod table;
 

@@ -79,7 +79,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Async: two members of another group as tokio tasks, while tasks put
     // more orders and await their durability; nothing blocks a runtime thread
-    // waiting for a message.
+    // waiting for a message or for a commit's sync.
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_time().build()?;
     let audited = runtime.block_on(async {
         let members: Vec<_> = (0..2)
@@ -111,7 +111,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         order?;
                         read += 1;
                     }
-                    member.commit()?;
+                    member.commit_async().await?; // the sync awaited, not blocked on
                     Ok::<_, StoreError>((read, member))
                 })
             })

@@ -302,7 +302,8 @@ impl MessageStore {
         Ok((None, Some(why)))
     }
 
-    /// Starts dispatch and the flush service of the derived data.
+    /// Starts dispatch, the flush service of the derived data and the sync
+    /// service of offset commits waiting asynchronously.
     fn start_services(&self) -> Result<(), StoreError> {
         let io = |source| StoreError::Io { path: self.core.root.clone(), source };
         if self.core.dispatcher_limit() == DispatchLimit::Durable {
@@ -346,7 +347,14 @@ impl MessageStore {
             }
         })
         .map_err(io)?;
-        self.life.services.lock().extend([dispatch, flush]);
+        let core = Arc::clone(&self.core);
+        let offsets_sync = ServiceThread::spawn(
+            "ConsumerOffsetsSyncService",
+            Arc::clone(self.core.offsets.sync_wake()),
+            move |state| core.offsets.serve(state),
+        )
+        .map_err(io)?;
+        self.life.services.lock().extend([dispatch, flush, offsets_sync]);
         Ok(())
     }
 

@@ -143,6 +143,13 @@ pub struct Arrival {
     token: u64,
 }
 
+impl Arrival {
+    /// A wait for `queue`'s dispatched end to pass `offset`.
+    pub(crate) fn of(queue: Arc<Queue>, offset: u64) -> Self {
+        Arrival { queue, offset, token: new_token() }
+    }
+}
+
 impl Future for Arrival {
     type Output = Waited;
 

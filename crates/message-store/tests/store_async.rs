@@ -1,6 +1,7 @@
 //! The store under an async runtime: thousands of tasks put and await their
 //! durability while the members of a group, each a task, consume the topic
-//! as streams; nothing blocks a runtime thread waiting for a message.
+//! as streams; nothing blocks a runtime thread waiting for a message or for
+//! an offset commit's sync.
 
 mod common;
 #[path = "common/consumer.rs"]
@@ -11,7 +12,8 @@ use std::time::Duration;
 
 use commitlog::FlushDiskType;
 use common::{config, open};
-use consumer::next;
+use consumer::{next, put, store_with};
+use futures_core::Stream;
 use message_store::{ConsumerConfig, Message, StoredMessage, TagFilter};
 use store_io::sim::SimStorage;
 
@@ -54,7 +56,7 @@ fn thousands_of_tasks_put_and_await_durability_while_a_groups_streams_consume_th
                         _ = done.recv() => break,
                     }
                 }
-                consumer.commit().unwrap();
+                consumer.commit_async().await.unwrap();
                 // Kept until every member has committed: one leaving moves
                 // queues, and what the others handed out of those and had
                 // not committed would come again.
@@ -104,4 +106,79 @@ fn thousands_of_tasks_put_and_await_durability_while_a_groups_streams_consume_th
         assert_eq!(store.committed_offset("g", "t", q).unwrap(), Some(u64::from(TASKS / 8)), "queue {q}");
     }
     store.shutdown().unwrap();
+}
+
+/// Thousands of tasks on one runtime thread commit offsets: each commit's
+/// sync is awaited, not run in the task, so they share a handful of syncs
+/// (a commit that synced in the polling thread would cost one each, the
+/// tasks taking turns on the one thread).
+#[test]
+fn thousands_of_offset_commits_awaited_on_one_thread_share_syncs() {
+    const COMMITS: usize = 2_000;
+    let (_sim, store) = store_with(1);
+    put(&store, "t", 1, 0, 1);
+    let before = store.stats().consumer_offset_syncs;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    runtime.block_on(async {
+        let commits: Vec<_> = (0..COMMITS)
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move { store.commit_offset_async(&format!("g{i}"), "t", 0, 1).await })
+            })
+            .collect();
+        for commit in commits {
+            tokio::time::timeout(Duration::from_secs(60), commit).await.expect("committed in time").unwrap().unwrap();
+        }
+    });
+    let syncs = store.stats().consumer_offset_syncs - before;
+    assert!(syncs <= 50, "{COMMITS} commits took {syncs} syncs");
+    for i in [0, COMMITS / 2, COMMITS - 1] {
+        assert_eq!(store.committed_offset(&format!("g{i}"), "t", 0).unwrap(), Some(1));
+    }
+    store.shutdown().unwrap();
+}
+
+/// A member's stream hands out nothing before the start it committed is
+/// durable, and waits for that sync as a future: the first poll is pending
+/// (the sync is the service's), and the waker it left is woken.
+#[test]
+fn a_streams_start_commit_is_awaited_not_synced_in_poll_next() {
+    let (_sim, store) = store_with(1);
+    put(&store, "t", 1, 0, 3);
+    let mut consumer = store.consumer("g", ConsumerConfig::default()).unwrap();
+    consumer.subscribe("t", TagFilter::All).unwrap();
+    let woken = std::sync::Arc::new(Woken::default());
+    let waker = std::task::Waker::from(std::sync::Arc::clone(&woken));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let first = std::pin::Pin::new(&mut consumer).poll_next(&mut cx);
+    assert!(first.is_pending(), "the start's sync is not run inside poll_next: {first:?}");
+    assert_eq!(store.committed_offset("g", "t", 0).unwrap(), Some(0), "the start is committed (not yet synced)");
+    woken.wait();
+    let std::task::Poll::Ready(Some(Ok(message))) = std::pin::Pin::new(&mut consumer).poll_next(&mut cx) else {
+        panic!("the first message once the start is durable")
+    };
+    assert_eq!(&message.body[..], b"m0");
+    drop(consumer);
+    store.shutdown().unwrap();
+}
+
+/// A waker that counts its wakes, for a test to wait on.
+#[derive(Default)]
+struct Woken(parking_lot::Mutex<u32>, parking_lot::Condvar);
+
+impl Woken {
+    fn wait(&self) {
+        let mut count = self.0.lock();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while *count == 0 {
+            assert!(!self.1.wait_until(&mut count, deadline).timed_out(), "never woken");
+        }
+    }
+}
+
+impl std::task::Wake for Woken {
+    fn wake(self: std::sync::Arc<Self>) {
+        *self.0.lock() += 1;
+        self.1.notify_all();
+    }
 }

@@ -121,7 +121,7 @@ pub fn recover(args: RecoverArgs) -> Result<(), CliError> {
         None
     };
     let config = log_config(dir, FlushArg::Async, false, None, &crate::SegmentPathArgs::default())?;
-    let log = CommitLog::open(dir, config)?;
+    let log = crate::progress::step("recovering the log", || CommitLog::open(dir, config))?;
     let r = log.recovery_report().clone();
     let min_offset = log.min_offset();
     log.shutdown()?;
@@ -219,7 +219,8 @@ pub fn recover(args: RecoverArgs) -> Result<(), CliError> {
 /// left is reported.
 fn repair_message_store(dir: &std::path::Path) -> Result<MessageStoreRepair, CliError> {
     use message_store::inspect::Derived;
-    let store = crate::messages::open_store(dir, None, Some(FlushArg::Sync), None)?;
+    let open_store = || crate::messages::open_store(dir, None, Some(FlushArg::Sync), None);
+    let store = crate::progress::step("opening the message store (dispatching what its indexes miss)", open_store)?;
     let open = store.open_report();
     store.shutdown()?;
     let mut repair = MessageStoreRepair {
@@ -231,7 +232,9 @@ fn repair_message_store(dir: &std::path::Path) -> Result<MessageStoreRepair, Cli
         offsets_lowered: open.offsets_lowered,
         ..MessageStoreRepair::default()
     };
-    let check = message_store::inspect::check(dir)?;
+    let check = crate::progress::step("checking the message store's indexes against the log", || {
+        message_store::inspect::check(dir)
+    })?;
     let queue_index = check.problems.iter().any(|p| p.kind == Derived::QueueIndex);
     let key_index = check.problems.iter().any(|p| p.kind == Derived::Index);
     if queue_index {
@@ -250,7 +253,7 @@ fn repair_message_store(dir: &std::path::Path) -> Result<MessageStoreRepair, Cli
         }
     }
     if queue_index || key_index {
-        let store = crate::messages::open_store(dir, None, Some(FlushArg::Sync), None)?;
+        let store = crate::progress::step("rebuilding the message store's indexes from the log", open_store)?;
         if queue_index {
             let again = store.open_report().redispatched;
             repair
@@ -258,7 +261,7 @@ fn repair_message_store(dir: &std::path::Path) -> Result<MessageStoreRepair, Cli
                 .push(format!("the queue index ({again} messages dispatched again from the log)"));
         }
         if key_index {
-            let messages = store.rebuild_index()?;
+            let messages = crate::progress::step("rebuilding the key index from the log", || store.rebuild_index())?;
             repair.index_rebuilt = true;
             repair.repaired_after_check.push(format!("the key index ({messages} messages indexed again)"));
         }

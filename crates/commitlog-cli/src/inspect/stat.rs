@@ -88,7 +88,9 @@ fn stat_report(dir: &std::path::Path) -> Result<StatReport, CliError> {
     let mut max_offset = None;
     let start =
         listing.segments.iter().position(|s| s.start_offset <= from && from < s.start_offset + size).unwrap_or(0);
+    let bar = crate::progress::segments(listing.segments.len() - start, "scanning");
     for segment in listing.segments.iter().skip(start).filter(|s| s.len == listing.segment_size) {
+        bar.inc(1);
         let bytes = inspect::read_segment(segment)?;
         let scan = inspect::scan_segment(&bytes, segment.start_offset, 0, |_, _, _| {});
         max_offset = Some(scan.end_offset);
@@ -96,6 +98,7 @@ fn stat_report(dir: &std::path::Path) -> Result<StatReport, CliError> {
             break;
         }
     }
+    bar.finish_and_clear();
     let checkpoint_timestamp_ms = files.checkpoint.map(|c| c.physic_msg_timestamp);
     let home = |p: &std::path::Path| p.parent().map(|d| d.display().to_string()).unwrap_or_default();
     Ok(StatReport {

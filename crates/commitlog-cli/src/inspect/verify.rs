@@ -1,7 +1,6 @@
 //! `verify`: every segment and record CRC-checked, nothing changed.
 
 use commitlog::inspect;
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use super::{listing, name, problems_found, DirArgs, ProblemReport};
@@ -60,8 +59,7 @@ pub fn verify(args: DirArgs) -> Result<(), CliError> {
     if let Some(p) = &files.checkpoint_problem {
         problems.push(ProblemReport { file: "checkpoint".into(), offset: None, message: p.clone() });
     }
-    let bar = ProgressBar::new(listing.segments.len() as u64);
-    bar.set_style(ProgressStyle::with_template("verifying {bar:30} {pos}/{len} segments").expect("valid template"));
+    let bar = crate::progress::segments(listing.segments.len(), "verifying");
     let mut segments = Vec::new();
     let mut ended_at: Option<u64> = None;
     let count = listing.segments.len();
@@ -114,7 +112,9 @@ pub fn verify(args: DirArgs) -> Result<(), CliError> {
         }
     }
     let message_store = if is_message_store(&args.dir) {
-        let check = message_store::inspect::check(&args.dir)?;
+        let check = crate::progress::step("checking the message store's indexes against the log", || {
+            message_store::inspect::check(&args.dir)
+        })?;
         problems.extend(check.problems.iter().map(|p| ProblemReport {
             file: p.path.display().to_string(),
             offset: p.index,

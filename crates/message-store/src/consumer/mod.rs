@@ -1,7 +1,9 @@
 //! The consumer ([`Consumer`]: a member of a consumer group, its queues, its
-//! fetch, hand-out and commit, its waits and its `Stream`); `group.rs` how a
-//! group's members in this process share the queues.
+//! fetch, hand-out and commit, its waits and its `Stream`); `config.rs` its
+//! settings; `group.rs` how a group's members in this process share the
+//! queues.
 
+mod config;
 mod group;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -14,112 +16,16 @@ use futures_core::Stream;
 
 use crate::get::{GetRequest, GetStatus, TagFilter, TimeBound};
 use crate::message::StoredMessage;
+use crate::offsets::Staged;
 use crate::poll::ThreadWaker;
 use crate::queues::Queue;
 use crate::signal::new_token;
 use crate::topic::{validate_group, validate_topic};
 use crate::{MessageStore, StoreError};
 
+pub use config::{ConsumerConfig, OutOfRange, StartFrom};
 pub(crate) use group::ConsumerGroups;
 use group::{Group, Members};
-
-/// Where a group starts reading a queue it has no committed offset in
-/// (RocketMQ's `ConsumeFromWhere`). The start is committed at once, so the
-/// queue's next owner starts there too.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum StartFrom {
-    /// The queue's first message (`CONSUME_FROM_FIRST_OFFSET`): nothing the
-    /// queue holds is missed. The default.
-    #[default]
-    Earliest,
-    /// The queue's end (`CONSUME_FROM_LAST_OFFSET`): only messages put after
-    /// the group first reads the queue.
-    Latest,
-    /// The first message stored at or after this time, in milliseconds since
-    /// the Unix epoch (`CONSUME_FROM_TIMESTAMP`).
-    Time(u64),
-}
-
-/// What a [`Consumer`] does when a queue's offset is outside what the queue
-/// holds (RocketMQ's `OFFSET_TOO_SMALL` and `OFFSET_OVERFLOW_BADLY`, Kafka's
-/// `auto.offset.reset` at an out-of-range offset).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum OutOfRange {
-    /// Go on from the queue's first message (the messages before expired with
-    /// the log's front) or from its end (the messages past it were taken back
-    /// by a crash under async flush), with a warning. The default: a consumer
-    /// never stops on it.
-    #[default]
-    GoOn,
-    /// Fail the poll with [`StoreError::OffsetOutOfRange`]; the offset stays,
-    /// for the application (or an operator's `offsets reset`) to decide.
-    Fail,
-}
-
-/// How a [`Consumer`] reads and commits.
-///
-/// ```
-/// use std::time::Duration;
-/// use message_store::{ConsumerConfig, StartFrom};
-///
-/// let config = ConsumerConfig::default().start_from(StartFrom::Latest).max_batch(64).auto_commit(Some(Duration::from_secs(1)));
-/// assert_eq!(config.max_batch, 64);
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ConsumerConfig {
-    /// Where to start in a queue the group has no offset in.
-    pub start_from: StartFrom,
-    /// The most messages one [`Consumer::poll`] returns, and one read of a
-    /// queue fetches (RocketMQ's `pullBatchSize`, 32).
-    pub max_batch: usize,
-    /// What to do at an offset outside its queue's range.
-    pub out_of_range: OutOfRange,
-    /// Commit what was handed out before each poll once this long has passed
-    /// since the last commit (RocketMQ's lite pull consumer and Kafka commit
-    /// automatically every 5 s); `None` (the default): only
-    /// [`Consumer::commit`] and [`Consumer::close`] commit.
-    pub auto_commit: Option<Duration>,
-}
-
-impl Default for ConsumerConfig {
-    fn default() -> Self {
-        ConsumerConfig {
-            start_from: StartFrom::Earliest,
-            max_batch: 32,
-            out_of_range: OutOfRange::GoOn,
-            auto_commit: None,
-        }
-    }
-}
-
-impl ConsumerConfig {
-    /// Sets [`start_from`](Self::start_from).
-    pub fn start_from(mut self, start_from: StartFrom) -> Self {
-        self.start_from = start_from;
-        self
-    }
-
-    /// Sets [`max_batch`](Self::max_batch) (at least 1).
-    pub fn max_batch(mut self, max_batch: usize) -> Self {
-        self.max_batch = max_batch.max(1);
-        self
-    }
-
-    /// Sets [`out_of_range`](Self::out_of_range).
-    pub fn out_of_range(mut self, out_of_range: OutOfRange) -> Self {
-        self.out_of_range = out_of_range;
-        self
-    }
-
-    /// Sets [`auto_commit`](Self::auto_commit).
-    pub fn auto_commit(mut self, every: Option<Duration>) -> Self {
-        self.auto_commit = every;
-        self
-    }
-}
 
 /// A queue the consumer owns.
 #[derive(Debug)]
@@ -218,6 +124,10 @@ pub struct Consumer {
     token: u64,
     /// An error ended the iterator or stream (it returned it once).
     ended: bool,
+    /// Commits staged (in the table, appended to the journal) whose sync
+    /// nothing has waited for yet: nothing is handed out before it is
+    /// durable (a start committed must be, before messages after it go out).
+    unsynced: Option<Staged>,
 }
 
 impl MessageStore {
@@ -244,6 +154,7 @@ impl MessageStore {
             last_commit: Instant::now(),
             token: new_token(),
             ended: false,
+            unsynced: None,
         })
     }
 }
@@ -295,7 +206,7 @@ impl Consumer {
         let deadline = Instant::now().checked_add(timeout);
         let max = self.config.max_batch;
         loop {
-            let batch = self.step(max)?;
+            let batch = ready(self.step(max, None))?;
             if !batch.is_empty() || self.topics.is_empty() {
                 return Ok(batch);
             }
@@ -317,8 +228,25 @@ impl Consumer {
     /// Commits, in one sync, the group's offset in each queue this member
     /// owns past everything it handed out. A queue that moved to another
     /// member since is not committed (its owner commits it; what this member
-    /// handed out of it is handed out again).
+    /// handed out of it is handed out again). The offsets are set under the
+    /// group's lock; the sync is waited for after it, in this thread.
     pub fn commit(&mut self) -> Result<(), StoreError> {
+        self.stage_commit()?;
+        ready(self.settle(None))
+    }
+
+    /// [`commit`](Self::commit) as a future: the sync is the store's offsets
+    /// sync service's, shared with every commit waiting so, and the thread
+    /// that polls it never blocks on it.
+    pub async fn commit_async(&mut self) -> Result<(), StoreError> {
+        self.stage_commit()?;
+        std::future::poll_fn(|cx| self.settle(Some(cx))).await
+    }
+
+    /// Sets the group's offsets of the owned queues past what was handed
+    /// out (under the group's lock), appending their records; the sync is
+    /// left in `unsynced`.
+    fn stage_commit(&mut self) -> Result<(), StoreError> {
         self.forget_deleted_topics();
         let group = Arc::clone(&self.group);
         let members = group.lock();
@@ -339,13 +267,40 @@ impl Consumer {
         // Under the group's lock: no other member takes these queues (and
         // reads their committed offsets) before the commit is in. A queue
         // whose topic was deleted since (or made again) is left out.
-        let taken = self.store.commit_offsets_of(&self.name, &commits, Some(&ids))?;
+        let (taken, staged) = self.store.stage_offsets_of(&self.name, &commits, Some(&ids))?;
+        self.stage(staged);
         for (&i, taken) in due.iter().zip(taken) {
             if taken {
                 self.owned[i].committed = self.owned[i].handed;
             }
         }
         Ok(())
+    }
+
+    /// Adds `staged` to what is waiting for a sync.
+    fn stage(&mut self, staged: Staged) {
+        self.unsynced = Some(match self.unsynced.take() {
+            Some(earlier) => earlier.max(staged),
+            None => staged,
+        });
+    }
+
+    /// Waits until the commits staged are durable: blocking (in this
+    /// thread) without a context, else by the offsets sync service.
+    fn settle(&mut self, cx: Option<&mut Context<'_>>) -> Poll<Result<(), StoreError>> {
+        let offsets = &self.store.core.offsets;
+        let done = match (cx, self.unsynced.take()) {
+            (_, None) => Ok(()),
+            (None, Some(staged)) => offsets.wait_staged(staged),
+            (Some(cx), Some(staged)) => match offsets.poll_durable(&staged, self.token, cx) {
+                Poll::Ready(done) => done,
+                Poll::Pending => {
+                    self.unsynced = Some(staged);
+                    return Poll::Pending;
+                }
+            },
+        };
+        Poll::Ready(done)
     }
 
     /// Commits what was handed out (with auto-commit on) and leaves the
@@ -357,25 +312,44 @@ impl Consumer {
         Ok(())
     }
 
-    /// One round: commits if due, takes the share and resolves where new
-    /// queues start, reads the owned queues if nothing is fetched, and
-    /// hands out up to `max` messages.
-    fn step(&mut self, max: usize) -> Result<Vec<StoredMessage>, StoreError> {
-        self.store.check_open()?;
-        self.forget_deleted_topics();
-        if self.config.auto_commit.is_some_and(|every| self.last_commit.elapsed() >= every) {
-            self.commit()?;
+    /// [`close`](Self::close), its commit as a future
+    /// ([`commit_async`](Self::commit_async)).
+    pub async fn close_async(mut self) -> Result<(), StoreError> {
+        if self.config.auto_commit.is_some() && !self.store.core.shut_down.load(std::sync::atomic::Ordering::Acquire) {
+            self.commit_async().await?;
         }
-        {
+        Ok(())
+    }
+
+    /// One round: commits if due, takes the share and resolves where new
+    /// queues start, waits for those commits' sync (blocking without a
+    /// context; pending, the sync service asked, with one), reads the owned
+    /// queues if nothing is fetched, and hands out up to `max` messages.
+    fn step(&mut self, max: usize, cx: Option<&mut Context<'_>>) -> Poll<Result<Vec<StoredMessage>, StoreError>> {
+        let staged = (|| {
+            self.store.check_open()?;
+            self.forget_deleted_topics();
+            if self.config.auto_commit.is_some_and(|every| self.last_commit.elapsed() >= every) {
+                self.stage_commit()?;
+            }
             let group = Arc::clone(&self.group);
             let members = group.lock();
             self.take_share(&members)?;
-            self.resolve_starts()?;
+            self.resolve_starts()
+        })();
+        if let Err(err) = staged {
+            return Poll::Ready(Err(err));
         }
-        if self.fetched.is_empty() {
-            self.fetch()?;
+        match self.settle(cx) {
+            Poll::Ready(Ok(())) => {}
+            other => return other.map(|done| done.map(|()| Vec::new())),
         }
-        self.hand_out(max)
+        Poll::Ready((|| {
+            if self.fetched.is_empty() {
+                self.fetch()?;
+            }
+            self.hand_out(max)
+        })())
     }
 
     /// Stops following the topics deleted since the last round, and takes
@@ -463,7 +437,8 @@ impl Consumer {
 
     /// Resolves where each newly owned queue starts: the group's committed
     /// offset, else where [`StartFrom`] says, which is committed at once (in
-    /// one sync) so a later owner starts there too. Under the group's lock.
+    /// one sync, left in `unsynced`) so a later owner starts there too.
+    /// Under the group's lock.
     fn resolve_starts(&mut self) -> Result<(), StoreError> {
         let mut fresh = Vec::new();
         let mut changed = false;
@@ -509,7 +484,8 @@ impl Consumer {
             let commits: Vec<(&str, u32, u64)> =
                 fresh.iter().map(|&i| &self.owned[i]).map(|o| (&*o.topic, o.queue_id, o.handed)).collect();
             let ids: Vec<u32> = fresh.iter().map(|&i| self.owned[i].topic_id).collect();
-            let taken = self.store.commit_offsets_of(&self.name, &commits, Some(&ids))?;
+            let (taken, staged) = self.store.stage_offsets_of(&self.name, &commits, Some(&ids))?;
+            self.stage(staged);
             for (i, taken) in fresh.into_iter().zip(taken) {
                 if taken {
                     self.owned[i].committed = self.owned[i].handed;
@@ -663,14 +639,15 @@ impl Consumer {
         }
         let mut cx = cx;
         loop {
-            match self.step(1) {
-                Err(err) => {
+            match self.step(1, cx.as_deref_mut()) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(err)) => {
                     self.ended = true;
                     return Poll::Ready(Some(Err(err)));
                 }
-                Ok(mut one) if !one.is_empty() => return Poll::Ready(one.pop().map(Ok)),
-                Ok(_) if self.topics.is_empty() => return Poll::Ready(None),
-                Ok(_) => {}
+                Poll::Ready(Ok(mut one)) if !one.is_empty() => return Poll::Ready(one.pop().map(Ok)),
+                Poll::Ready(Ok(_)) if self.topics.is_empty() => return Poll::Ready(None),
+                Poll::Ready(Ok(_)) => {}
             }
             match cx.as_deref_mut() {
                 Some(cx) => {
@@ -694,7 +671,16 @@ impl Drop for Consumer {
             owned.queue.signal.forget(self.token);
         }
         self.group.forget_waker(self.id);
+        self.store.core.offsets.forget(self.token);
         self.store.core.consumer_groups.leave(&self.name, &self.group, self.id);
+    }
+}
+
+/// What a blocking call (no context) returns: it is never pending.
+fn ready<T>(poll: Poll<T>) -> T {
+    match poll {
+        Poll::Ready(value) => value,
+        Poll::Pending => unreachable!("a blocking wait is never pending"),
     }
 }
 
@@ -710,10 +696,7 @@ impl Iterator for Messages<'_> {
 
     fn next(&mut self) -> Option<Self::Item> {
         let deadline = Instant::now().checked_add(self.timeout);
-        match self.consumer.poll_one(None, deadline) {
-            Poll::Ready(next) => next,
-            Poll::Pending => unreachable!("a blocking wait is never pending"),
-        }
+        ready(self.consumer.poll_one(None, deadline))
     }
 }
 

@@ -1,10 +1,14 @@
 //! The consumer offsets' operations on a store: commits (waiting for dispatch
 //! where the queue's puts are ahead of it), resets, removals, reads.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::Staged;
 use crate::error::StoreError;
 use crate::get::TimeBound;
+use crate::poll::Arrival;
+use crate::queues::Queue;
 use crate::store::MessageStore;
 use crate::topic::{validate_group, validate_topic};
 
@@ -91,6 +95,50 @@ impl MessageStore {
         self.commit_offsets_of(group, commits, None).map(drop)
     }
 
+    /// Commits `group`'s offset in `topic`'s queue as
+    /// [`commit_offset`](Self::commit_offset) does, as a future: it waits for
+    /// dispatch and for the journal's sync without blocking the thread that
+    /// polls it (the store's offsets sync service syncs for every commit
+    /// waiting so; commits from many tasks share syncs). The wait for
+    /// dispatch has no timer of its own here: wrap the future in the
+    /// runtime's timeout if dispatch may be stopped.
+    ///
+    /// ```
+    /// # use message_store::{Message, MessageStore, MessageStoreConfig};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = MessageStore::open(dir.path(), MessageStoreConfig::default())?;
+    /// # store.create_topic("orders", 1)?;
+    /// # store.put_message(&Message::new("orders", 0, "one"))?;
+    /// let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    /// runtime.block_on(store.commit_offset_async("billing", "orders", 0, 1))?;
+    /// assert_eq!(store.committed_offset("billing", "orders", 0)?, Some(1));
+    /// # store.shutdown()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn commit_offset_async(
+        &self,
+        group: &str,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+    ) -> Result<(), StoreError> {
+        self.commit_offsets_async(group, &[(topic, queue_id, offset)]).await
+    }
+
+    /// [`commit_offsets`](Self::commit_offsets) as a future, as
+    /// [`commit_offset_async`](Self::commit_offset_async) is.
+    pub async fn commit_offsets_async(&self, group: &str, commits: &[(&str, u32, u64)]) -> Result<(), StoreError> {
+        self.check_open()?;
+        validate_group(group)?;
+        for &(topic, queue_id, offset) in commits {
+            if let Some(queue) = self.dispatch_wait_of(topic, queue_id, offset)? {
+                Arrival::of(queue, offset - 1).await;
+            }
+        }
+        let (_, staged) = self.stage_offsets_of(group, commits, None)?;
+        self.core.offsets.durable(staged).await
+    }
+
     /// [`commit_offsets`](Self::commit_offsets); with `topic_ids` (a
     /// consumer's: the id of the topic each commit's position was read
     /// from), a commit whose topic was deleted since, or deleted and made
@@ -102,6 +150,21 @@ impl MessageStore {
         commits: &[(&str, u32, u64)],
         topic_ids: Option<&[u32]>,
     ) -> Result<Vec<bool>, StoreError> {
+        let (taken, staged) = self.stage_offsets_of(group, commits, topic_ids)?;
+        self.core.offsets.wait_staged(staged)?;
+        Ok(taken)
+    }
+
+    /// The first half of [`commit_offsets_of`](Self::commit_offsets_of):
+    /// waits for dispatch where a commit needs it, checks, sets the offsets
+    /// in the table (seen at once) and appends their records; the sync is
+    /// the caller's to wait for.
+    pub(crate) fn stage_offsets_of(
+        &self,
+        group: &str,
+        commits: &[(&str, u32, u64)],
+        topic_ids: Option<&[u32]>,
+    ) -> Result<(Vec<bool>, Staged), StoreError> {
         self.check_open()?;
         validate_group(group)?;
         let live = |i: usize, topic: &str| {
@@ -137,31 +200,40 @@ impl MessageStore {
         #[cfg(test)]
         self.core.commit_checked.reached();
         let kept: Vec<(&str, u32, u64)> = commits.iter().zip(&taken).filter(|(_, t)| **t).map(|(c, _)| *c).collect();
-        if !kept.is_empty() || topic_ids.is_none() {
-            self.core.offsets.commit_many(&*self.core.storage, group, &kept)?;
-        }
-        Ok(taken)
+        let staged = if !kept.is_empty() || topic_ids.is_none() {
+            self.core.offsets.stage_commits(&*self.core.storage, group, &kept)?
+        } else {
+            Staged::nothing()
+        };
+        Ok((taken, staged))
     }
 
     /// Waits, for a commit of `offset` in `topic`'s queue, until dispatch
     /// has reached it if the queue's puts have (or the wait's bound has
     /// passed, or the queue was closed).
     fn wait_for_dispatch_of(&self, topic: &str, queue_id: u32, offset: u64) -> Result<(), StoreError> {
-        let key = self.queue_key_of(topic, queue_id)?;
-        let end = self.core.dispatcher.queue_index.extent(key).map_or(0, |(_, end)| end);
-        if offset <= end || self.core.config.commit_dispatch_wait_ms == 0 {
-            return Ok(());
-        }
-        let Some(queue) = self.core.queues.live(key) else { return Ok(()) };
-        let put_end = *queue.next_offset.lock();
-        if put_end.is_none_or(|put_end| offset > put_end) {
-            return Ok(());
-        }
+        let Some(queue) = self.dispatch_wait_of(topic, queue_id, offset)? else { return Ok(()) };
         #[cfg(test)]
         self.core.commit_waiting.reached();
         let deadline = Instant::now().checked_add(Duration::from_millis(self.core.config.commit_dispatch_wait_ms));
         queue.signal.wait_past(offset - 1, deadline);
         Ok(())
+    }
+
+    /// The queue a commit of `offset` in `topic`'s queue waits on: one the
+    /// queue's puts have reached and dispatch has not (`offset` > 0 then).
+    fn dispatch_wait_of(&self, topic: &str, queue_id: u32, offset: u64) -> Result<Option<Arc<Queue>>, StoreError> {
+        let key = self.queue_key_of(topic, queue_id)?;
+        let end = self.core.dispatcher.queue_index.extent(key).map_or(0, |(_, end)| end);
+        if offset <= end || self.core.config.commit_dispatch_wait_ms == 0 {
+            return Ok(None);
+        }
+        let Some(queue) = self.core.queues.live(key) else { return Ok(None) };
+        let put_end = *queue.next_offset.lock();
+        if put_end.is_none_or(|put_end| offset > put_end) {
+            return Ok(None);
+        }
+        Ok(Some(queue))
     }
 
     /// Where [`reset_consumer_offsets`](Self::reset_consumer_offsets) would

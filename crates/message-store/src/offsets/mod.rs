@@ -18,9 +18,13 @@
 mod api;
 mod journal;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
+use flush_service::{FlushError, ServiceState, TargetError};
 use mapped_file::MappedFile;
 use parking_lot::{Condvar, Mutex};
 use store_io::Storage;
@@ -168,6 +172,69 @@ struct Syncs {
     syncing: bool,
     /// Syncs done (each covering every commit appended before it began).
     count: u64,
+    /// The highest ticket a commit waiting asynchronously asked the sync
+    /// service for.
+    wanted: u64,
+    /// The sync service's last failed sync: the ticket it was to make
+    /// durable (waiters up to it fail with it), and why.
+    failed: Option<(u64, TargetError)>,
+    /// Commits waiting asynchronously, by token: (ticket, waker).
+    waiters: HashMap<u64, (u64, Waker)>,
+    /// The journal is closed: a waiter not durable by then fails.
+    closed: bool,
+}
+
+impl Syncs {
+    /// Takes the wakers of the waiters whose wait is over (durable, failed,
+    /// or closed).
+    fn finished(&mut self) -> Vec<Waker> {
+        let (durable, closed) = (self.durable, self.closed);
+        let failed = self.failed.as_ref().map_or(0, |f| f.0);
+        let mut wakers = Vec::new();
+        self.waiters.retain(|_, (ticket, waker)| {
+            let done = closed || *ticket <= durable || *ticket <= failed;
+            if done {
+                wakers.push(waker.clone());
+            }
+            !done
+        });
+        wakers
+    }
+}
+
+fn wake(wakers: Vec<Waker>) {
+    for waker in wakers {
+        waker.wake();
+    }
+}
+
+/// Commits appended to the journal and not yet known durable: what
+/// [`ConsumerOffsets::wait_staged`] and [`ConsumerOffsets::poll_durable`]
+/// wait for.
+#[derive(Debug)]
+pub(crate) struct Staged {
+    /// Durable once every ticket up to this one is.
+    ticket: u64,
+    /// The journal they were appended to, and its base ticket (`None`: nothing
+    /// was appended; wait for what is under way).
+    file: Option<(Arc<MappedFile>, u64)>,
+}
+
+impl Staged {
+    /// Nothing to wait for.
+    pub(crate) fn nothing() -> Self {
+        Staged { ticket: 0, file: None }
+    }
+
+    /// The later of two (tickets grow, across generations too: the later
+    /// covers the earlier).
+    pub(crate) fn max(self, other: Staged) -> Staged {
+        if other.ticket >= self.ticket {
+            other
+        } else {
+            self
+        }
+    }
 }
 
 /// The consumer offsets of a store.
@@ -181,6 +248,9 @@ pub(crate) struct ConsumerOffsets {
     inner: Mutex<Inner>,
     syncs: Mutex<Syncs>,
     synced: Condvar,
+    /// Wakes the sync service ([`serve`](Self::serve)) for commits waiting
+    /// asynchronously.
+    sync_wake: Arc<ServiceState>,
 }
 
 /// What a batch of commits asks for: (topic, queue, offset) for one group.
@@ -254,6 +324,7 @@ impl ConsumerOffsets {
             inner: Mutex::new(Inner { table: scanned.table, journal: Some(journal) }),
             syncs: Mutex::new(Syncs { durable, ..Syncs::default() }),
             synced: Condvar::new(),
+            sync_wake: ServiceState::new(),
         })
     }
 
@@ -281,10 +352,113 @@ impl ConsumerOffsets {
         Ok(Journal { file: Arc::new(file), generation, base })
     }
 
-    /// Closes the journal (everything that returned is durable already):
-    /// its mapping goes, and later changes fail with [`StoreError::Shutdown`].
+    /// Closes the journal: a last sync for the commits waiting
+    /// asynchronously (everything that returned is durable already), then
+    /// its mapping goes; later changes fail with [`StoreError::Shutdown`],
+    /// as does a wait its last sync did not cover.
     pub(crate) fn close(&self) {
+        let ticket = self.current_ticket();
+        if let Err(err) = self.wait_durable(ticket, None) {
+            tracing::warn!(%err, "consumer offsets: the last sync before closing failed");
+            self.fail(ticket, err);
+        }
         self.inner.lock().journal = None;
+        let wakers = {
+            let mut syncs = self.syncs.lock();
+            syncs.closed = true;
+            syncs.finished()
+        };
+        wake(wakers);
+    }
+
+    /// What wakes the sync service.
+    pub(crate) fn sync_wake(&self) -> &Arc<ServiceState> {
+        &self.sync_wake
+    }
+
+    /// The sync service (a thread of the store's): syncs the journal for
+    /// the commits waiting asynchronously ([`poll_durable`](Self::poll_durable)),
+    /// one sync for all that asked since the last, until `state` stops.
+    pub(crate) fn serve(&self, state: &ServiceState) {
+        loop {
+            let wanted = {
+                let syncs = self.syncs.lock();
+                let done = syncs.durable.max(syncs.failed.as_ref().map_or(0, |f| f.0));
+                (syncs.wanted > done).then_some(syncs.wanted)
+            };
+            match wanted {
+                Some(ticket) => {
+                    if let Err(err) = self.wait_durable(ticket, None) {
+                        self.fail(ticket, err);
+                    }
+                }
+                None if state.is_stopped() => return,
+                None => state.wait_for_running(Duration::from_millis(100), || {}),
+            }
+        }
+    }
+
+    /// Fails the waiters up to `ticket` with `err` (a sync of the service's,
+    /// or the last one before closing).
+    fn fail(&self, ticket: u64, err: StoreError) {
+        let wakers = {
+            let mut syncs = self.syncs.lock();
+            let upto = syncs.failed.as_ref().map_or(ticket, |f| f.0.max(ticket));
+            syncs.failed = Some((upto, Arc::new(err)));
+            syncs.finished()
+        };
+        wake(wakers);
+    }
+
+    /// Whether what `staged` appended is durable, without syncing in this
+    /// thread: pending, the waker registered under `token` (one
+    /// registration however often polled) and the sync service asked, until
+    /// a sync covers it; an error if the sync meant to cover it failed or
+    /// the journal closed first. [`forget`](Self::forget) takes the
+    /// registration back.
+    pub(crate) fn poll_durable(
+        &self,
+        staged: &Staged,
+        token: u64,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), StoreError>> {
+        let ticket = staged.ticket;
+        let mut syncs = self.syncs.lock();
+        if syncs.durable >= ticket {
+            syncs.waiters.remove(&token);
+            return Poll::Ready(Ok(()));
+        }
+        if let Some((upto, err)) = &syncs.failed {
+            if *upto >= ticket {
+                let source = Arc::clone(err);
+                syncs.waiters.remove(&token);
+                return Poll::Ready(Err(StoreError::Durability(FlushError::Failed { offset: ticket, source })));
+            }
+        }
+        if syncs.closed {
+            syncs.waiters.remove(&token);
+            return Poll::Ready(Err(StoreError::Shutdown));
+        }
+        syncs.waiters.insert(token, (ticket, cx.waker().clone()));
+        let ask = syncs.wanted < ticket;
+        syncs.wanted = syncs.wanted.max(ticket);
+        drop(syncs);
+        if ask {
+            self.sync_wake.wakeup();
+        }
+        Poll::Pending
+    }
+
+    /// Takes back the registration of a wait under `token` (a waiter dropped
+    /// before its commit was durable).
+    pub(crate) fn forget(&self, token: u64) {
+        self.syncs.lock().waiters.remove(&token);
+    }
+
+    /// Waits asynchronously until what `staged` appended is durable
+    /// ([`poll_durable`](Self::poll_durable) as a future).
+    pub(crate) fn durable(&self, staged: Staged) -> Durable<'_> {
+        Durable { offsets: self, staged, token: crate::signal::new_token() }
     }
 
     /// The committed offset of `group` in `topic`'s queue `queue`.
@@ -367,7 +541,20 @@ impl ConsumerOffsets {
         group: &str,
         commits: Commits<'_>,
     ) -> Result<(), StoreError> {
-        self.change(storage, |table, e, undo| {
+        let staged = self.stage_commits(storage, group, commits)?;
+        self.wait_staged(staged)
+    }
+
+    /// Sets `group`'s offsets in the queues `commits` names (the table shows
+    /// them at once) and appends their records, without waiting for a sync:
+    /// [`wait_staged`](Self::wait_staged) or [`poll_durable`](Self::poll_durable) does.
+    pub(crate) fn stage_commits(
+        &self,
+        storage: &dyn Storage,
+        group: &str,
+        commits: Commits<'_>,
+    ) -> Result<Staged, StoreError> {
+        self.stage(storage, |table, e, undo| {
             let group = intern(&mut table.groups, group, |id, name| e.group_name(id, name));
             for &(topic, queue, offset) in commits {
                 let topic = intern(&mut table.topics, topic, |id, name| e.topic_name(id, name));
@@ -419,14 +606,25 @@ impl ConsumerOffsets {
     }
 
     /// Applies `edit` to the table under the lock, appends the records it
-    /// encoded, and waits until they are durable. Where the records cannot
-    /// be written (an append or a compaction fails), the edit is taken back:
-    /// the table never shows what the journal does not hold.
+    /// encoded, and waits until they are durable.
     fn change(
         &self,
         storage: &dyn Storage,
         edit: impl FnOnce(&mut Table, &mut Encoder, &mut Undo),
     ) -> Result<(), StoreError> {
+        let staged = self.stage(storage, edit)?;
+        self.wait_staged(staged)
+    }
+
+    /// Applies `edit` to the table under the lock and appends the records it
+    /// encoded. Where the records cannot be written (an append or a
+    /// compaction fails), the edit is taken back: the table never shows what
+    /// the journal does not hold.
+    fn stage(
+        &self,
+        storage: &dyn Storage,
+        edit: impl FnOnce(&mut Table, &mut Encoder, &mut Undo),
+    ) -> Result<Staged, StoreError> {
         let (ticket, file, base) = {
             let mut inner = self.inner.lock();
             let journal = inner.journal.as_ref().ok_or(StoreError::Shutdown)?;
@@ -435,10 +633,10 @@ impl ConsumerOffsets {
             let mut undo = Undo::of(&inner.table);
             edit(&mut inner.table, &mut e, &mut undo);
             if e.bytes.is_empty() {
-                drop(inner);
                 // Nothing changed; still wait for what is under way (the value
                 // may be one a commit still syncing appended).
-                return self.wait_durable(self.current_ticket(), None);
+                let ticket = inner.journal.as_ref().map_or(0, Journal::ticket);
+                return Ok(Staged { ticket, file: None });
             }
             let written = (|| {
                 let appended = !failed && self.append(inner.journal.as_ref().ok_or(StoreError::Shutdown)?, &e.bytes)?;
@@ -458,9 +656,15 @@ impl ConsumerOffsets {
         };
         #[cfg(planted_bugs)]
         if crate::planted::is_active(crate::planted::Bug::OffsetCommitNotSynced) {
-            return Ok(());
+            return Ok(Staged::nothing());
         }
-        self.wait_durable(ticket, Some((file, base)))
+        Ok(Staged { ticket, file: Some((file, base)) })
+    }
+
+    /// Blocks until what `staged` appended is durable, syncing the journal
+    /// in this thread unless a sync is under way.
+    pub(crate) fn wait_staged(&self, staged: Staged) -> Result<(), StoreError> {
+        self.wait_durable(staged.ticket, staged.file)
     }
 
     /// Appends `bytes` to `journal`; false if they do not fit.
@@ -512,8 +716,10 @@ impl ConsumerOffsets {
         let mut syncs = self.syncs.lock();
         syncs.durable = syncs.durable.max(durable);
         syncs.count = syncs.count.saturating_add(1);
+        let wakers = syncs.finished();
         drop(syncs);
         self.synced.notify_all();
+        wake(wakers);
         Ok(())
     }
 
@@ -554,8 +760,10 @@ impl ConsumerOffsets {
             syncs.count = syncs.count.saturating_add(1);
         }
         let done = syncs.durable >= ticket;
+        let wakers = syncs.finished();
         drop(syncs);
         self.synced.notify_all();
+        wake(wakers);
         match result {
             // Flushed up to what was appended when the sync began: ours was.
             Ok(_) if done => Ok(()),
@@ -567,6 +775,29 @@ impl ConsumerOffsets {
             Err(_) if done => Ok(()),
             Err(err) => Err(err.into()),
         }
+    }
+}
+
+/// The future of [`ConsumerOffsets::durable`]: dropped before it is ready, it
+/// leaves nothing registered.
+#[derive(Debug)]
+pub(crate) struct Durable<'a> {
+    offsets: &'a ConsumerOffsets,
+    staged: Staged,
+    token: u64,
+}
+
+impl std::future::Future for Durable<'_> {
+    type Output = Result<(), StoreError>;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.offsets.poll_durable(&self.staged, self.token, cx)
+    }
+}
+
+impl Drop for Durable<'_> {
+    fn drop(&mut self) {
+        self.offsets.forget(self.token);
     }
 }
 

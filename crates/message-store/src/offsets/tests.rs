@@ -1,5 +1,6 @@
 use super::*;
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::Arc;
 use store_io::sim::SimStorage;
 
@@ -342,4 +343,131 @@ fn a_failed_compaction_forgets_no_name_the_old_journal_still_holds() {
     sim.crash_losing_unsynced();
     let reloaded = ConsumerOffsets::load(&sim, Path::new(ROOT), MIN).expect("the journal loads");
     assert_eq!(reloaded.get("old", "t", 0), Some(2));
+}
+
+/// Counts its wakes.
+#[derive(Default)]
+struct Wakes(std::sync::atomic::AtomicU32);
+
+impl std::task::Wake for Wakes {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Wakes {
+    fn count(&self) -> u32 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Runs the sync service on a thread of its own until the returned
+/// function stops it.
+fn serve(offsets: &Arc<ConsumerOffsets>) -> impl FnOnce() {
+    let state = Arc::clone(offsets.sync_wake());
+    let service = Arc::clone(offsets);
+    let thread = std::thread::spawn(move || service.serve(&Arc::clone(service.sync_wake())));
+    move || {
+        state.stop();
+        thread.join().unwrap();
+    }
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn a_commit_waiting_asynchronously_is_synced_by_the_service_never_by_its_poll() {
+    let sim = SimStorage::new();
+    let offsets = Arc::new(load(&sim));
+    let wakes = Arc::new(Wakes::default());
+    let waker = Waker::from(Arc::clone(&wakes));
+    let mut cx = Context::from_waker(&waker);
+    let staged: Vec<Staged> =
+        (0..100u32).map(|q| offsets.stage_commits(&sim, "g", &[("t", q, u64::from(q) + 1)]).unwrap()).collect();
+    assert_eq!(offsets.get("g", "t", 99), Some(100), "the table shows a staged commit at once");
+    let syncs = sim.sync_count();
+    for (token, staged) in staged.iter().enumerate() {
+        for _ in 0..3 {
+            assert!(offsets.poll_durable(staged, token as u64, &mut cx).is_pending());
+        }
+    }
+    assert_eq!(sim.sync_count(), syncs, "polling syncs nothing");
+    assert_eq!(offsets.syncs.lock().waiters.len(), 100, "one registration per waiter, however often polled");
+    let stop = serve(&offsets);
+    wait_for("every waiter woken", || wakes.count() >= 100);
+    for (token, staged) in staged.iter().enumerate() {
+        assert!(matches!(offsets.poll_durable(staged, token as u64, &mut cx), Poll::Ready(Ok(()))));
+    }
+    assert_eq!(offsets.syncs.lock().waiters.len(), 0);
+    stop();
+    assert!(sim.sync_count() - syncs <= 2, "one sync for the hundred: {}", sim.sync_count() - syncs);
+    sim.crash_losing_unsynced();
+    let reloaded = load(&sim);
+    assert_eq!(reloaded.get("g", "t", 99), Some(100));
+}
+
+#[test]
+fn a_failed_sync_fails_the_commit_waiting_on_it_and_the_next_commit_starts_a_new_journal() {
+    let sim = SimStorage::new();
+    let offsets = Arc::new(load(&sim));
+    let stop = serve(&offsets);
+    let generation = offsets.inner.lock().journal.as_ref().unwrap().generation;
+    sim.fail_all_syncs(true);
+    let staged = offsets.stage_commits(&sim, "g", &[("t", 0, 5)]).unwrap();
+    let failed = block_on(offsets.durable(staged));
+    assert!(matches!(failed, Err(StoreError::Durability(FlushError::Failed { .. }))), "{failed:?}");
+    sim.fail_all_syncs(false);
+    let staged = offsets.stage_commits(&sim, "g", &[("t", 1, 6)]).unwrap();
+    block_on(offsets.durable(staged)).unwrap();
+    assert!(offsets.inner.lock().journal.as_ref().unwrap().generation > generation, "compacted past the failed file");
+    stop();
+    sim.crash_losing_unsynced();
+    let reloaded = load(&sim);
+    assert_eq!(reloaded.get("g", "t", 1), Some(6));
+    assert_eq!(reloaded.get("g", "t", 0), Some(5), "the table, written whole, holds the failed one too");
+}
+
+#[test]
+fn closing_syncs_what_waits_asynchronously_and_a_dropped_wait_leaves_nothing() {
+    let sim = SimStorage::new();
+    let offsets = load(&sim);
+    let wakes = Arc::new(Wakes::default());
+    let waker = Waker::from(Arc::clone(&wakes));
+    let mut cx = Context::from_waker(&waker);
+    {
+        let staged = offsets.stage_commits(&sim, "g", &[("t", 0, 3)]).unwrap();
+        let mut dropped = std::pin::pin!(offsets.durable(staged));
+        assert!(dropped.as_mut().poll(&mut cx).is_pending());
+    }
+    assert_eq!(offsets.syncs.lock().waiters.len(), 0, "a dropped wait takes its registration back");
+    let staged = offsets.stage_commits(&sim, "g", &[("t", 1, 4)]).unwrap();
+    assert!(offsets.poll_durable(&staged, 1, &mut cx).is_pending());
+    // No service runs: the close's last sync covers it, and wakes it.
+    offsets.close();
+    assert_eq!(wakes.count(), 1);
+    assert!(matches!(offsets.poll_durable(&staged, 1, &mut cx), Poll::Ready(Ok(()))));
+    let late = Staged { ticket: u64::MAX, file: None };
+    assert!(matches!(offsets.poll_durable(&late, 2, &mut cx), Poll::Ready(Err(StoreError::Shutdown))));
+    sim.crash_losing_unsynced();
+    let reloaded = load(&sim);
+    assert_eq!(reloaded.get("g", "t", 1), Some(4));
+}
+
+/// Runs `future` on this thread, parking while it is pending.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let waker = Waker::from(Arc::new(crate::poll::ThreadWaker(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park_timeout(std::time::Duration::from_millis(100));
+    }
 }
