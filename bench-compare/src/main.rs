@@ -289,7 +289,8 @@ fn main() {
     } else {
         Sizes { a_batches: 2_000, b_per_producer: 1_500, c_batches: 12_000 }
     };
-    let d_sizes = if let Some(async_per_producer) = std::env::var("BENCH_D_MESSAGES").ok().and_then(|n| n.parse().ok()) {
+    let d_sizes = if let Some(async_per_producer) = std::env::var("BENCH_D_MESSAGES").ok().and_then(|n| n.parse().ok())
+    {
         queues::DSizes { async_per_producer, sync_per_producer: (async_per_producer / 5).max(1) }
     } else if quick {
         queues::DSizes { async_per_producer: 2_000, sync_per_producer: 400 }
@@ -321,6 +322,7 @@ fn main() {
     let systems = [
         ours::PWRITE,
         ours::ALLOCATED,
+        ours::GROUPS_OFF_ROW,
         ours::MMAP,
         ours::RECYCLING,
         ours::PREPARED,

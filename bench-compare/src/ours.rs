@@ -25,22 +25,75 @@ struct Variant {
     /// default before segments were prepared by default): the first segment
     /// too, so every sync meets unwritten blocks.
     allocated: bool,
+    /// Concurrent appends each take the put lock and write alone
+    /// (`append_write_groups` off, the behaviour before write groups).
+    groups_off: bool,
 }
 
-const DEFAULT: Variant =
-    Variant { write_without_mmap: true, spares: false, pool: false, prepared: false, faulted: false, allocated: false };
-const MAPPED: Variant =
-    Variant { write_without_mmap: false, spares: false, pool: false, prepared: false, faulted: false, allocated: false };
-const SPARES: Variant =
-    Variant { write_without_mmap: true, spares: true, pool: false, prepared: false, faulted: false, allocated: false };
-const POOLED: Variant =
-    Variant { write_without_mmap: true, spares: false, pool: true, prepared: false, faulted: false, allocated: false };
-const PREPARED_MAPPED: Variant =
-    Variant { write_without_mmap: false, spares: false, pool: false, prepared: true, faulted: true, allocated: false };
-const ALLOCATED_SEGMENTS: Variant =
-    Variant { write_without_mmap: true, spares: false, pool: false, prepared: false, faulted: false, allocated: true };
-const PREPARED_SEGMENTS: Variant =
-    Variant { write_without_mmap: true, spares: false, pool: false, prepared: true, faulted: false, allocated: false };
+const DEFAULT: Variant = Variant {
+    write_without_mmap: true,
+    spares: false,
+    pool: false,
+    prepared: false,
+    faulted: false,
+    allocated: false,
+    groups_off: false,
+};
+const MAPPED: Variant = Variant {
+    write_without_mmap: false,
+    spares: false,
+    pool: false,
+    prepared: false,
+    faulted: false,
+    allocated: false,
+    groups_off: false,
+};
+const SPARES: Variant = Variant {
+    write_without_mmap: true,
+    spares: true,
+    pool: false,
+    prepared: false,
+    faulted: false,
+    allocated: false,
+    groups_off: false,
+};
+const POOLED: Variant = Variant {
+    write_without_mmap: true,
+    spares: false,
+    pool: true,
+    prepared: false,
+    faulted: false,
+    allocated: false,
+    groups_off: false,
+};
+const PREPARED_MAPPED: Variant = Variant {
+    write_without_mmap: false,
+    spares: false,
+    pool: false,
+    prepared: true,
+    faulted: true,
+    allocated: false,
+    groups_off: false,
+};
+const ALLOCATED_SEGMENTS: Variant = Variant {
+    write_without_mmap: true,
+    spares: false,
+    pool: false,
+    prepared: false,
+    faulted: false,
+    allocated: true,
+    groups_off: false,
+};
+const GROUPS_OFF: Variant = Variant { groups_off: true, ..DEFAULT };
+const PREPARED_SEGMENTS: Variant = Variant {
+    write_without_mmap: true,
+    spares: false,
+    pool: false,
+    prepared: true,
+    faulted: false,
+    allocated: false,
+    groups_off: false,
+};
 
 /// The log writing with pwrite + fdatasync (the default).
 pub const PWRITE: System = System {
@@ -101,6 +154,24 @@ pub const PREPARED: System = System {
     c_single: |s| no_sync(s, PREPARED_SEGMENTS, Unit::Appends),
 };
 
+/// The default write path with write groups off (`append_write_groups`):
+/// concurrent producers each take the put lock and write their own record,
+/// as before write groups were the default. Batches are never grouped, so
+/// only (b) and (c') tell the two apart.
+pub const GROUPS_OFF_ROW: System = System {
+    name: "commitlog, pwrite, write groups off (the former default)",
+    ours: true,
+    a: single_appends_only,
+    b: |s| group_commit(s, GROUPS_OFF),
+    c: single_appends_only,
+    c_single: |s| no_sync(s, GROUPS_OFF, Unit::Appends),
+};
+
+/// What the write-groups row answers where appends are batches.
+fn single_appends_only(_: &Sizes) -> Outcome {
+    Outcome::NotApplicable("batches are not grouped: the default row's path")
+}
+
 /// What the single-record candidates answer outside (c').
 fn single_records_only(_: &Sizes) -> Outcome {
     Outcome::NotApplicable("a path for single records, measured in (c') only")
@@ -160,6 +231,7 @@ fn config(flush: FlushDiskType, variant: Variant) -> CommitLogConfig {
             variant.write_without_mmap && !(variant.prepared && std::env::var_os("BENCH_PREP_MMAP").is_some()),
         )
         .recycle_segments(if variant.spares { 2 } else { 0 })
+        .append_write_groups(!variant.groups_off)
         .warm_mapped_file_enable(std::env::var_os("BENCH_WARM").is_some())
         .transient_store_pool(variant.pool || std::env::var_os("BENCH_POOL").is_some(), 3)
         .segment_preparation(

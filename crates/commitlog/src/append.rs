@@ -2,9 +2,10 @@
 //! barrier, and their durability requests submitted before it is released.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use flush_service::DurabilityHandle;
+use flush_service::{Answer, AnswerLeft, DurabilityHandle, Leading, Member, Turn};
 use mapped_file::Placed;
 
 use crate::format::{advance, body_crc, encode_blank, encode_record, parse, Parsed, HEADER_SIZE};
@@ -68,15 +69,86 @@ pub struct GroupAppendResult {
     pub durability: Vec<DurabilityHandle>,
 }
 
+/// The most records one write group appends.
+const MOST_GROUP_MEMBERS: usize = 256;
+
+/// The lead of the log's write groups.
+type Lead<'a> = Leading<'a, Vec<u8>, AppendResult>;
+
 impl CommitLog {
     /// Appends one record. Thread-safe; the put lock is held only to place and copy
     /// the record (its CRC is computed before).
+    ///
+    /// Concurrent appends share writes (`append_write_groups`, on by default):
+    /// an append that arrives while another writes waits (its body copied),
+    /// and the writing one then appends every waiting record in one write,
+    /// in arrival order, each with its own durability request; a lone
+    /// producer writes at once and allocates nothing.
     pub fn append(&self, body: &[u8]) -> Result<AppendResult, Error> {
         self.check_writeable()?;
         let max = self.inner.config.max_message_size;
         if body.len() > max {
             return Err(Error::RecordTooLarge { size: body.len(), max });
         }
+        if !self.inner.config.append_write_groups {
+            return self.append_alone(body);
+        }
+        if let Some(lead) = self.inner.groups.try_lead() {
+            return self.lead_after(&lead, self.append_alone(body));
+        }
+        let member = Member::new(body.to_vec());
+        match self.inner.groups.join(&member) {
+            Turn::Lead(lead) => self.lead_after(&lead, self.append_alone(body)),
+            Turn::LeadGroup(lead) => {
+                self.append_members(&lead, Some(Arc::clone(&member)));
+                drop(lead);
+                match member.take_answer() {
+                    Answer::Done(result) => Ok(result),
+                    // The group's write failed: this one's own says why.
+                    _ => self.append_alone(body),
+                }
+            }
+            Turn::Answered(Answer::Done(result)) => Ok(result),
+            Turn::Answered(_) => self.append_alone(body),
+        }
+    }
+
+    /// What a leader does after its own append (`own`): appends, in one
+    /// write, the records that queued while it wrote, then lets the lead
+    /// go (to the first one queued since, if any).
+    fn lead_after(&self, lead: &Lead<'_>, own: Result<AppendResult, Error>) -> Result<AppendResult, Error> {
+        if self.inner.groups.waiting() > 0 {
+            self.append_members(lead, None);
+        }
+        own
+    }
+
+    /// Appends the waiting members' records (`first` ahead of them) in one
+    /// write, within a segment, and answers each with its own result; a
+    /// member the write could not take is told to append alone (and so
+    /// learns the error itself).
+    fn append_members(&self, lead: &Lead<'_>, first: Option<Arc<Member<Vec<u8>, AppendResult>>>) {
+        let most_bytes = self.inner.config.mapped_file_size_commit_log.saturating_sub(HEADER_SIZE);
+        let group = self
+            .inner
+            .groups
+            .take(lead, first, MOST_GROUP_MEMBERS, most_bytes, |body| HEADER_SIZE.saturating_add(body.len()));
+        let _left = AnswerLeft(&group);
+        let bodies: Vec<&[u8]> = group.iter().map(|member| member.payload().as_slice()).collect();
+        let appended = self.put_records(&bodies, |first, _, bodies| {
+            record_ends(first, bodies).map(|end| self.durability(end)).collect::<Vec<_>>()
+        });
+        if let Ok((offsets, _, store_timestamp_ms, handles)) = appended {
+            self.inner.groups.written(group.len());
+            for (((member, body), wrote_offset), durability) in group.iter().zip(&bodies).zip(offsets).zip(handles) {
+                let wrote_bytes = HEADER_SIZE.saturating_add(body.len()) as u64;
+                member.answer(Answer::Done(AppendResult { wrote_offset, wrote_bytes, store_timestamp_ms, durability }));
+            }
+        }
+    }
+
+    /// Appends one record under the put lock, on its own.
+    fn append_alone(&self, body: &[u8]) -> Result<AppendResult, Error> {
         let body_crc = body_crc(body);
         let size = HEADER_SIZE.saturating_add(body.len()); // `body.len() <= max_message_size`, validated to fit a segment
         let (wrote_offset, store_timestamp_ms, durability) = self.put(
@@ -253,4 +325,94 @@ fn record_ends<B: AsRef<[u8]>>(first: u64, bodies: &[B]) -> impl Iterator<Item =
         *at = advance(*at, HEADER_SIZE.saturating_add(body.as_ref().len()));
         Some(*at)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use mapped_file::SimStorage;
+
+    use super::*;
+    use crate::{CommitLogConfig, FlushDiskType};
+
+    const PRODUCERS: u8 = 6;
+
+    fn open(sim: &SimStorage, flush: FlushDiskType) -> CommitLog {
+        let config = CommitLogConfig::builder()
+            .mapped_file_size_commit_log(1 << 20)
+            .max_message_size(4096)
+            .flush_disk_type(flush)
+            .build()
+            .unwrap();
+        CommitLog::open_with_storage(Path::new("/groups"), config, Arc::new(sim.clone())).unwrap()
+    }
+
+    /// Starts `PRODUCERS` appends while the test holds the lead, and waits
+    /// until every one is queued behind it.
+    fn queued(log: &CommitLog) -> Vec<std::thread::JoinHandle<Result<AppendResult, Error>>> {
+        let producers: Vec<_> = (0..PRODUCERS)
+            .map(|p| {
+                let log = log.clone();
+                std::thread::spawn(move || log.append(&[p; 300]))
+            })
+            .collect();
+        let started = std::time::Instant::now();
+        while log.inner.groups.waiting() < usize::from(PRODUCERS) {
+            assert!(started.elapsed() < std::time::Duration::from_secs(30), "the producers never queued");
+            std::thread::yield_now();
+        }
+        producers
+    }
+
+    #[test]
+    fn appends_that_wait_for_the_lead_are_written_as_one_group_each_with_its_own_durability() {
+        let sim = SimStorage::new();
+        let log = open(&sim, FlushDiskType::SyncFlush);
+        let lead = log.inner.groups.try_lead().unwrap();
+        let producers = queued(&log);
+        let end = log.max_offset();
+        log.append_members(&lead, None);
+        drop(lead);
+        let mut results: Vec<AppendResult> = producers.into_iter().map(|p| p.join().unwrap().unwrap()).collect();
+        assert_eq!(log.write_group_stats(), (1, u64::from(PRODUCERS)), "one group held them all");
+        results.sort_by_key(|r| r.wrote_offset);
+        let mut at = end;
+        for result in results {
+            assert_eq!(result.wrote_offset, at, "consecutive records, from the log's end");
+            at = result.next_offset();
+            result.durability.wait().unwrap();
+            assert!(log.flushed_offset() >= at, "acknowledged once its own record is durable");
+            assert_eq!(log.read(result.wrote_offset).unwrap().body.len(), 300);
+        }
+        log.shutdown().unwrap();
+    }
+
+    #[test]
+    fn a_group_the_log_refuses_tells_each_member_why_and_leaves_none_waiting() {
+        let sim = SimStorage::new();
+        let log = open(&sim, FlushDiskType::AsyncFlush);
+        let lead = log.inner.groups.try_lead().unwrap();
+        let producers = queued(&log);
+        log.inner.shut_down.store(true, Ordering::Release);
+        log.append_members(&lead, None);
+        drop(lead);
+        for producer in producers {
+            assert!(matches!(producer.join().unwrap(), Err(Error::Shutdown)));
+        }
+        assert_eq!(log.write_group_stats(), (0, 0));
+        assert!(log.inner.groups.is_idle());
+    }
+
+    #[test]
+    fn a_lone_producer_leads_and_writes_at_once() {
+        let sim = SimStorage::new();
+        let log = open(&sim, FlushDiskType::AsyncFlush);
+        for i in 0..100u8 {
+            log.append(&[i; 100]).unwrap();
+        }
+        assert_eq!(log.write_group_stats(), (0, 0), "no group without a collision");
+        assert!(log.inner.groups.is_idle());
+        log.shutdown().unwrap();
+    }
 }

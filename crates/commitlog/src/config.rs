@@ -89,6 +89,13 @@ pub struct CommitLogConfig {
     /// follows the repository's docs/benchmarks.md: faster on every workload
     /// measured.
     pub write_without_mmap: bool,
+    /// Concurrent [`append`](crate::CommitLog::append)s share writes (true):
+    /// an append that finds another one writing waits, and the writing one
+    /// then appends every waiting producer's record in one write, each with
+    /// its own durability request (RocksDB's write group, raft-engine's
+    /// write barrier). A lone producer writes at once, as without. False:
+    /// each append takes the put lock and writes its own record.
+    pub append_write_groups: bool,
     /// Under sync flush, readers see only durable records (RocketMQ
     /// [#8239](https://github.com/apache/rocketmq/issues/8239): consumers must not see what a crash
     /// can take back). Ignored under async flush.
@@ -151,6 +158,7 @@ impl Default for CommitLogConfig {
             preparation_chunk_bytes: QueueConfig::DEFAULT_PREPARATION_CHUNK_BYTES,
             preparation_bytes_per_sec: QueueConfig::DEFAULT_PREPARATION_BYTES_PER_SEC,
             write_without_mmap: true,
+            append_write_groups: true,
             read_limit_to_flushed: true,
             checkpoint_interval_ms: 1000,
             file_reserved_time_ms: 72 * 3600 * 1000,
@@ -318,6 +326,12 @@ impl CommitLogConfigBuilder {
         self.config.preallocate_next_segment = enable;
         self
     }
+    /// Whether concurrent appends share writes (`append_write_groups`).
+    pub fn append_write_groups(mut self, enable: bool) -> Self {
+        self.config.append_write_groups = enable;
+        self
+    }
+
     /// Warm-up of new segments.
     pub fn warm_mapped_file_enable(mut self, enable: bool) -> Self {
         self.config.warm_mapped_file_enable = enable;

@@ -32,6 +32,9 @@ pub(crate) struct Inner {
     pub(crate) queue: Arc<SegmentQueue>,
     pub(crate) strategy: Box<dyn FlushStrategy>,
     pub(crate) put_lock: Mutex<()>,
+    /// Concurrent appends that share writes (`append_write_groups`): each
+    /// waiting producer's body, answered with its append's result.
+    pub(crate) groups: flush_service::WriteGroups<Vec<u8>, crate::AppendResult>,
     checkpoint: Arc<CheckpointState>,
     checkpoint_thread: Mutex<Option<ServiceThread>>,
     pub(crate) disk: Arc<DiskGuard>,
@@ -329,6 +332,7 @@ impl CommitLog {
                 queue,
                 strategy,
                 put_lock: Mutex::new(()),
+                groups: flush_service::WriteGroups::default(),
                 checkpoint: state,
                 checkpoint_thread: Mutex::new(Some(checkpoint_thread)),
                 disk,
@@ -554,6 +558,14 @@ impl CommitLog {
         inner
             .checkpoint
             .lower_then(offset, || inner.queue.truncate_dirty_files(offset).map_err(|e| self.writeable_or(e.into())))
+    }
+
+    /// Write groups of concurrent [`append`](Self::append)s so far
+    /// (`append_write_groups`): groups written by one producer for others
+    /// that waited, and the records they held (a producer that wrote alone
+    /// counts in neither).
+    pub fn write_group_stats(&self) -> (u64, u64) {
+        self.inner.groups.counts()
     }
 
     /// Flush-service counters.
