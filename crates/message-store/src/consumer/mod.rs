@@ -259,6 +259,11 @@ impl Consumer {
             })
             .collect();
         if due.is_empty() {
+            // Nothing new: the offsets the table holds for this member's
+            // queues are made durable (one an earlier commit staged may not
+            // be yet, or its sync failed).
+            let staged = self.store.core.offsets.stage_table(&*self.store.core.storage)?;
+            self.stage(staged);
             return Ok(());
         }
         let commits: Vec<(&str, u32, u64)> =
@@ -286,7 +291,11 @@ impl Consumer {
     }
 
     /// Waits until the commits staged are durable: blocking (in this
-    /// thread) without a context, else by the offsets sync service.
+    /// thread) without a context, else by the offsets sync service. If
+    /// their sync failed, every owned queue starts again from the table's
+    /// offsets (made durable first) at the next round: nothing is handed out
+    /// past a start no sync kept, and a commit tried again is not answered
+    /// before it is durable.
     fn settle(&mut self, cx: Option<&mut Context<'_>>) -> Poll<Result<(), StoreError>> {
         let offsets = &self.store.core.offsets;
         let done = match (cx, self.unsynced.take()) {
@@ -300,6 +309,12 @@ impl Consumer {
                 }
             },
         };
+        if done.is_err() {
+            for owned in &mut self.owned {
+                owned.next = None;
+            }
+            self.fetched.clear();
+        }
         Poll::Ready(done)
     }
 
@@ -442,6 +457,7 @@ impl Consumer {
     fn resolve_starts(&mut self) -> Result<(), StoreError> {
         let mut fresh = Vec::new();
         let mut changed = false;
+        let mut from_table = false;
         for (i, owned) in self.owned.iter_mut().enumerate() {
             if owned.next.is_some() {
                 continue;
@@ -449,6 +465,7 @@ impl Consumer {
             let start = match self.store.core.offsets.get(&self.name, &owned.topic, owned.queue_id) {
                 Some(committed) => {
                     owned.committed = committed;
+                    from_table = true;
                     committed
                 }
                 None => {
@@ -479,6 +496,13 @@ impl Consumer {
             };
             owned.next = Some(start);
             owned.handed = start;
+        }
+        if from_table {
+            // An offset in the table may be one another member (or this
+            // one) staged and whose sync is still under way, or failed: made
+            // durable before anything after it is handed out.
+            let staged = self.store.core.offsets.stage_table(&*self.store.core.storage)?;
+            self.stage(staged);
         }
         if !fresh.is_empty() {
             let commits: Vec<(&str, u32, u64)> =

@@ -401,10 +401,14 @@ impl ConsumerOffsets {
     /// Fails the waiters up to `ticket` with `err` (a sync of the service's,
     /// or the last one before closing).
     fn fail(&self, ticket: u64, err: StoreError) {
+        let source: TargetError = match err {
+            StoreError::Durability(FlushError::Failed { source, .. }) => source,
+            other => Arc::new(other),
+        };
         let wakers = {
             let mut syncs = self.syncs.lock();
             let upto = syncs.failed.as_ref().map_or(ticket, |f| f.0.max(ticket));
-            syncs.failed = Some((upto, Arc::new(err)));
+            syncs.failed = Some((upto, source));
             syncs.finished()
         };
         wake(wakers);
@@ -545,6 +549,14 @@ impl ConsumerOffsets {
         self.wait_staged(staged)
     }
 
+    /// Nothing to change: what makes the table as it is now durable (values
+    /// a commit still syncing appended, or whose sync failed: those go into
+    /// the next generation at once). A member that takes an offset from the
+    /// table waits for this before it hands out anything after it.
+    pub(crate) fn stage_table(&self, storage: &dyn Storage) -> Result<Staged, StoreError> {
+        self.stage(storage, |_, _, _| {})
+    }
+
     /// Sets `group`'s offsets in the queues `commits` names (the table shows
     /// them at once) and appends their records, without waiting for a sync:
     /// [`wait_staged`](Self::wait_staged) or [`poll_durable`](Self::poll_durable) does.
@@ -634,7 +646,12 @@ impl ConsumerOffsets {
             edit(&mut inner.table, &mut e, &mut undo);
             if e.bytes.is_empty() {
                 // Nothing changed; still wait for what is under way (the value
-                // may be one a commit still syncing appended).
+                // may be one a commit still syncing appended). A journal whose
+                // sync failed holds values no sync will make durable: the
+                // table goes whole into the next generation.
+                if failed {
+                    self.compact(storage, &mut inner)?;
+                }
                 let ticket = inner.journal.as_ref().map_or(0, Journal::ticket);
                 return Ok(Staged { ticket, file: None });
             }
@@ -773,7 +790,10 @@ impl ConsumerOffsets {
             // A compaction may have covered it while this sync failed (the
             // old file deleted under it).
             Err(_) if done => Ok(()),
-            Err(err) => Err(err.into()),
+            Err(err) => {
+                let source: TargetError = Arc::new(StoreError::from(err));
+                Err(StoreError::Durability(FlushError::Failed { offset: ticket, source }))
+            }
         }
     }
 }
