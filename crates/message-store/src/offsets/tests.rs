@@ -1,7 +1,9 @@
 use super::*;
+use flush_service::FlushError;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use store_io::sim::SimStorage;
 
 const ROOT: &str = "/s";
