@@ -72,6 +72,10 @@ pub struct GroupAppendResult {
 /// The most records one write group appends.
 const MOST_GROUP_MEMBERS: usize = 256;
 
+/// The most bytes one write group appends beyond its first record (the
+/// leader stages them in one buffer for one write).
+const MOST_GROUP_BYTES: usize = 1 << 20;
+
 /// The lead of the log's write groups.
 type Lead<'a> = Leading<'a, Vec<u8>, AppendResult>;
 
@@ -128,7 +132,17 @@ impl CommitLog {
     /// member the write could not take is told to append alone (and so
     /// learns the error itself).
     fn append_members(&self, lead: &Lead<'_>, first: Option<Arc<Member<Vec<u8>, AppendResult>>>) {
-        let most_bytes = self.inner.config.mapped_file_size_commit_log.saturating_sub(HEADER_SIZE);
+        let leader_queued = first.is_some();
+        // Within the room the writable segment has left (a record keeps a
+        // blank's room after it): a group that did not fit would go whole
+        // into the next segment, and records that fit here one by one would
+        // move there (or be refused, on a disk with no room for a new
+        // segment). The first is taken in any case: alone it would roll too.
+        let room = self.inner.queue.last_mapped_file().map_or(usize::MAX, |file| {
+            file.file_size().saturating_sub(file.wrote_position()).saturating_sub(HEADER_SIZE)
+        });
+        let segment = self.inner.config.mapped_file_size_commit_log.saturating_sub(HEADER_SIZE);
+        let most_bytes = room.min(segment).min(MOST_GROUP_BYTES);
         let group = self
             .inner
             .groups
@@ -139,7 +153,10 @@ impl CommitLog {
             record_ends(first, bodies).map(|end| self.durability(end)).collect::<Vec<_>>()
         });
         if let Ok((offsets, _, store_timestamp_ms, handles)) = appended {
-            self.inner.groups.written(group.len());
+            // A producer handed the lead with no one behind it wrote alone.
+            if !leader_queued || group.len() > 1 {
+                self.inner.groups.written(group.len());
+            }
             for (((member, body), wrote_offset), durability) in group.iter().zip(&bodies).zip(offsets).zip(handles) {
                 let wrote_bytes = HEADER_SIZE.saturating_add(body.len()) as u64;
                 member.answer(Answer::Done(AppendResult { wrote_offset, wrote_bytes, store_timestamp_ms, durability }));
@@ -414,5 +431,82 @@ mod tests {
         assert_eq!(log.write_group_stats(), (0, 0), "no group without a collision");
         assert!(log.inner.groups.is_idle());
         log.shutdown().unwrap();
+    }
+
+    /// 64 KiB segments, no preallocation, a disk guard at 90 %.
+    fn open_small(sim: &SimStorage, dir: &str) -> CommitLog {
+        let config = CommitLogConfig {
+            disk_space_warning_level_ratio: 90,
+            disk_max_used_space_ratio: 100,
+            clean_file_forcibly_enable: false,
+            clean_resource_interval_ms: 3_600_000,
+            ..CommitLogConfig::builder()
+                .mapped_file_size_commit_log(64 << 10)
+                .max_message_size(4096)
+                .flush_disk_type(FlushDiskType::AsyncFlush)
+                .preallocate_next_segment(false)
+                .build()
+                .unwrap()
+        };
+        CommitLog::open_with_storage(Path::new(dir), config, Arc::new(sim.clone())).unwrap()
+    }
+
+    /// Half a segment written; then a disk with room for the current
+    /// segment's rest but not for a new segment (85 % used, 92 % with one more).
+    fn half_full_on_a_tight_disk(sim: &SimStorage, dir: &str) -> CommitLog {
+        let log = open_small(sim, dir);
+        for i in 0..8u8 {
+            log.append(&[i; 4000]).unwrap();
+        }
+        sim.set_disk_space(Some(mapped_file::DiskSpace { total: 1 << 20, free: 150 << 10, available: 150 << 10 }));
+        log
+    }
+
+    #[test]
+    fn records_that_fit_the_current_segment_are_not_refused_because_they_waited_in_a_group() {
+        const QUEUED: usize = 12;
+        // The same twelve appends one after another, then queued behind a
+        // writer: as many fit the current segment's rest either way.
+        let sim = SimStorage::new();
+        let log = half_full_on_a_tight_disk(&sim, "/alone");
+        let alone = (0..QUEUED).filter(|_| log.append(&[9; 4000]).is_ok()).count();
+        assert_eq!(alone, 8, "eight fit the current segment's rest");
+        let sim = SimStorage::new();
+        let log = half_full_on_a_tight_disk(&sim, "/group");
+        let lead = log.inner.groups.try_lead().unwrap();
+        let producers: Vec<_> = (0..QUEUED)
+            .map(|_| {
+                let log = log.clone();
+                std::thread::spawn(move || log.append(&[9; 4000]))
+            })
+            .collect();
+        let started = std::time::Instant::now();
+        while log.inner.groups.waiting() < QUEUED {
+            assert!(started.elapsed() < std::time::Duration::from_secs(30), "the producers never queued");
+            std::thread::yield_now();
+        }
+        log.append_members(&lead, None);
+        drop(lead);
+        let grouped = producers.into_iter().map(|p| p.join().unwrap()).filter(Result::is_ok).count();
+        assert_eq!(grouped, alone, "appends refused only because they were grouped");
+    }
+
+    #[test]
+    fn a_producer_handed_the_lead_with_no_one_behind_it_wrote_alone_and_counts_in_no_group() {
+        let sim = SimStorage::new();
+        let log = open_small(&sim, "/stats");
+        let lead = log.inner.groups.try_lead().unwrap();
+        let producer = {
+            let log = log.clone();
+            std::thread::spawn(move || log.append(&[1; 100]))
+        };
+        let started = std::time::Instant::now();
+        while log.inner.groups.waiting() < 1 {
+            assert!(started.elapsed() < std::time::Duration::from_secs(30), "the producer never queued");
+            std::thread::yield_now();
+        }
+        drop(lead); // handed to the one producer queued: it writes its record, alone
+        producer.join().unwrap().unwrap();
+        assert_eq!(log.write_group_stats(), (0, 0), "a producer that wrote alone counts in neither");
     }
 }
