@@ -21,7 +21,7 @@ pub enum StartFrom {
     Time(u64),
 }
 
-/// What a [`Consumer`] does when a queue's offset is outside what the queue
+/// What a [`Consumer`](crate::Consumer) does when a queue's offset is outside what the queue
 /// holds (RocketMQ's `OFFSET_TOO_SMALL` and `OFFSET_OVERFLOW_BADLY`, Kafka's
 /// `auto.offset.reset` at an out-of-range offset).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -33,12 +33,12 @@ pub enum OutOfRange {
     /// never stops on it.
     #[default]
     GoOn,
-    /// Fail the poll with [`StoreError::OffsetOutOfRange`]; the offset stays,
+    /// Fail the poll with [`StoreError::OffsetOutOfRange`](crate::StoreError::OffsetOutOfRange); the offset stays,
     /// for the application (or an operator's `offsets reset`) to decide.
     Fail,
 }
 
-/// How a [`Consumer`] reads and commits.
+/// How a [`Consumer`](crate::Consumer) reads and commits.
 ///
 /// ```
 /// use std::time::Duration;
@@ -52,7 +52,7 @@ pub enum OutOfRange {
 pub struct ConsumerConfig {
     /// Where to start in a queue the group has no offset in.
     pub start_from: StartFrom,
-    /// The most messages one [`Consumer::poll`] returns, and one read of a
+    /// The most messages one [`Consumer::poll`](crate::Consumer::poll) returns, and one read of a
     /// queue fetches (RocketMQ's `pullBatchSize`, 32).
     pub max_batch: usize,
     /// What to do at an offset outside its queue's range.
@@ -60,7 +60,7 @@ pub struct ConsumerConfig {
     /// Commit what was handed out before each poll once this long has passed
     /// since the last commit (RocketMQ's lite pull consumer and Kafka commit
     /// automatically every 5 s); `None` (the default): only
-    /// [`Consumer::commit`] and [`Consumer::close`] commit.
+    /// [`Consumer::commit`](crate::Consumer::commit) and [`Consumer::close`](crate::Consumer::close) commit.
     pub auto_commit: Option<Duration>,
 }
 
