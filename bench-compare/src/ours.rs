@@ -39,61 +39,13 @@ const DEFAULT: Variant = Variant {
     allocated: false,
     groups_off: false,
 };
-const MAPPED: Variant = Variant {
-    write_without_mmap: false,
-    spares: false,
-    pool: false,
-    prepared: false,
-    faulted: false,
-    allocated: false,
-    groups_off: false,
-};
-const SPARES: Variant = Variant {
-    write_without_mmap: true,
-    spares: true,
-    pool: false,
-    prepared: false,
-    faulted: false,
-    allocated: false,
-    groups_off: false,
-};
-const POOLED: Variant = Variant {
-    write_without_mmap: true,
-    spares: false,
-    pool: true,
-    prepared: false,
-    faulted: false,
-    allocated: false,
-    groups_off: false,
-};
-const PREPARED_MAPPED: Variant = Variant {
-    write_without_mmap: false,
-    spares: false,
-    pool: false,
-    prepared: true,
-    faulted: true,
-    allocated: false,
-    groups_off: false,
-};
-const ALLOCATED_SEGMENTS: Variant = Variant {
-    write_without_mmap: true,
-    spares: false,
-    pool: false,
-    prepared: false,
-    faulted: false,
-    allocated: true,
-    groups_off: false,
-};
+const MAPPED: Variant = Variant { write_without_mmap: false, ..DEFAULT };
+const SPARES: Variant = Variant { spares: true, ..DEFAULT };
+const POOLED: Variant = Variant { pool: true, ..DEFAULT };
+const PREPARED_MAPPED: Variant = Variant { write_without_mmap: false, prepared: true, faulted: true, ..DEFAULT };
+const ALLOCATED_SEGMENTS: Variant = Variant { allocated: true, ..DEFAULT };
 const GROUPS_OFF: Variant = Variant { groups_off: true, ..DEFAULT };
-const PREPARED_SEGMENTS: Variant = Variant {
-    write_without_mmap: true,
-    spares: false,
-    pool: false,
-    prepared: true,
-    faulted: false,
-    allocated: false,
-    groups_off: false,
-};
+const PREPARED_SEGMENTS: Variant = Variant { prepared: true, ..DEFAULT };
 
 /// The log writing with pwrite + fdatasync (the default).
 pub const PWRITE: System = System {

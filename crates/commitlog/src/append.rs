@@ -149,10 +149,9 @@ impl CommitLog {
             .take(lead, first, MOST_GROUP_MEMBERS, most_bytes, |body| HEADER_SIZE.saturating_add(body.len()));
         let _left = AnswerLeft(&group);
         let bodies: Vec<&[u8]> = group.iter().map(|member| member.payload().as_slice()).collect();
-        let appended = self.put_records(&bodies, |first, _, bodies| {
-            record_ends(first, bodies).map(|end| self.durability(end)).collect::<Vec<_>>()
-        });
-        if let Ok((offsets, _, store_timestamp_ms, handles)) = appended {
+        if let Ok(GroupAppendResult { offsets, store_timestamp_ms, durability: handles, .. }) =
+            self.append_group(&bodies)
+        {
             // A producer handed the lead with no one behind it wrote alone.
             if !leader_queued || group.len() > 1 {
                 self.inner.groups.written(group.len());

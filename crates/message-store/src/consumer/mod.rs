@@ -321,7 +321,7 @@ impl Consumer {
     /// Commits what was handed out (with auto-commit on) and leaves the
     /// group: its queues go to the other members.
     pub fn close(mut self) -> Result<(), StoreError> {
-        if self.config.auto_commit.is_some() && !self.store.core.shut_down.load(std::sync::atomic::Ordering::Acquire) {
+        if self.commits_on_close() {
             self.commit()?;
         }
         Ok(())
@@ -330,10 +330,15 @@ impl Consumer {
     /// [`close`](Self::close), its commit as a future
     /// ([`commit_async`](Self::commit_async)).
     pub async fn close_async(mut self) -> Result<(), StoreError> {
-        if self.config.auto_commit.is_some() && !self.store.core.shut_down.load(std::sync::atomic::Ordering::Acquire) {
+        if self.commits_on_close() {
             self.commit_async().await?;
         }
         Ok(())
+    }
+
+    /// Whether closing commits: with auto-commit on, in a store not shut down.
+    fn commits_on_close(&self) -> bool {
+        self.config.auto_commit.is_some() && !self.store.core.shut_down.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// One round: commits if due, takes the share and resolves where new

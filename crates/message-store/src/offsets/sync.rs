@@ -36,14 +36,18 @@ pub(super) struct Syncs {
 }
 
 impl Syncs {
+    /// Every ticket up to this one is settled: durable, or its sync failed.
+    fn settled(&self) -> u64 {
+        self.durable.max(self.failed.as_ref().map_or(0, |f| f.0))
+    }
+
     /// Takes the wakers of the waiters whose wait is over (durable, failed,
     /// or closed).
     pub(super) fn finished(&mut self) -> Vec<Waker> {
-        let (durable, closed) = (self.durable, self.closed);
-        let failed = self.failed.as_ref().map_or(0, |f| f.0);
+        let (settled, closed) = (self.settled(), self.closed);
         let mut wakers = Vec::new();
         self.waiters.retain(|_, (ticket, waker)| {
-            let done = closed || *ticket <= durable || *ticket <= failed;
+            let done = closed || *ticket <= settled;
             if done {
                 wakers.push(waker.clone());
             }
@@ -120,8 +124,7 @@ impl ConsumerOffsets {
         loop {
             let wanted = {
                 let syncs = self.syncs.lock();
-                let done = syncs.durable.max(syncs.failed.as_ref().map_or(0, |f| f.0));
-                (syncs.wanted > done).then_some(syncs.wanted)
+                (syncs.wanted > syncs.settled()).then_some(syncs.wanted)
             };
             match wanted {
                 Some(ticket) => {
