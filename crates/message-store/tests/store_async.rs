@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use commitlog::FlushDiskType;
 use common::{config, open};
-use consumer::{next, put, store_with};
+use consumer::{member, next, put, store_with};
 use futures_core::Stream;
-use message_store::{ConsumerConfig, Message, StoredMessage, TagFilter};
+use message_store::{ConsumerConfig, Message, StoredMessage};
 use store_io::sim::SimStorage;
 
 const TASKS: u32 = 2_000;
@@ -33,13 +33,7 @@ fn thousands_of_tasks_put_and_await_durability_while_a_groups_streams_consume_th
         // Every member joins before any reads: the queues are shared once
         // (a member joining later takes queues over from their committed
         // offsets, and what was handed out of them uncommitted comes again).
-        let consumers: Vec<_> = (0..MEMBERS)
-            .map(|_| {
-                let mut consumer = store.consumer("g", ConsumerConfig::default()).unwrap();
-                consumer.subscribe("t", TagFilter::All).unwrap();
-                consumer
-            })
-            .collect();
+        let consumers: Vec<_> = (0..MEMBERS).map(|_| member(&store, "g", ConsumerConfig::default())).collect();
         let handed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut members = Vec::new();
         for mut consumer in consumers {
@@ -149,8 +143,7 @@ fn thousands_of_offset_commits_awaited_on_one_thread_share_syncs() {
 fn a_streams_start_commit_is_awaited_not_synced_in_poll_next() {
     let (_sim, store) = store_with(1);
     put(&store, "t", 1, 0, 3);
-    let mut consumer = store.consumer("g", ConsumerConfig::default()).unwrap();
-    consumer.subscribe("t", TagFilter::All).unwrap();
+    let mut consumer = member(&store, "g", ConsumerConfig::default());
     let woken = std::sync::Arc::new(Woken::default());
     let waker = std::task::Waker::from(std::sync::Arc::clone(&woken));
     let mut cx = std::task::Context::from_waker(&waker);

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::Duration;
 
-use consumer::{block_on, bodies, bodies_of, drain, next, put, store_with, Unpark, SHORT};
+use consumer::{block_on, bodies, bodies_of, drain, member, next, put, store_with, Unpark, SHORT};
 use futures_core::Stream;
 use message_store::{Consumer, ConsumerConfig, Message, MessageStore, StartFrom, StoreError, TagFilter};
 use proptest::prelude::*;
@@ -21,8 +21,7 @@ use proptest::prelude::*;
 fn a_consumer_reads_every_queue_of_its_topics_and_a_commit_moves_the_group_on() {
     let (_sim, store) = store_with(4);
     put(&store, "t", 4, 0, 10);
-    let mut consumer = store.consumer("g", ConsumerConfig::default().max_batch(3)).unwrap();
-    consumer.subscribe("t", TagFilter::All).unwrap();
+    let mut consumer = member(&store, "g", ConsumerConfig::default().max_batch(3));
     let first = consumer.poll(SHORT).unwrap();
     assert!(!first.is_empty() && first.len() <= 3, "a batch of at most max_batch: {}", first.len());
     let mut all = first;
@@ -34,11 +33,9 @@ fn a_consumer_reads_every_queue_of_its_topics_and_a_commit_moves_the_group_on() 
         assert_eq!(store.committed_offset("g", "t", q).unwrap(), Some(if q < 2 { 3 } else { 2 }));
     }
     drop(consumer);
-    let mut again = store.consumer("g", ConsumerConfig::default()).unwrap();
-    again.subscribe("t", TagFilter::All).unwrap();
+    let mut again = member(&store, "g", ConsumerConfig::default());
     assert!(drain(&mut again).is_empty(), "the group's committed messages are not handed out again");
-    let mut other = store.consumer("h", ConsumerConfig::default()).unwrap();
-    other.subscribe("t", TagFilter::All).unwrap();
+    let mut other = member(&store, "h", ConsumerConfig::default());
     assert_eq!(drain(&mut other).len(), 10, "another group reads them all");
     drop((again, other));
     store.shutdown().unwrap();
@@ -69,14 +66,12 @@ fn uncommitted_messages_are_handed_out_again_and_filters_move_the_offset_past_wh
 fn a_group_without_offsets_starts_where_start_from_says_and_commits_that_start() {
     let (_sim, store) = store_with(2);
     put(&store, "t", 2, 0, 4);
-    let mut latest = store.consumer("late", ConsumerConfig::default().start_from(StartFrom::Latest)).unwrap();
-    latest.subscribe("t", TagFilter::All).unwrap();
+    let mut latest = member(&store, "late", ConsumerConfig::default().start_from(StartFrom::Latest));
     assert!(latest.poll(SHORT).unwrap().is_empty(), "nothing before the group came");
     assert_eq!(store.committed_offset("late", "t", 0).unwrap(), Some(2), "the start is committed");
     put(&store, "t", 2, 4, 2);
     assert_eq!(bodies(&drain(&mut latest)), ["m4", "m5"]);
-    let mut by_time = store.consumer("timed", ConsumerConfig::default().start_from(StartFrom::Time(u64::MAX))).unwrap();
-    by_time.subscribe("t", TagFilter::All).unwrap();
+    let mut by_time = member(&store, "timed", ConsumerConfig::default().start_from(StartFrom::Time(u64::MAX)));
     assert!(drain(&mut by_time).is_empty(), "nothing stored after the end of time");
     drop((latest, by_time));
     store.shutdown().unwrap();
@@ -110,10 +105,8 @@ fn members_of_a_group_share_the_queues_and_take_them_over_when_one_leaves() {
 #[test]
 fn a_waiting_member_is_woken_by_a_put_and_by_a_share_it_gains() {
     let (_sim, store) = store_with(2);
-    let mut a = store.consumer("g", ConsumerConfig::default()).unwrap();
-    a.subscribe("t", TagFilter::All).unwrap();
-    let mut b = store.consumer("g", ConsumerConfig::default()).unwrap();
-    b.subscribe("t", TagFilter::All).unwrap();
+    let mut a = member(&store, "g", ConsumerConfig::default());
+    let mut b = member(&store, "g", ConsumerConfig::default());
     assert!(b.poll(SHORT).unwrap().is_empty());
     let putter = {
         let store = store.clone();
@@ -143,8 +136,7 @@ fn a_waiting_member_is_woken_by_a_put_and_by_a_share_it_gains() {
 fn a_deleted_topic_ends_the_iterator_and_the_stream_and_a_shutdown_is_an_error_once() {
     let (_sim, store) = store_with(2);
     put(&store, "t", 2, 0, 2);
-    let mut consumer = store.consumer("g", ConsumerConfig::default()).unwrap();
-    consumer.subscribe("t", TagFilter::All).unwrap();
+    let mut consumer = member(&store, "g", ConsumerConfig::default());
     assert_eq!(drain(&mut consumer).len(), 2);
     let deleter = {
         let store = store.clone();
@@ -173,8 +165,7 @@ fn a_deleted_topic_ends_the_iterator_and_the_stream_and_a_shutdown_is_an_error_o
 #[test]
 fn the_stream_waits_without_blocking_and_is_woken_by_a_put() {
     let (_sim, store) = store_with(3);
-    let mut consumer = store.consumer("g", ConsumerConfig::default()).unwrap();
-    consumer.subscribe("t", TagFilter::All).unwrap();
+    let mut consumer = member(&store, "g", ConsumerConfig::default());
     let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
     let mut cx = Context::from_waker(&waker);
     assert!(Pin::new(&mut consumer).poll_next(&mut cx).is_pending(), "no message: pending, not blocked");
@@ -255,9 +246,7 @@ proptest! {
                     put_count += u32::from(n);
                 }
                 Op::Join => {
-                    let mut member = store.consumer("g", config.clone()).unwrap();
-                    member.subscribe("t", TagFilter::All).unwrap();
-                    members.push(member);
+                    members.push(member(&store, "g", config.clone()));
                 }
                 Op::Leave(i) if !members.is_empty() => {
                     let at = usize::from(i) % members.len();
@@ -276,8 +265,7 @@ proptest! {
             }
         }
         members.clear();
-        let mut last = store.consumer("g", config).unwrap();
-        last.subscribe("t", TagFilter::All).unwrap();
+        let mut last = member(&store, "g", config);
         loop {
             let got = last.poll(Duration::ZERO).unwrap();
             if got.is_empty() {

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use commitlog::FlushDiskType;
 use common::{config, open};
-use consumer::{block_on, bodies, bodies_of, drain, put, store_with};
+use consumer::{block_on, bodies, bodies_of, drain, member, put, store_with};
 use futures_core::Stream;
-use message_store::{ConsumerConfig, MessageStore, StartFrom, TagFilter};
+use message_store::{Consumer, ConsumerConfig, MessageStore, StartFrom, StoreError};
 use store_io::sim::SimStorage;
 
 /// A store under sync flush (its messages durable once put) with topic `t`.
@@ -26,53 +26,36 @@ fn sync_store(queues: u32) -> (SimStorage, MessageStore) {
     (sim, store)
 }
 
-/// A commit whose sync failed, tried again: the retry may fail again, but
-/// if it returns Ok the offset survives a power loss.
-#[test]
-fn a_commit_retried_after_a_failed_sync_is_not_ok_before_it_is_durable() {
+/// A commit whose sync failed, tried again with `commit`: the retry writes
+/// the table into a new journal and returns Ok, and the offset then survives
+/// a power loss.
+fn a_commit_retried_after_a_failed_sync(commit: impl Fn(&mut Consumer) -> Result<(), StoreError>) {
     let (sim, store) = sync_store(1);
     put(&store, "t", 1, 0, 3);
-    let mut consumer = store.consumer("g", ConsumerConfig::default()).unwrap();
-    consumer.subscribe("t", TagFilter::All).unwrap();
+    let mut consumer = member(&store, "g", ConsumerConfig::default());
     assert_eq!(bodies(&drain(&mut consumer)), bodies_of(0..3));
     sim.fail_all_syncs(true);
-    let failed = consumer.commit();
+    let failed = commit(&mut consumer);
     sim.fail_all_syncs(false);
     assert!(failed.is_err(), "the commit's sync failed: {failed:?}");
-    consumer.commit().expect("the retry writes the table into a new journal");
-    {
-        let image = sim.snapshot().crash_image(|_| false);
-        let reopened = open(&image, config(FlushDiskType::SyncFlush));
-        assert_eq!(
-            reopened.committed_offset("g", "t", 0).unwrap(),
-            Some(3),
-            "the retried commit() returned Ok, and a power loss right after lost it"
-        );
-    }
+    commit(&mut consumer).expect("the retry writes the table into a new journal");
+    let image = sim.snapshot().crash_image(|_| false);
+    let reopened = open(&image, config(FlushDiskType::SyncFlush));
+    assert_eq!(
+        reopened.committed_offset("g", "t", 0).unwrap(),
+        Some(3),
+        "the retried commit returned Ok, and a power loss right after lost it"
+    );
 }
 
-/// The same through `commit_async`.
+#[test]
+fn a_commit_retried_after_a_failed_sync_is_not_ok_before_it_is_durable() {
+    a_commit_retried_after_a_failed_sync(Consumer::commit);
+}
+
 #[test]
 fn a_commit_async_retried_after_a_failed_sync_is_not_ok_before_it_is_durable() {
-    let (sim, store) = sync_store(1);
-    put(&store, "t", 1, 0, 3);
-    let mut consumer = store.consumer("g", ConsumerConfig::default()).unwrap();
-    consumer.subscribe("t", TagFilter::All).unwrap();
-    assert_eq!(bodies(&drain(&mut consumer)), bodies_of(0..3));
-    sim.fail_all_syncs(true);
-    let failed = block_on(consumer.commit_async());
-    sim.fail_all_syncs(false);
-    assert!(failed.is_err(), "the commit's sync failed: {failed:?}");
-    block_on(consumer.commit_async()).expect("the retry writes the table into a new journal");
-    {
-        let image = sim.snapshot().crash_image(|_| false);
-        let reopened = open(&image, config(FlushDiskType::SyncFlush));
-        assert_eq!(
-            reopened.committed_offset("g", "t", 0).unwrap(),
-            Some(3),
-            "the retried commit_async() returned Ok, and a power loss right after lost it"
-        );
-    }
+    a_commit_retried_after_a_failed_sync(|consumer| block_on(consumer.commit_async()));
 }
 
 /// A member's start (`StartFrom::Latest`) is staged and its sync under way
@@ -86,14 +69,12 @@ fn a_member_hands_out_nothing_after_another_members_start_before_it_is_durable()
     let (sim, store) = store_with(1); // async flush: puts wait for no sync
     put(&store, "t", 1, 0, 3);
     let latest = ConsumerConfig::default().start_from(StartFrom::Latest);
-    let mut first = store.consumer("g", latest.clone()).unwrap();
-    first.subscribe("t", TagFilter::All).unwrap();
+    let mut first = member(&store, "g", latest.clone());
     sim.set_sync_delay(Duration::from_secs(3));
     let mut cx = Context::from_waker(Waker::noop());
     assert!(Pin::new(&mut first).poll_next(&mut cx).is_pending(), "the start (3) staged, its sync under way");
     drop(first); // leaves the group; its queue goes to the next member
-    let mut second = store.consumer("g", latest.clone()).unwrap();
-    second.subscribe("t", TagFilter::All).unwrap();
+    let mut second = member(&store, "g", latest.clone());
     put(&store, "t", 1, 3, 2);
     let handed = second.poll(Duration::from_secs(1)).unwrap();
     let image = sim.snapshot().crash_image_with(|path, _| !path.starts_with("/store/config/offsets"));
@@ -102,8 +83,7 @@ fn a_member_hands_out_nothing_after_another_members_start_before_it_is_durable()
     let reopened = open(&image, config(FlushDiskType::AsyncFlush));
     assert_eq!(common::read_queue(&reopened, "t", 0).len(), 5, "the log kept m0..m4");
     let committed = reopened.committed_offset("g", "t", 0).unwrap();
-    let mut after = reopened.consumer("g", latest).unwrap();
-    after.subscribe("t", TagFilter::All).unwrap();
+    let mut after = member(&reopened, "g", latest);
     let again = bodies(&drain(&mut after));
     assert_eq!(
         (committed, again),
@@ -120,8 +100,7 @@ fn a_member_hands_out_nothing_after_its_own_start_whose_sync_failed() {
     let (sim, store) = store_with(1); // async flush: puts wait for no sync
     put(&store, "t", 1, 0, 3);
     let latest = ConsumerConfig::default().start_from(StartFrom::Latest);
-    let mut member = store.consumer("g", latest.clone()).unwrap();
-    member.subscribe("t", TagFilter::All).unwrap();
+    let mut member = member(&store, "g", latest.clone());
     sim.fail_all_syncs(true);
     let failed = member.poll(Duration::from_millis(10));
     sim.fail_all_syncs(false);

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 
-use consumer::{bodies, bodies_of, drain, put, store_with, SHORT};
+use consumer::{bodies, bodies_of, drain, member, put, store_with, SHORT};
 use futures_core::Stream;
 use message_store::{ConsumerConfig, Message, ResetTo, TagFilter};
 
@@ -55,8 +55,7 @@ fn topic_made_again_with_more_queues_every_message_is_handed_out() {
 fn commit_after_topic_made_again_skips_none_of_the_new_topics_messages() {
     let (_sim, store) = store_with(1);
     put(&store, "t", 1, 0, 5);
-    let mut a = store.consumer("g", ConsumerConfig::default()).unwrap();
-    a.subscribe("t", TagFilter::All).unwrap();
+    let mut a = member(&store, "g", ConsumerConfig::default());
     assert_eq!(drain(&mut a).len(), 5, "handed out, not committed");
     store.delete_topic("t").unwrap();
     store.create_topic("t", 1).unwrap();
@@ -81,8 +80,7 @@ fn commit_after_a_followed_topic_is_deleted_commits_the_others() {
     store.create_topic("u", 1).unwrap();
     put(&store, "t", 1, 0, 3);
     put(&store, "u", 1, 0, 3);
-    let mut a = store.consumer("g", ConsumerConfig::default()).unwrap();
-    a.subscribe("t", TagFilter::All).unwrap();
+    let mut a = member(&store, "g", ConsumerConfig::default());
     a.subscribe("u", TagFilter::All).unwrap();
     assert_eq!(drain(&mut a).len(), 6);
     store.delete_topic("t").unwrap();
@@ -142,8 +140,7 @@ fn the_stream_of_a_member_without_queues_is_woken_by_shutdown_and_deletion() {
 fn a_reset_while_a_member_runs_is_not_undone_by_its_next_commit() {
     let (_sim, store) = store_with(1);
     put(&store, "t", 1, 0, 10);
-    let mut a = store.consumer("g", ConsumerConfig::default().max_batch(5)).unwrap();
-    a.subscribe("t", TagFilter::All).unwrap();
+    let mut a = member(&store, "g", ConsumerConfig::default().max_batch(5));
     assert_eq!(bodies(&a.poll(SHORT).unwrap()), bodies_of(0..5));
     a.commit().unwrap();
     store.reset_consumer_offsets("g", "t", None, ResetTo::Earliest).unwrap();
@@ -174,15 +171,14 @@ fn stress_members_in_threads() {
     let delivered = Arc::new(parking_lot::Mutex::new(BTreeSet::new()));
     let violations = Arc::new(parking_lot::Mutex::new(Vec::new()));
     let mut threads = Vec::new();
-    for member in 0..3 {
+    for index in 0..3 {
         let (store, stop, delivered, violations) =
             (store.clone(), Arc::clone(&stop), Arc::clone(&delivered), Arc::clone(&violations));
         threads.push(std::thread::spawn(move || {
             let mut rounds = 0u64;
             while !stop.load(Ordering::SeqCst) {
-                let mut c = store.consumer("g", ConsumerConfig::default().max_batch(7)).unwrap();
-                c.subscribe("t", TagFilter::All).unwrap();
-                for _ in 0..(20 + member * 7) {
+                let mut c = member(&store, "g", ConsumerConfig::default().max_batch(7));
+                for _ in 0..(20 + index * 7) {
                     let before: Vec<u64> =
                         (0..QUEUES).map(|q| store.committed_offset("g", "t", q).unwrap().unwrap_or(0)).collect();
                     let got = c.poll(Duration::from_millis(2)).unwrap();
@@ -216,8 +212,7 @@ fn stress_members_in_threads() {
     for t in threads {
         t.join().unwrap();
     }
-    let mut last = store.consumer("g", ConsumerConfig::default()).unwrap();
-    last.subscribe("t", TagFilter::All).unwrap();
+    let mut last = member(&store, "g", ConsumerConfig::default());
     loop {
         let got = last.poll(Duration::ZERO).unwrap();
         if got.is_empty() {

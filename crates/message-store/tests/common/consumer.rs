@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use commitlog::FlushDiskType;
 use futures_core::Stream;
-use message_store::{Consumer, Message, MessageStore, StoredMessage};
+use message_store::{Consumer, ConsumerConfig, Message, MessageStore, StoredMessage, TagFilter};
 use store_io::sim::SimStorage;
 
 use crate::common::{config, open};
@@ -50,6 +50,13 @@ pub fn bodies_of(range: std::ops::Range<u32>) -> Vec<String> {
     let mut out: Vec<String> = range.map(|i| format!("m{i}")).collect();
     out.sort();
     out
+}
+
+/// A member of `group` (with `config`) following topic `t`, every tag.
+pub fn member(store: &MessageStore, group: &str, config: ConsumerConfig) -> Consumer {
+    let mut consumer = store.consumer(group, config).unwrap();
+    consumer.subscribe("t", TagFilter::All).unwrap();
+    consumer
 }
 
 /// Every message the consumer hands out until none comes for [`SHORT`].
