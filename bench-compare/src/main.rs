@@ -193,15 +193,9 @@ fn bench_dir() -> std::path::PathBuf {
 }
 
 /// User + system CPU time of this process so far (all threads, exited ones
-/// included), from /proc/self/stat in clock ticks of 10 ms: runs take long
-/// enough for that.
-fn process_cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the command name (which is in parentheses and may hold spaces).
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    Some((ticks(11)? + ticks(12)?) / 100.0)
+/// included: `CLOCK_PROCESS_CPUTIME_ID`, nanosecond resolution).
+pub fn process_cpu_seconds() -> Option<f64> {
+    cpu_time::ProcessTime::try_now().ok().map(|t| t.as_duration().as_secs_f64())
 }
 
 /// Between runs: write back what the last one left and let the disk go idle, so
@@ -300,8 +294,11 @@ fn main() {
     let d_systems = [
         queues_ours::MESSAGE_STORE,
         queues_ours::MESSAGE_STORE_ALONE,
+        queues_ours::MESSAGE_STORE_NO_NAPS,
+        queues_ours::MESSAGE_STORE_NO_KEY_INDEX,
         queues_rocketmq::LOCAL_FILE_MESSAGE_STORE,
         queues_peers::RAFT_ENGINE_REGIONS,
+        queues_peers::FJALL_KEYED,
         queues_peers::FILE_PER_QUEUE,
     ];
     let mut d_results = report_queues::Results::new(&d_systems);

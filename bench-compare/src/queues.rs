@@ -96,6 +96,10 @@ pub struct DLine {
     pub files: usize,
     /// Mappings the system held at the end of the puts.
     pub maps: usize,
+    /// The process's CPU time (every thread: the system's, the producers',
+    /// the consumers') from the first put until every message was in its
+    /// queue, per message, µs.
+    pub cpu_us_per_message: f64,
 }
 
 impl DLine {
@@ -222,6 +226,7 @@ pub fn drive(
     before: (u64, usize, usize),
 ) -> Result<DLine, String> {
     let base = Instant::now();
+    let cpu_before = crate::process_cpu_seconds();
     let (tx, rx) = mpsc::channel::<(u32, u64, u64, u64)>();
     let (hot_tx, hot_rx) = mpsc::channel::<(u32, u64, u64)>();
     let hot = HOT.min(queues);
@@ -296,6 +301,10 @@ pub fn drive(
         } else {
             None
         };
+        let cpu = match (cpu_before, crate::process_cpu_seconds()) {
+            (Some(before), Some(after)) => (after - before) * 1e6 / acks.len().max(1) as f64,
+            _ => f64::NAN,
+        };
         acks.sort_unstable();
         let (mut lag, mut e2e) = (lag, e2e);
         lag.sort_unstable();
@@ -312,6 +321,7 @@ pub fn drive(
             rss_mib: now.0.saturating_sub(before.0) as f64 / 1024.0,
             files: now.1.saturating_sub(before.1),
             maps: now.2.saturating_sub(before.2),
+            cpu_us_per_message: cpu,
         })
     });
     outcome

@@ -18,6 +18,24 @@ pub const MESSAGE_STORE: QueueSystem = QueueSystem { name: "message-store (this 
 pub const MESSAGE_STORE_ALONE: QueueSystem =
     QueueSystem { name: "message-store, puts alone (write groups off)", ours: false, run: run_alone };
 
+/// The message store with dispatch's naps off (the former default): every
+/// put wakes dispatch.
+pub const MESSAGE_STORE_NO_NAPS: QueueSystem = QueueSystem {
+    name: "message-store, dispatch naps off (the former default)",
+    ours: false,
+    run: |queues, flush, per_producer| run_with(queues, flush, per_producer, |config| config.dispatch_nap_us = 0),
+};
+
+/// The message store with the key index off (`message_index_enable`): what
+/// dispatch's key index costs the producers.
+pub const MESSAGE_STORE_NO_KEY_INDEX: QueueSystem = QueueSystem {
+    name: "message-store, key index off",
+    ours: false,
+    run: |queues, flush, per_producer| {
+        run_with(queues, flush, per_producer, |config| config.message_index_enable = false)
+    },
+};
+
 struct Ours {
     store: MessageStore,
     sync: bool,
@@ -82,14 +100,20 @@ impl Target for Ours {
 }
 
 fn run(queues: u32, flush: Flush, per_producer: usize) -> Result<DLine, String> {
-    run_with(queues, flush, per_producer, true)
+    run_with(queues, flush, per_producer, |_| {})
 }
 
 fn run_alone(queues: u32, flush: Flush, per_producer: usize) -> Result<DLine, String> {
-    run_with(queues, flush, per_producer, false)
+    run_with(queues, flush, per_producer, |config| config.write_groups = false)
 }
 
-fn run_with(queues: u32, flush: Flush, per_producer: usize, write_groups: bool) -> Result<DLine, String> {
+/// A run of the store with its defaults as `change` changes them.
+fn run_with(
+    queues: u32,
+    flush: Flush,
+    per_producer: usize,
+    change: fn(&mut MessageStoreConfig),
+) -> Result<DLine, String> {
     let dir = scratch();
     let before = resources();
     let log = CommitLogConfig::builder()
@@ -99,10 +123,7 @@ fn run_with(queues: u32, flush: Flush, per_producer: usize, write_groups: bool) 
         .map_err(|e| e.to_string())?;
     let mut config = MessageStoreConfig::new(log);
     config.max_queues_per_topic = config.max_queues_per_topic.max(queues);
-    // `BENCH_NO_KEY_INDEX=1`: the key index off (`message_index_enable`), to
-    // see what dispatch costs the producers without it.
-    config.message_index_enable = std::env::var_os("BENCH_NO_KEY_INDEX").is_none();
-    config.write_groups = write_groups;
+    change(&mut config);
     let store = MessageStore::open(dir.path(), config).map_err(|e| e.to_string())?;
     store.create_topic(TOPIC, queues).map_err(|e| e.to_string())?;
     let ours = Ours { store, sync: flush == Flush::Sync };

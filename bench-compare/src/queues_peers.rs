@@ -1,6 +1,7 @@
 //! Workload (d) on raft-engine (one region per queue, every region on one
-//! append stream) and on a reference model of a Kafka-style layout (one
-//! append file per queue).
+//! append stream), on fjall (an LSM keyed by queue and offset, as RocketMQ 5's
+//! RocksDB consume queue) and on a reference model of a Kafka-style layout
+//! (one append file per queue).
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
@@ -15,6 +16,10 @@ use crate::scratch;
 /// raft-engine with a region per queue.
 pub const RAFT_ENGINE_REGIONS: QueueSystem =
     QueueSystem { name: "raft-engine 0.4.2, a region per queue", ours: false, run: raft_engine };
+
+/// fjall 3, one keyspace keyed by queue and offset.
+pub const FJALL_KEYED: QueueSystem =
+    QueueSystem { name: "fjall 3.1.13, keyed by queue and offset", ours: false, run: fjall_keyed };
 
 /// One append file per queue, built here as a reference model.
 pub const FILE_PER_QUEUE: QueueSystem =
@@ -69,6 +74,72 @@ fn raft_engine(queues: u32, flush: Flush, per_producer: usize) -> Result<DLine, 
     let regions =
         Regions { engine, next: (0..queues).map(|_| AtomicU64::new(0)).collect(), sync: flush == Flush::Sync };
     drive(&regions, queues, per_producer, before)
+}
+
+// ---- fjall -------------------------------------------------------------------------
+
+struct Keyed {
+    db: fjall3::Database,
+    messages: fjall3::Keyspace,
+    next: Vec<AtomicU64>,
+    sync: bool,
+}
+
+/// A message's key: the queue, then its offset, both big-endian (so a
+/// queue's messages are one ordered range).
+fn key(queue: u32, offset: u64) -> [u8; 12] {
+    let mut key = [0u8; 12];
+    key[..4].copy_from_slice(&queue.to_be_bytes());
+    key[4..].copy_from_slice(&offset.to_be_bytes());
+    key
+}
+
+impl Target for Keyed {
+    fn put(&self, _producer: usize, queue: u32, body: &[u8]) -> Result<u64, String> {
+        let offset = self.next[queue as usize].fetch_add(1, Ordering::Relaxed);
+        self.messages.insert(key(queue, offset), body).map_err(|e| e.to_string())?;
+        if self.sync {
+            self.db.persist(fjall3::PersistMode::SyncData).map_err(|e| e.to_string())?;
+        }
+        Ok(offset)
+    }
+
+    fn tails(&self) -> bool {
+        true
+    }
+
+    /// A consumer polling the keyspace, as for raft-engine's regions: a
+    /// message is there once its put returned; until then it looks again
+    /// every 20 µs; then it reads on in key order.
+    fn tail(&self, queue: u32, offset: u64, max: usize) -> Result<u64, String> {
+        let first = key(queue, offset);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !self.messages.contains_key(first).map_err(|e| e.to_string())? {
+            if std::time::Instant::now() > deadline {
+                return Err(format!("queue {queue} offset {offset} not there within 60 s"));
+            }
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+        let mut n = 0u64;
+        for item in self.messages.range(first..key(queue, u64::MAX)).take(max) {
+            let (k, _) = item.into_inner().map_err(|e| e.to_string())?;
+            if k.as_ref() != key(queue, offset + n) {
+                break;
+            }
+            n += 1;
+        }
+        Ok(n.max(1))
+    }
+}
+
+fn fjall_keyed(queues: u32, flush: Flush, per_producer: usize) -> Result<DLine, String> {
+    let dir = scratch();
+    let before = resources();
+    let db = fjall3::Database::builder(dir.path()).open().map_err(|e| e.to_string())?;
+    let messages = db.keyspace("messages", fjall3::KeyspaceCreateOptions::default).map_err(|e| e.to_string())?;
+    let keyed =
+        Keyed { db, messages, next: (0..queues).map(|_| AtomicU64::new(0)).collect(), sync: flush == Flush::Sync };
+    drive(&keyed, queues, per_producer, before)
 }
 
 // ---- one file per queue -------------------------------------------------------------

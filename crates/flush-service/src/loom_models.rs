@@ -31,6 +31,48 @@ fn loom_wakeup_is_never_lost() {
     });
 }
 
+/// Two producers each do work and call `wakeup_unless_napping`, while the
+/// service loops as a napping service does: takes the work there is, naps
+/// after a round that found some (a nap ends by time: here a yield, since
+/// loom ignores timeouts), and before a long wait ends its naps and looks
+/// again if it napped. Work a napping service was not woken for must be
+/// found by that look; a lost wake-up deadlocks in the long wait.
+#[test]
+fn loom_a_napping_service_misses_no_work() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(|| {
+        let state = ServiceState::new();
+        let work = Arc::new(crate::sync::AtomicU64::new(0));
+        let producers: Vec<_> = (0..2)
+            .map(|_| {
+                let (state, work) = (Arc::clone(&state), Arc::clone(&work));
+                thread::spawn(move || {
+                    work.fetch_add(1, Ordering::Release);
+                    state.wakeup_unless_napping();
+                })
+            })
+            .collect();
+        let mut taken = 0;
+        while taken < 2 {
+            let there = work.load(Ordering::Acquire);
+            if there > taken {
+                taken = there;
+                state.begin_nap();
+                thread::yield_now();
+                continue;
+            }
+            if state.end_nap() {
+                continue;
+            }
+            state.wait_for_running(std::time::Duration::from_secs(3600), || {});
+        }
+        for p in producers {
+            p.join().unwrap();
+        }
+    });
+}
+
 /// Two producers append, submit and wait for durability the way `SyncFlush` does
 /// (queue the request, wake the service), while the flusher runs the service
 /// thread's loop (`wait_for_running`, then `run_round`) until both are

@@ -10,12 +10,16 @@
 
 use std::time::Duration;
 
-use crate::sync::{lock, wait_timeout, Arc, AtomicBool, Condvar, Mutex, Ordering};
+use crate::sync::{fence, lock, wait_timeout, Arc, AtomicBool, Condvar, Mutex, Ordering};
 
 /// State shared between a service thread and its handle.
 #[derive(Debug, Default)]
 pub struct ServiceState {
     notified: AtomicBool,
+    /// The service naps between busy rounds ([`nap`](ServiceState::nap)):
+    /// [`wakeup_unless_napping`](ServiceState::wakeup_unless_napping) leaves
+    /// it to wake by itself.
+    napping: AtomicBool,
     stopped: AtomicBool,
     finished: Mutex<bool>,
     mutex: Mutex<()>,
@@ -35,6 +39,51 @@ impl ServiceState {
             let _guard = lock(&self.mutex);
             self.cond.notify_all();
         }
+    }
+
+    /// [`wakeup`](Self::wakeup), unless the service naps
+    /// ([`nap`](Self::nap)): it then wakes by itself within its nap and
+    /// finds the work, so a producer whose work a busy service takes in its
+    /// next round pays no wake-up (a lock, a `futex` call and, if it slept,
+    /// the service's trip through the scheduler) per call.
+    ///
+    /// Nothing is lost: the caller's work, done before this call, is seen
+    /// either by the service's next look for work after
+    /// [`end_nap`](Self::end_nap), or here, as a service no longer napping,
+    /// which is then woken (Dekker's pattern: a `SeqCst` fence on each side
+    /// between the write and the read of the other side's flag; the loom
+    /// model `loom_a_napping_service_misses_no_work`).
+    pub fn wakeup_unless_napping(&self) {
+        fence(Ordering::SeqCst);
+        if !self.napping.load(Ordering::SeqCst) {
+            self.wakeup();
+        }
+    }
+
+    /// Marks the service napping (see [`nap`](Self::nap)) without waiting.
+    pub fn begin_nap(&self) {
+        self.napping.store(true, Ordering::SeqCst);
+    }
+
+    /// Naps for at most `nap` between two busy rounds: callers of
+    /// [`wakeup_unless_napping`](Self::wakeup_unless_napping) do not wake the
+    /// service meanwhile ([`wakeup`](Self::wakeup) and [`stop`](Self::stop)
+    /// still do). The service must call [`end_nap`](Self::end_nap) before it
+    /// waits for longer than a nap.
+    pub fn nap(&self, nap: Duration) {
+        self.begin_nap();
+        self.wait_for_running(nap, || {});
+    }
+
+    /// Ends naps: from here on
+    /// [`wakeup_unless_napping`](Self::wakeup_unless_napping) wakes the
+    /// service. Returns true if it napped: it must then look for work once
+    /// more before a longer wait, since work that came during the nap did not
+    /// wake it.
+    pub fn end_nap(&self) -> bool {
+        let napped = self.napping.swap(false, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        napped
     }
 
     /// Asks the service to stop and wakes it.

@@ -6,6 +6,10 @@ use crate::error::StoreError;
 use crate::index::IndexConfig;
 use crate::message::MessageLimits;
 
+/// The longest [`MessageStoreConfig::dispatch_nap_us`]: dispatch's wait when
+/// it has nothing to read.
+const MOST_DISPATCH_NAP_US: u64 = 100_000;
+
 /// How far the dispatcher may read the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "snake_case"))]
@@ -95,6 +99,16 @@ pub struct MessageStoreConfig {
     /// Off, every put appends its own message, waiting its turn for its
     /// queue's put lock and the log's.
     pub write_groups: bool,
+    /// How long dispatch naps between busy rounds when it reads the log by
+    /// its written end (async flush), in µs (100; 0: no naps). While it naps,
+    /// puts do not wake it: it wakes by itself and takes what came meanwhile
+    /// in one round, so a busy store pays one wake-up per round instead of
+    /// one per put (RocketMQ's `ReputMessageService` sleeps 1 ms between
+    /// rounds). A queue a consumer tails has each entry put by its put, so
+    /// only the key index, the dispatch point and the queues no one tails
+    /// see a message up to a nap later. After a round with nothing to read,
+    /// dispatch sleeps until a put wakes it, as with naps off.
+    pub dispatch_nap_us: u64,
     /// The index files' shape.
     pub index: IndexConfig,
     /// The longest a get scans a queue for matching messages: at least this many
@@ -146,6 +160,7 @@ impl MessageStoreConfig {
             queue_index_seal_entries: 1 << 20,
             message_index_enable: true,
             write_groups: true,
+            dispatch_nap_us: 100,
             index: IndexConfig::default(),
         }
     }
@@ -172,6 +187,12 @@ impl MessageStoreConfig {
         if journal < 64 << 10 || !journal.is_multiple_of(4096) {
             return bad(format!(
                 "consumer_offsets_journal_size {journal} must be at least 64 KiB and a multiple of 4 KiB"
+            ));
+        }
+        if self.dispatch_nap_us > MOST_DISPATCH_NAP_US {
+            return bad(format!(
+                "dispatch_nap_us {} must be at most {MOST_DISPATCH_NAP_US} (100 ms: dispatch's wait when idle)",
+                self.dispatch_nap_us
             ));
         }
         if self.queue_index_seal_entries == 0 {
@@ -247,6 +268,8 @@ impl MessageStoreConfigBuilder {
         message_index_enable: bool,
         /// Sets [`write_groups`](MessageStoreConfig::write_groups).
         write_groups: bool,
+        /// Sets [`dispatch_nap_us`](MessageStoreConfig::dispatch_nap_us).
+        dispatch_nap_us: u64,
         /// Sets [`index`](MessageStoreConfig::index).
         index: IndexConfig,
         /// Sets [`max_filter_entries`](MessageStoreConfig::max_filter_entries).
@@ -293,6 +316,7 @@ struct ConfigFile {
     limits: Option<MessageLimits>,
     message_index_enable: bool,
     write_groups: bool,
+    dispatch_nap_us: u64,
     index: IndexConfig,
     max_filter_entries: u64,
     consumer_offsets_journal_size: usize,
@@ -316,6 +340,7 @@ impl Default for ConfigFile {
             limits: None,
             message_index_enable: d.message_index_enable,
             write_groups: d.write_groups,
+            dispatch_nap_us: d.dispatch_nap_us,
             index: d.index,
             max_filter_entries: d.max_filter_entries,
             consumer_offsets_journal_size: d.consumer_offsets_journal_size,
@@ -348,6 +373,7 @@ impl From<ConfigFile> for MessageStoreConfig {
             limits,
             message_index_enable: file.message_index_enable,
             write_groups: file.write_groups,
+            dispatch_nap_us: file.dispatch_nap_us,
             index: file.index,
             max_filter_entries: file.max_filter_entries,
             consumer_offsets_journal_size: file.consumer_offsets_journal_size,

@@ -26,6 +26,10 @@ use crate::queues::Queues;
 use crate::store::{queue_index_dir, Core, Life, MessageStore, OpenReport};
 use crate::topic::{queue_key, Found, Registry};
 
+/// How long dispatch waits for a wake-up when it found nothing to read (or
+/// failed: a failure is retried at least this often).
+const DISPATCH_IDLE_WAIT_MS: u64 = 100;
+
 impl MessageStore {
     /// Opens the store over its opened log, on the log's storage.
     pub(crate) fn open_over(log: CommitLog, config: MessageStoreConfig) -> Result<Self, StoreError> {
@@ -66,6 +70,9 @@ impl MessageStore {
         // Dispatch by the written end: each put indexes its own message (under
         // its queue's put lock, so queues are appended to out of log order).
         let index_on_put = limit == DispatchLimit::Written;
+        // Naps between busy rounds, where puts would wake dispatch (by the
+        // written end); by the durable end a flush wakes it.
+        let dispatch_naps = limit == DispatchLimit::Written && config.dispatch_nap_us > 0;
         let index_config = if index_on_put {
             queue_index::IndexConfig::concurrent_appends()
         } else {
@@ -207,6 +214,8 @@ impl MessageStore {
             sealing: Mutex::new(()),
             sealed_mark: Arc::new(AtomicU64::new(queue_index.sealed_to())),
             dispatch_wake: ServiceState::new(),
+            dispatch_naps,
+            dispatch_idle_wait_ms: AtomicU64::new(DISPATCH_IDLE_WAIT_MS),
             shut_down: AtomicBool::new(false),
             index_on_put,
             indexed_on_put: AtomicU64::new(0),
@@ -317,14 +326,25 @@ impl MessageStore {
         let core = Arc::clone(&self.core);
         let dispatch =
             ServiceThread::spawn("ReputMessageService", Arc::clone(&self.core.dispatch_wake), move |state| {
+                let nap = Duration::from_micros(core.config.dispatch_nap_us);
                 loop {
                     // A failure is kept (`dispatch_error`) and retried: on the next
                     // wake-up, or within 100 ms.
-                    let _ = core.dispatcher.dispatch_available();
+                    let found = core.dispatcher.dispatch_available().unwrap_or(0);
                     if state.is_stopped() {
                         return;
                     }
-                    state.wait_for_running(Duration::from_millis(100), || {});
+                    // Busy: puts leave it to wake by itself after a nap.
+                    if core.dispatch_naps && found > 0 {
+                        state.nap(nap);
+                        continue;
+                    }
+                    // Puts during a nap did not wake it: one more look first.
+                    if state.end_nap() {
+                        continue;
+                    }
+                    let idle = core.dispatch_idle_wait_ms.load(Ordering::Relaxed);
+                    state.wait_for_running(Duration::from_millis(idle), || {});
                 }
             })
             .map_err(io)?;

@@ -276,7 +276,8 @@ impl MessageStore {
     }
 
     /// Counts `messages` put, and wakes dispatch after a put, where it reads
-    /// up to the log's written end.
+    /// up to the log's written end (unless it naps between busy rounds: it
+    /// then wakes by itself, `dispatch_nap_us`).
     fn after_put(&self, messages: usize) {
         self.core.put_messages.fetch_add(messages as u64, Ordering::Relaxed);
         #[cfg(planted_bugs)]
@@ -284,7 +285,9 @@ impl MessageStore {
             // The bug as it would be written: dispatch by the written end, woken by puts.
             self.core.dispatch_wake.wakeup();
         }
-        if self.core.dispatcher_limit() == DispatchLimit::Written {
+        if self.core.dispatch_naps {
+            self.core.dispatch_wake.wakeup_unless_napping();
+        } else if self.core.dispatcher_limit() == DispatchLimit::Written {
             self.core.dispatch_wake.wakeup();
         }
     }
@@ -676,6 +679,52 @@ mod tests {
         assert_eq!(offsets, (0..30).collect::<Vec<_>>());
         let stats = store.stats();
         assert!(stats.put_groups >= 2 && stats.puts_in_groups == 30, "{stats:?}");
+        store.shutdown().unwrap();
+    }
+
+    /// By the written end dispatch naps between busy rounds, and puts then
+    /// do not wake it; after a round that found nothing it sleeps until a
+    /// put wakes it. With that sleep an hour long (it is 100 ms), every put
+    /// is still dispatched at once: a put after dispatch went idle, and
+    /// bursts from two threads that end while dispatch naps (a put that
+    /// found it napping and was missed by its last look would wait the
+    /// hour). The race itself is the loom model
+    /// `loom_a_napping_service_misses_no_work` (flush-service).
+    #[test]
+    fn puts_wake_dispatch_after_its_naps() {
+        assert!(!sim_store(FlushDiskType::SyncFlush, &[]).core.dispatch_naps, "a flush wakes it by the durable end");
+        let store = sim_store(FlushDiskType::AsyncFlush, &[("t", 2)]);
+        assert!(store.core.dispatch_naps, "on by default by the written end");
+        store.core.dispatch_idle_wait_ms.store(3_600_000, Ordering::Relaxed);
+        let all_dispatched = |store: &MessageStore| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                let stats = store.stats();
+                if stats.dispatch_point >= stats.log_max_offset {
+                    return;
+                }
+                assert!(std::time::Instant::now() < deadline, "not dispatched within 30 s: a lost wake-up ({stats:?})");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        for _ in 0..20 {
+            store.put_message(&Message::new("t", 0, &b"alone"[..])).unwrap();
+            all_dispatched(&store);
+            let burst: Vec<_> = (0..2)
+                .map(|queue| {
+                    let store = store.clone();
+                    std::thread::spawn(move || {
+                        for _ in 0..50 {
+                            store.put_message(&Message::new("t", queue, &b"burst"[..])).unwrap();
+                        }
+                    })
+                })
+                .collect();
+            for producer in burst {
+                producer.join().unwrap();
+            }
+            all_dispatched(&store);
+        }
         store.shutdown().unwrap();
     }
 

@@ -166,6 +166,12 @@ pub(crate) struct Core {
     /// hold (read under the log's segment lock, so never the index's).
     pub(crate) sealed_mark: Arc<AtomicU64>,
     pub(crate) dispatch_wake: Arc<ServiceState>,
+    /// Dispatch naps between busy rounds (`dispatch_nap_us`, by the written
+    /// end only): puts then wake it only if it does not nap.
+    pub(crate) dispatch_naps: bool,
+    /// How long dispatch waits for a wake-up when it found nothing to read
+    /// (100 ms; a unit test lengthens it to show a put wakes it).
+    pub(crate) dispatch_idle_wait_ms: AtomicU64,
     pub(crate) shut_down: AtomicBool,
     /// The put path indexes its own message (dispatch by the written end).
     pub(crate) index_on_put: bool,

@@ -12,6 +12,8 @@ fn a_config_file_reads_with_defaults_and_limits_that_follow_the_log() {
         dispatch_limit = "durable"
         default_topic_queue_nums = 4
 
+        dispatch_nap_us = 0
+
         [log]
         mapped_file_size_commit_log = 1048576
         max_message_size = 262144
@@ -29,6 +31,7 @@ fn a_config_file_reads_with_defaults_and_limits_that_follow_the_log() {
     assert_eq!(config.limits, MessageLimits::within(262_144), "the limits follow the log's records");
     assert_eq!((config.index.hash_slots, config.index.max_items), (64, 800_000), "a key left out keeps its default");
     assert_eq!(config.write_groups, MessageStoreConfig::default().write_groups);
+    assert_eq!(config.dispatch_nap_us, 0, "dispatch's naps off");
     let back: MessageStoreConfig = toml::from_str(&toml::to_string(&config).unwrap()).unwrap();
     assert_eq!(back, config, "written and read back");
 

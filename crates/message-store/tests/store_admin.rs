@@ -25,7 +25,13 @@ fn the_builder_derives_limits_from_the_log_and_checks_what_it_builds() {
     assert!(matches!(bad, Err(StoreError::InvalidConfig { .. })), "{bad:?}");
     let too_large = MessageStoreConfig::builder().log(small).limits(MessageLimits::within(4 << 20)).build();
     assert!(matches!(too_large, Err(StoreError::InvalidConfig { .. })), "limits set explicitly are checked");
+    let long_nap = MessageStoreConfig::builder().dispatch_nap_us(100_001).build();
+    assert!(
+        matches!(&long_nap, Err(StoreError::InvalidConfig { reason }) if reason.contains("dispatch_nap_us")),
+        "a nap longer than dispatch's idle wait: {long_nap:?}"
+    );
     let default = MessageStoreConfig::default();
+    assert_eq!(default.dispatch_nap_us, 100);
     assert_eq!(default.log.mapped_file_size_commit_log, CommitLogConfig::DEFAULT_SEGMENT_SIZE);
     default.validate().unwrap();
 }
