@@ -100,7 +100,9 @@ pub struct MessageStoreConfig {
     /// queue's put lock and the log's.
     pub write_groups: bool,
     /// How long dispatch naps between busy rounds when it reads the log by
-    /// its written end (async flush), in µs (100; 0: no naps). While it naps,
+    /// its written end (async flush), in µs (100; 0: no naps): after a round
+    /// that found records, unless it found so many (over 256) that it runs
+    /// behind the puts, when it goes on at once. While it naps,
     /// puts do not wake it: it wakes by itself and takes what came meanwhile
     /// in one round, so a busy store pays one wake-up per round instead of
     /// one per put (RocketMQ's `ReputMessageService` sleeps 1 ms between

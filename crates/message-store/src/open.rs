@@ -30,6 +30,11 @@ use crate::topic::{queue_key, Found, Registry};
 /// failed: a failure is retried at least this often).
 const DISPATCH_IDLE_WAIT_MS: u64 = 100;
 
+/// The most records a dispatch round may find and still nap after it: more
+/// means dispatch runs behind the puts (a 100 µs nap gathers some tens of
+/// puts), and a nap would only let the backlog grow.
+const NAP_MOST_RECORDS: u64 = 256;
+
 impl MessageStore {
     /// Opens the store over its opened log, on the log's storage.
     pub(crate) fn open_over(log: CommitLog, config: MessageStoreConfig) -> Result<Self, StoreError> {
@@ -334,8 +339,10 @@ impl MessageStore {
                     if state.is_stopped() {
                         return;
                     }
-                    // Busy: puts leave it to wake by itself after a nap.
-                    if core.dispatch_naps && found > 0 {
+                    // Busy, and caught up: puts leave it to wake by itself
+                    // after a nap. Behind (a round of more than a few naps'
+                    // worth of puts), it goes on at once.
+                    if core.dispatch_naps && found > 0 && found <= NAP_MOST_RECORDS {
                         state.nap(nap);
                         continue;
                     }
