@@ -294,7 +294,7 @@ fn main() {
     let d_systems = [
         queues_ours::MESSAGE_STORE,
         queues_ours::MESSAGE_STORE_ALONE,
-        queues_ours::MESSAGE_STORE_NO_NAPS,
+        queues_ours::MESSAGE_STORE_NAPS,
         queues_ours::MESSAGE_STORE_NO_KEY_INDEX,
         queues_rocketmq::LOCAL_FILE_MESSAGE_STORE,
         queues_peers::RAFT_ENGINE_REGIONS,

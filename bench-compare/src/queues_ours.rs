@@ -18,12 +18,12 @@ pub const MESSAGE_STORE: QueueSystem = QueueSystem { name: "message-store (this 
 pub const MESSAGE_STORE_ALONE: QueueSystem =
     QueueSystem { name: "message-store, puts alone (write groups off)", ours: false, run: run_alone };
 
-/// The message store with dispatch's naps off (the former default): every
-/// put wakes dispatch.
-pub const MESSAGE_STORE_NO_NAPS: QueueSystem = QueueSystem {
-    name: "message-store, dispatch naps off (the former default)",
+/// The message store with dispatch's naps on (`dispatch_nap_us = 100`):
+/// puts leave a busy dispatch to wake by itself.
+pub const MESSAGE_STORE_NAPS: QueueSystem = QueueSystem {
+    name: "message-store, dispatch naps on (100 µs)",
     ours: false,
-    run: |queues, flush, per_producer| run_with(queues, flush, per_producer, |config| config.dispatch_nap_us = 0),
+    run: |queues, flush, per_producer| run_with(queues, flush, per_producer, |config| config.dispatch_nap_us = 100),
 };
 
 /// The message store with the key index off (`message_index_enable`): what

@@ -100,9 +100,12 @@ pub struct MessageStoreConfig {
     /// queue's put lock and the log's.
     pub write_groups: bool,
     /// How long dispatch naps between busy rounds when it reads the log by
-    /// its written end (async flush), in µs (100; 0: no naps): after a round
-    /// that found records, unless it found so many (over 256) that it runs
-    /// behind the puts, when it goes on at once. While it naps,
+    /// its written end (async flush), in µs (0, off; 100 is the value
+    /// measured in the repository's docs/benchmarks.md: faster and cheaper at
+    /// 64 to 50,000 queues, but dispatch fell behind the puts at 200,000):
+    /// after a round
+    /// that found from 2 to 256 records (one alone says puts come sparsely;
+    /// more, that it runs behind them and must go on at once). While it naps,
     /// puts do not wake it: it wakes by itself and takes what came meanwhile
     /// in one round, so a busy store pays one wake-up per round instead of
     /// one per put (RocketMQ's `ReputMessageService` sleeps 1 ms between
@@ -162,7 +165,7 @@ impl MessageStoreConfig {
             queue_index_seal_entries: 1 << 20,
             message_index_enable: true,
             write_groups: true,
-            dispatch_nap_us: 100,
+            dispatch_nap_us: 0,
             index: IndexConfig::default(),
         }
     }

@@ -340,9 +340,11 @@ impl MessageStore {
                         return;
                     }
                     // Busy, and caught up: puts leave it to wake by itself
-                    // after a nap. Behind (a round of more than a few naps'
-                    // worth of puts), it goes on at once.
-                    if core.dispatch_naps && found > 0 && found <= NAP_MOST_RECORDS {
+                    // after a nap. A lone record says puts come sparsely (a nap
+                    // would only add an empty round and a timer's wake-up per
+                    // put); more than a few naps' worth, that it runs behind
+                    // the puts: either way it does not nap.
+                    if core.dispatch_naps && (2..=NAP_MOST_RECORDS).contains(&found) {
                         state.nap(nap);
                         continue;
                     }
