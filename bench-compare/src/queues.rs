@@ -340,3 +340,16 @@ pub fn wait_until(limit: Duration, mut done: impl FnMut() -> Result<bool, String
     }
     Ok(())
 }
+
+/// A polling consumer's wait for a message: looks every 20 µs until `there`
+/// says it is, for at most 60 s (then an error naming `what`).
+pub fn poll_until(mut there: impl FnMut() -> Result<bool, String>, what: impl Fn() -> String) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !there()? {
+        if Instant::now() > deadline {
+            return Err(format!("{} not there within 60 s", what()));
+        }
+        std::thread::sleep(Duration::from_micros(20));
+    }
+    Ok(())
+}

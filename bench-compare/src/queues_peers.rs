@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use crate::queues::{drive, resources, DLine, Flush, QueueSystem, Target};
+use crate::queues::{drive, poll_until, resources, DLine, Flush, QueueSystem, Target};
 use crate::scratch;
 
 /// raft-engine with a region per queue.
@@ -51,13 +51,7 @@ impl Target for Regions {
     fn tail(&self, queue: u32, offset: u64, max: usize) -> Result<u64, String> {
         let region = u64::from(queue) + 1;
         let get = |o: u64| self.engine.get(region, &o.to_be_bytes());
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while get(offset).is_none() {
-            if std::time::Instant::now() > deadline {
-                return Err(format!("region {region} key {offset} not there within 60 s"));
-            }
-            std::thread::sleep(std::time::Duration::from_micros(20));
-        }
+        poll_until(|| Ok(get(offset).is_some()), || format!("region {region} key {offset}"))?;
         let mut n = 1;
         while n < max as u64 && get(offset + n).is_some() {
             n += 1;
@@ -113,13 +107,10 @@ impl Target for Keyed {
     /// every 20 µs; then it reads on in key order.
     fn tail(&self, queue: u32, offset: u64, max: usize) -> Result<u64, String> {
         let first = key(queue, offset);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while !self.messages.contains_key(first).map_err(|e| e.to_string())? {
-            if std::time::Instant::now() > deadline {
-                return Err(format!("queue {queue} offset {offset} not there within 60 s"));
-            }
-            std::thread::sleep(std::time::Duration::from_micros(20));
-        }
+        poll_until(
+            || self.messages.contains_key(first).map_err(|e| e.to_string()),
+            || format!("queue {queue} offset {offset}"),
+        )?;
         let mut n = 0u64;
         for item in self.messages.range(first..key(queue, u64::MAX)).take(max) {
             let (k, _) = item.into_inner().map_err(|e| e.to_string())?;

@@ -22,7 +22,7 @@ use rocketmq_store::{
     StoreFactoryConfig, StorePorts, StoreRuntimeConfig, StoreTelemetry,
 };
 
-use crate::queues::{drive, resources, wait_until, DLine, Flush, QueueSystem, Target};
+use crate::queues::{drive, poll_until, resources, wait_until, DLine, Flush, QueueSystem, Target};
 use crate::{scratch, SEGMENT};
 
 /// rocketmq-store's message store.
@@ -68,13 +68,10 @@ impl Target for Rmq {
 
     fn consume(&self, queue: u32, offset: u64) -> Result<(), String> {
         let q = queue as i32;
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while self.store.get_max_offset_in_queue(&self.topic, q) <= offset as i64 {
-            if std::time::Instant::now() > deadline {
-                return Err(format!("queue {queue} offset {offset} not dispatched within 60 s"));
-            }
-            std::thread::sleep(Duration::from_micros(20));
-        }
+        poll_until(
+            || Ok(self.store.get_max_offset_in_queue(&self.topic, q) > offset as i64),
+            || format!("queue {queue} offset {offset} (dispatched)"),
+        )?;
         let group = CheetahString::from_static_str("bench");
         let got = runtime().block_on(self.store.get_message(&group, &self.topic, q, offset as i64, 1, None));
         match got {

@@ -103,9 +103,9 @@ pub struct MessageStoreConfig {
     /// its written end (async flush), in µs (0, off; 100 is the value
     /// measured in the repository's docs/benchmarks.md: faster and cheaper at
     /// 64 to 50,000 queues, but dispatch fell behind the puts at 200,000):
-    /// after a round
-    /// that found from 2 to 256 records (one alone says puts come sparsely;
-    /// more, that it runs behind them and must go on at once). While it naps,
+    /// after a round that found from 2 to 256 records (one alone says puts
+    /// come sparsely; more, that it runs behind them and must go on at
+    /// once). While it naps,
     /// puts do not wake it: it wakes by itself and takes what came meanwhile
     /// in one round, so a busy store pays one wake-up per round instead of
     /// one per put (RocketMQ's `ReputMessageService` sleeps 1 ms between

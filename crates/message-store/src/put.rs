@@ -682,6 +682,32 @@ mod tests {
         store.shutdown().unwrap();
     }
 
+    /// A store on simulated storage with dispatch's naps on (100 µs) and its
+    /// wait when idle an hour long (it is 100 ms): a put it was not woken
+    /// for waits the hour.
+    fn napping_store(flush: FlushDiskType, write_groups: bool) -> MessageStore {
+        let mut config = MessageStoreConfig::new(small_log(flush));
+        config.dispatch_nap_us = 100;
+        config.write_groups = write_groups;
+        let store = MessageStore::open_with_storage("/s", config, Arc::new(store_io::sim::SimStorage::new())).unwrap();
+        store.core.dispatch_idle_wait_ms.store(3_600_000, Ordering::Relaxed);
+        store
+    }
+
+    /// Waits until dispatch has passed everything put; fails after `within`,
+    /// saying `what` was not dispatched.
+    fn await_dispatched(store: &MessageStore, within: Duration, what: &str) {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let stats = store.stats();
+            if stats.dispatch_point >= stats.log_max_offset {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "{what}: not dispatched within {within:?} ({stats:?})");
+            std::thread::yield_now();
+        }
+    }
+
     /// With naps on (`dispatch_nap_us`), by the written end dispatch naps
     /// between busy rounds, and puts then
     /// do not wake it; after a round that found nothing it sleeps until a
@@ -693,31 +719,17 @@ mod tests {
     /// `loom_a_napping_service_misses_no_work` (flush-service).
     #[test]
     fn puts_wake_dispatch_after_its_naps() {
-        let napping = |flush| {
-            let mut config = MessageStoreConfig::new(small_log(flush));
-            config.dispatch_nap_us = 100;
-            MessageStore::open_with_storage("/s", config, Arc::new(store_io::sim::SimStorage::new())).unwrap()
-        };
         assert!(!sim_store(FlushDiskType::AsyncFlush, &[]).core.dispatch_naps, "off by default");
-        assert!(!napping(FlushDiskType::SyncFlush).core.dispatch_naps, "a flush wakes it by the durable end");
-        let store = napping(FlushDiskType::AsyncFlush);
+        let synced = napping_store(FlushDiskType::SyncFlush, true);
+        assert!(!synced.core.dispatch_naps, "a flush wakes it by the durable end");
+        synced.shutdown().unwrap();
+        let store = napping_store(FlushDiskType::AsyncFlush, true);
         store.create_topic("t", 2).unwrap();
         assert!(store.core.dispatch_naps, "on by the written end");
-        store.core.dispatch_idle_wait_ms.store(3_600_000, Ordering::Relaxed);
-        let all_dispatched = |store: &MessageStore| {
-            let deadline = std::time::Instant::now() + Duration::from_secs(30);
-            loop {
-                let stats = store.stats();
-                if stats.dispatch_point >= stats.log_max_offset {
-                    return;
-                }
-                assert!(std::time::Instant::now() < deadline, "not dispatched within 30 s: a lost wake-up ({stats:?})");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        };
-        for _ in 0..20 {
+        let within = Duration::from_secs(30);
+        for round in 0..20 {
             store.put_message(&Message::new("t", 0, &b"alone"[..])).unwrap();
-            all_dispatched(&store);
+            await_dispatched(&store, within, &format!("round {round}: a put after dispatch went idle"));
             let burst: Vec<_> = (0..2)
                 .map(|queue| {
                     let store = store.clone();
@@ -731,7 +743,7 @@ mod tests {
             for producer in burst {
                 producer.join().unwrap();
             }
-            all_dispatched(&store);
+            await_dispatched(&store, within, &format!("round {round}: a burst of two producers"));
         }
         store.shutdown().unwrap();
     }
@@ -746,14 +758,9 @@ mod tests {
     fn puts_at_random_moments_around_naps_are_all_dispatched() {
         const SEED: u64 = 0x9E37_79B9_7F4A_7C15;
         for groups in [true, false] {
-            let sim = store_io::sim::SimStorage::new();
-            let mut config = MessageStoreConfig::new(small_log(FlushDiskType::AsyncFlush));
-            config.write_groups = groups;
-            config.dispatch_nap_us = 100;
-            let store = MessageStore::open_with_storage("/s", config, Arc::new(sim)).unwrap();
+            let store = napping_store(FlushDiskType::AsyncFlush, groups);
             store.create_topic("t", 4).unwrap();
             assert!(store.core.dispatch_naps);
-            store.core.dispatch_idle_wait_ms.store(3_600_000, Ordering::Relaxed);
             let _tailed = store.arrival("t", 3, u64::MAX - 1).unwrap();
             let mut seed = SEED;
             let mut next = move || {
@@ -786,18 +793,8 @@ mod tests {
                 for producer in producers {
                     producer.join().unwrap();
                 }
-                let deadline = std::time::Instant::now() + Duration::from_secs(10);
-                loop {
-                    let stats = store.stats();
-                    if stats.dispatch_point >= stats.log_max_offset {
-                        break;
-                    }
-                    assert!(
-                        std::time::Instant::now() < deadline,
-                        "seed {SEED:#x}, write groups {groups}, round {round}: not dispatched within 10 s ({stats:?})"
-                    );
-                    std::thread::yield_now();
-                }
+                let what = format!("seed {SEED:#x}, write groups {groups}, round {round}");
+                await_dispatched(&store, Duration::from_secs(10), &what);
             }
             store.shutdown().unwrap();
         }
