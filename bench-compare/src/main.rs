@@ -320,6 +320,7 @@ fn main() {
         ours::PWRITE,
         ours::ALLOCATED,
         ours::GROUPS_OFF_ROW,
+        ours::ROUNDS_IN_SERVICE_ROW,
         ours::MMAP,
         ours::RECYCLING,
         ours::PREPARED,

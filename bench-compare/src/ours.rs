@@ -28,6 +28,9 @@ struct Variant {
     /// Concurrent appends each take the put lock and write alone
     /// (`append_write_groups` off, the behaviour before write groups).
     groups_off: bool,
+    /// The group-commit service thread runs every round, a waiter never
+    /// (`group_commit_in_waiter` off, the behaviour before).
+    rounds_in_service: bool,
 }
 
 const DEFAULT: Variant = Variant {
@@ -38,6 +41,7 @@ const DEFAULT: Variant = Variant {
     faulted: false,
     allocated: false,
     groups_off: false,
+    rounds_in_service: false,
 };
 const MAPPED: Variant = Variant { write_without_mmap: false, ..DEFAULT };
 const SPARES: Variant = Variant { spares: true, ..DEFAULT };
@@ -45,6 +49,7 @@ const POOLED: Variant = Variant { pool: true, ..DEFAULT };
 const PREPARED_MAPPED: Variant = Variant { write_without_mmap: false, prepared: true, faulted: true, ..DEFAULT };
 const ALLOCATED_SEGMENTS: Variant = Variant { allocated: true, ..DEFAULT };
 const GROUPS_OFF: Variant = Variant { groups_off: true, ..DEFAULT };
+const ROUNDS_IN_SERVICE: Variant = Variant { rounds_in_service: true, ..DEFAULT };
 const PREPARED_SEGMENTS: Variant = Variant { prepared: true, ..DEFAULT };
 
 /// The log writing with pwrite + fdatasync (the default).
@@ -119,6 +124,24 @@ pub const GROUPS_OFF_ROW: System = System {
     c_single: |s| no_sync(s, GROUPS_OFF, Unit::Appends),
 };
 
+/// The default write path with every group-commit round run by the service
+/// thread (`group_commit_in_waiter` off): a durable wait is a hand-off to it
+/// and a wake-up back, as before waiters ran rounds themselves. Only the
+/// durable workloads ((a), (b)) tell the two apart.
+pub const ROUNDS_IN_SERVICE_ROW: System = System {
+    name: "commitlog, pwrite, rounds in the service thread (the former default)",
+    ours: true,
+    a: |s| durable_batches(s, ROUNDS_IN_SERVICE),
+    b: |s| group_commit(s, ROUNDS_IN_SERVICE),
+    c: durable_waits_only,
+    c_single: durable_waits_only,
+};
+
+/// What the rounds-in-the-service row answers without sync.
+fn durable_waits_only(_: &Sizes) -> Outcome {
+    Outcome::NotApplicable("no durable wait: the default row's path")
+}
+
 /// What the write-groups row answers where appends are batches.
 fn single_appends_only(_: &Sizes) -> Outcome {
     Outcome::NotApplicable("batches are not grouped: the default row's path")
@@ -171,6 +194,7 @@ fn config(flush: FlushDiskType, variant: Variant) -> CommitLogConfig {
     let mut flush_config = FlushConfig::default();
     flush_config.group_commit_spin_us = env_or("BENCH_SPIN_US", flush_config.group_commit_spin_us);
     flush_config.group_commit_gather_us = env_or("BENCH_GATHER_US", flush_config.group_commit_gather_us);
+    flush_config.group_commit_in_waiter = !variant.rounds_in_service;
     if std::env::var_os("BENCH_NO_BACKGROUND_FLUSH").is_some() {
         flush_config.flush_interval_commit_log_ms = 3_600_000;
         flush_config.flush_commit_log_thorough_interval_ms = 3_600_000;

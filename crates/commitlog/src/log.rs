@@ -465,6 +465,10 @@ impl CommitLog {
     /// on the thread that flushed and before a round's requests are answered: a
     /// reader that must only see durable records (a dispatcher under sync flush)
     /// learns the new bound without polling. Keep it short: it delays the answers.
+    /// Under sync flush that thread may be a producer's own, waiting in
+    /// [`DurabilityHandle::wait`](crate::DurabilityHandle::wait) (it runs the
+    /// round when none runs: `group_commit_in_waiter`), so a listener must not
+    /// take a lock a producer may hold while it waits.
     pub fn on_flushed(&self, listener: FlushListener) {
         self.inner.listeners.0.write().push(listener);
     }

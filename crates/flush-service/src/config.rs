@@ -52,6 +52,20 @@ pub struct FlushConfig {
     /// on a virtual machine (the repository's docs/benchmarks.md); never used
     /// while rounds serve several producers, whose CPU a spinning thread would take.
     pub group_commit_spin_us: u64,
+    /// A producer blocked in [`DurabilityHandle::wait`](crate::DurabilityHandle::wait)
+    /// runs the group-commit round itself when no round runs and the gather
+    /// policy would sync at once (a lone producer, or every producer it would
+    /// gather already queued), as PostgreSQL's backends flush the WAL and
+    /// raft-engine's and RocksDB's write-group leaders sync: no hand-off to
+    /// the service thread and no wake-up back (true, the default). It never
+    /// waits inside a sync another thread runs; but a sync it runs itself
+    /// holds it until the disk answers, past the request's deadline if the
+    /// disk stalls (answered [`FlushError::Timeout`](crate::FlushError::Timeout)
+    /// then). False: the service thread runs every round, and `wait` returns
+    /// by the deadline however long a sync takes (RocketMQ's
+    /// `GroupCommitService`). `wait_timeout` and `.await` never run a round
+    /// either way.
+    pub group_commit_in_waiter: bool,
     /// Bound on joining a service thread at shutdown (RocketMQ: 5 min for flushers).
     pub service_join_time_ms: u64,
     /// The policy the async flush and commit services ask when to act (RocketMQ's
@@ -80,6 +94,7 @@ impl Default for FlushConfig {
             group_commit_interval_ms: 10,
             group_commit_gather_us: 100,
             group_commit_spin_us: 1000,
+            group_commit_in_waiter: true,
             service_join_time_ms: 5 * 60 * 1000,
             policy: PolicyChoice::RocketMq,
             gather_policy: GatherChoice::ProducersBack,

@@ -20,6 +20,18 @@
 //! deadlines are ordered too; the watcher thread completes expired requests from
 //! the front of both lists with [`FlushError::Timeout`] even while the flusher is
 //! stuck in a slow sync. The first completion wins.
+//!
+//! Rounds in the waiter's own thread: a producer blocked in
+//! [`DurabilityHandle::wait`] on a request that
+//! [`SyncFlush`](crate::SyncFlush) queued runs the round itself
+//! ([`try_run_round`](GroupCommit::try_run_round)) when no round runs and the
+//! gather policy would sync at once (a lone producer, or every producer the
+//! policy waits for already queued), as PostgreSQL's backends flush the WAL
+//! themselves: the sync starts without a hand-off to the service thread, and
+//! its answer needs no wake-up back. Rounds stay serial (one lock, never
+//! waited for by a waiter: a waiter that finds a round running waits for its
+//! answer as before), so a waiter is never held inside a sync another thread
+//! started; the service thread still runs every round the waiters do not.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -28,7 +40,7 @@ use crate::clock::Clock;
 use crate::error::TargetError;
 use crate::handle::{Completion, DurabilityHandle};
 use crate::spin::SpinGate;
-use crate::sync::{lock, wait_timeout, Arc, AtomicU64, Condvar, Mutex, Ordering};
+use crate::sync::{lock, try_lock, wait_timeout, Arc, AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
 use crate::{
     FlushError, FlushTarget, FlushedCallback, FlushedReport, GatherDecision, GatherInput, GatherOutcome, GatherPolicy,
     ProducersBackPolicy, RoundReport,
@@ -131,10 +143,11 @@ pub struct GroupCommit {
     gathered: Condvar,
     inflight: Mutex<VecDeque<Request>>,
     /// Held for a whole round (swap, commit, flush, complete) by whoever runs it:
-    /// the service thread, or shutdown's drain. Never by a waiting producer, whose
-    /// wait must end by its own deadline however long a sync takes.
+    /// the service thread, shutdown's drain, or a waiting producer that found it
+    /// free ([`try_run_round`](Self::try_run_round)). A waiting producer never
+    /// waits for it: its wait must not end inside a sync another thread runs.
     round: Mutex<()>,
-    /// Decides gathers and spins; only the thread running rounds locks it.
+    /// Decides gathers and spins: the threads that run rounds lock it.
     policy: Mutex<Box<dyn GatherPolicy>>,
     /// How long new requests' blocking waits spin (ns), as the policy last said.
     spin_ns: AtomicU64,
@@ -142,6 +155,10 @@ pub struct GroupCommit {
     spin_gate: Arc<SpinGate>,
     /// When the last round answered its requests.
     last_answers: Mutex<Option<std::time::Instant>>,
+    /// Whether the last round ran in a waiter's thread
+    /// ([`try_run_round`](Self::try_run_round)): the service thread then has
+    /// no next request to spin for.
+    last_round_by_waiter: AtomicBool,
     counters: Counters,
     on_flushed: Option<FlushedCallback>,
 }
@@ -172,6 +189,7 @@ impl GroupCommit {
             spin_ns: AtomicU64::new(0),
             spin_gate: Arc::new(SpinGate::default()),
             last_answers: Mutex::new(None),
+            last_round_by_waiter: AtomicBool::new(false),
             counters: Counters::default(),
             on_flushed,
         }
@@ -222,11 +240,76 @@ impl GroupCommit {
     }
 
     /// One round: swap, then [`flush_swapped`](Self::flush_swapped), holding the
-    /// round lock.
+    /// round lock. If a waiter held the lock (it ran a round in its own thread,
+    /// [`try_run_round`](Self::try_run_round)) and left nothing to do, no
+    /// round: an empty one would teach the gather policy that rounds serve no
+    /// one.
     pub fn run_round(&self) -> usize {
-        let _round = lock(&self.round);
+        let _round = match try_lock(&self.round) {
+            Some(round) => round,
+            None => {
+                let round = lock(&self.round);
+                if self.pending() == 0 && self.nothing_unflushed() {
+                    return 0;
+                }
+                round
+            }
+        };
+        self.last_round_by_waiter.store(false, Ordering::Relaxed);
         self.swap();
         self.flush_swapped()
+    }
+
+    /// Whether the last round ran in a waiter's thread: its producer syncs
+    /// by itself, and the service thread need not spin for its next request.
+    pub fn last_round_by_waiter(&self) -> bool {
+        self.last_round_by_waiter.load(Ordering::Relaxed)
+    }
+
+    /// Whether every byte written is flushed (and committed, with write
+    /// buffers): a round would sync nothing.
+    fn nothing_unflushed(&self) -> bool {
+        let state = self.target.state();
+        state.unflushed_bytes == 0 && (!self.config.commit_before_flush || state.uncommitted_bytes == 0)
+    }
+
+    /// Runs a round in the calling thread, a producer waiting for its
+    /// request's answer, if no round runs now, something waits, and the gather
+    /// policy would sync at once (it asks for no gather, or the requests it
+    /// would gather are queued already). Returns whether it ran one; if not,
+    /// the service thread runs the next round, as a request's submitter woke
+    /// it to. The caller is held for the round's sync and no longer: it never
+    /// waits for a round another thread runs.
+    ///
+    /// A round that panics (a defect in the target) answers every waiter
+    /// [`FlushError::Stopped`] and closes the service, as a panic in the
+    /// service thread's round does; the caller gets its answer, not the panic.
+    pub fn try_run_round(&self) -> bool {
+        let Some(_round) = try_lock(&self.round) else { return false };
+        let in_flight = lock(&self.inflight).len();
+        let (queued, closed) = {
+            let write = lock(&self.write);
+            (write.requests.len(), write.closed)
+        };
+        if closed || queued + in_flight == 0 {
+            return false;
+        }
+        let since_answers = lock(&self.last_answers).map_or(Duration::ZERO, |at| at.elapsed());
+        let decision = lock(&self.policy).before_sync(&GatherInput { queued, in_flight, since_answers });
+        if matches!(decision, GatherDecision::WaitFor { queued: wanted, within } if queued < wanted && !within.is_zero())
+        {
+            return false;
+        }
+        self.last_round_by_waiter.store(true, Ordering::Relaxed);
+        let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.swap();
+            self.flush_swapped()
+        }));
+        if round.is_err() {
+            tracing::error!("a group-commit round run by a waiter panicked; every waiting request is answered Stopped");
+            self.abandon();
+        }
+        true
     }
 
     /// Before a round's sync: asks the gather policy whether to wait for more
@@ -236,7 +319,8 @@ impl GroupCommit {
     /// completes the count wakes it. Returns at once when nothing waits at all.
     pub fn gather(&self) {
         let since_answers = lock(&self.last_answers).map_or(Duration::ZERO, |at| at.elapsed());
-        // Only this thread adds to the in-flight list (the watcher only removes).
+        // Read once: a waiter's round may move requests meanwhile; the wait is
+        // bounded either way.
         let in_flight = lock(&self.inflight).len();
         let queued = lock(&self.write).requests.len();
         let decision = lock(&self.policy).before_sync(&GatherInput { queued, in_flight, since_answers });

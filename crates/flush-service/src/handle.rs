@@ -17,6 +17,9 @@ pub type FlushResult = Result<(), FlushError>;
 struct State {
     result: Option<FlushResult>,
     waker: Option<Waker>,
+    /// Threads asleep on the condition variable: a completion with none (the
+    /// waiter spun, or ran the round itself) makes no `futex` call.
+    sleepers: usize,
 }
 
 /// The completing side of a request. The first completion wins; later ones
@@ -70,7 +73,7 @@ impl Completion {
     /// counters that include it. Returns false, without running `won`, if the
     /// request was already complete.
     pub(crate) fn complete_then(&self, result: FlushResult, won: impl FnOnce()) -> bool {
-        let waker = {
+        let (waker, sleepers) = {
             let mut state = lock(&self.state);
             if state.result.is_some() {
                 return false;
@@ -78,9 +81,13 @@ impl Completion {
             won();
             state.result = Some(result);
             self.done.store(true, Ordering::Release);
-            state.waker.take()
+            (state.waker.take(), state.sleepers)
         };
-        self.cond.notify_all();
+        // A waiter counts itself asleep under the lock, after it found no
+        // result there: one not counted yet will see the result.
+        if sleepers > 0 {
+            self.cond.notify_all();
+        }
         if let Some(waker) = waker {
             waker.wake();
         }
@@ -97,13 +104,39 @@ impl Completion {
 /// A sync-flush request always completes: with `Ok` once its bytes are durable,
 /// [`FlushError::Timeout`] at its deadline, [`FlushError::Failed`] on a storage
 /// error, or [`FlushError::Stopped`] if the service stops first. Waiting never
-/// holds a lock that producers or the flusher need, and the waiting thread never
-/// runs a flush itself, so a slow sync cannot hold it past its own bound:
-/// [`wait_timeout`](Self::wait_timeout) returns by its timeout, and
-/// [`wait`](Self::wait) by the request's deadline (plus the watcher's tick).
+/// holds a lock that producers or the flusher need.
+///
+/// [`wait`](Self::wait) on a request of [`SyncFlush`](crate::SyncFlush) may
+/// run the group-commit round itself, in the waiting thread, when no round
+/// runs and the gather policy would sync at once
+/// ([`GroupCommit::try_run_round`](crate::GroupCommit::try_run_round)): a
+/// lone producer's sync then starts without a hand-off to the service thread
+/// and ends without a wake-up back. It never waits inside a round another
+/// thread runs, so it returns by the request's deadline (plus the watcher's
+/// tick), or, when it ran the sync itself and the disk stalled, when that
+/// sync returns (answered [`FlushError::Timeout`] if the deadline passed).
+/// [`wait_timeout`](Self::wait_timeout) and `.await` never run a round:
+/// `wait_timeout` returns by its timeout however long a sync takes. The
+/// flushed-offset callbacks of a round run in the thread that runs it.
 #[derive(Debug)]
 pub struct DurabilityHandle {
     inner: Inner,
+    /// Who runs the request's round, for a request of a sync-flush service.
+    rounds: Option<Rounds>,
+}
+
+/// Who runs a sync-flush request's round: the waiter itself
+/// ([`GroupCommit::try_run_round`](crate::GroupCommit::try_run_round)) or the
+/// service thread, woken by the handle the first time it is waited on,
+/// polled or dropped while pending (a lone producer's own round needs no
+/// service at all).
+/// Held weakly: a handle kept after its log is gone keeps nothing of it alive.
+#[derive(Debug)]
+struct Rounds {
+    core: std::sync::Weak<crate::GroupCommit>,
+    service: std::sync::Weak<crate::ServiceState>,
+    /// Set once the service was woken for this request.
+    woken: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -120,15 +153,45 @@ const WAIT_SLICE: Duration = Duration::from_millis(100);
 impl DurabilityHandle {
     /// A handle that is already resolved (async flush, or an immediate rejection).
     pub fn resolved(result: FlushResult) -> Self {
-        DurabilityHandle { inner: Inner::Ready(result) }
+        DurabilityHandle { inner: Inner::Ready(result), rounds: None }
     }
 
     pub(crate) fn pending(completion: Arc<Completion>) -> Self {
-        DurabilityHandle { inner: Inner::Pending(completion) }
+        DurabilityHandle { inner: Inner::Pending(completion), rounds: None }
+    }
+
+    /// This handle, whose [`wait`](Self::wait) may run `core`'s round in the
+    /// waiting thread ([`GroupCommit::try_run_round`](crate::GroupCommit::try_run_round)),
+    /// and which wakes `service` (the thread running `core`'s other rounds)
+    /// the first time it is waited on without running one, polled, asked
+    /// for its result, or dropped, while pending.
+    pub(crate) fn with_rounds(mut self, core: &Arc<crate::GroupCommit>, service: &Arc<crate::ServiceState>) -> Self {
+        if matches!(self.inner, Inner::Pending(_)) {
+            self.rounds = Some(Rounds {
+                core: Arc::downgrade(core),
+                service: Arc::downgrade(service),
+                woken: AtomicBool::new(false),
+            });
+        }
+        self
+    }
+
+    /// Wakes the service for this request if it is pending and the service
+    /// was not woken for it yet: someone now waits for its answer (or no one
+    /// ever will, and its bytes must still become durable).
+    fn wake_service(&self) {
+        if let (Some(rounds), Inner::Pending(c)) = (&self.rounds, &self.inner) {
+            if !c.done.load(Ordering::Acquire) && !rounds.woken.swap(true, Ordering::AcqRel) {
+                if let Some(service) = rounds.service.upgrade() {
+                    service.wakeup();
+                }
+            }
+        }
     }
 
     /// True once the result is known.
     pub fn is_done(&self) -> bool {
+        self.wake_service();
         match &self.inner {
             Inner::Ready(_) => true,
             Inner::Pending(c) => c.is_complete(),
@@ -137,6 +200,7 @@ impl DurabilityHandle {
 
     /// The result, if known, without waiting.
     pub fn try_result(&self) -> Option<FlushResult> {
+        self.wake_service();
         match &self.inner {
             Inner::Ready(r) => Some(r.clone()),
             Inner::Pending(c) => lock(&c.state).result.clone(),
@@ -147,18 +211,29 @@ impl DurabilityHandle {
     /// at its deadline (`sync_flush_timeout_ms` after it was submitted). Takes
     /// the handle by reference: the result it returns stays the handle's answer
     /// (waiting again, or polling it, gives the same), and a struct holding the
-    /// handle (a put's result) stays whole.
+    /// handle (a put's result) stays whole. May run the round in this thread
+    /// (see the [type's documentation](Self)).
     pub fn wait(&self) -> FlushResult {
         match &self.inner {
             Inner::Ready(r) => r.clone(),
             Inner::Pending(c) => {
+                // One round at most; if none ran here, or it did not answer the
+                // request (its bytes were cut by a truncation), the service's.
+                if let Some(core) = self.rounds.as_ref().and_then(|rounds| rounds.core.upgrade()) {
+                    if !c.done.load(Ordering::Acquire) {
+                        core.try_run_round();
+                    }
+                }
+                self.wake_service();
                 c.spin_for_result(Duration::MAX);
                 let mut state = lock(&c.state);
                 loop {
                     if let Some(result) = state.result.clone() {
                         return result;
                     }
+                    state.sleepers = state.sleepers.saturating_add(1);
                     state = wait_timeout(&c.cond, state, WAIT_SLICE);
+                    state.sleepers = state.sleepers.saturating_sub(1);
                 }
             }
         }
@@ -170,6 +245,7 @@ impl DurabilityHandle {
         match &self.inner {
             Inner::Ready(r) => Some(r.clone()),
             Inner::Pending(c) => {
+                self.wake_service();
                 // A timeout too large for an `Instant` means no bound at all.
                 let deadline = std::time::Instant::now().checked_add(timeout);
                 c.spin_for_result(timeout);
@@ -184,7 +260,9 @@ impl DurabilityHandle {
                         Some(deadline) => deadline - now,
                         None => WAIT_SLICE,
                     };
+                    state.sleepers = state.sleepers.saturating_add(1);
                     state = wait_timeout(&c.cond, state, slice);
+                    state.sleepers = state.sleepers.saturating_sub(1);
                 }
             }
         }
@@ -195,8 +273,9 @@ impl Future for DurabilityHandle {
     type Output = FlushResult;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<FlushResult> {
-        match &mut self.get_mut().inner {
-            Inner::Ready(r) => Poll::Ready(r.clone()),
+        let this = self.get_mut();
+        let poll = match &this.inner {
+            Inner::Ready(r) => return Poll::Ready(r.clone()),
             Inner::Pending(c) => {
                 let mut state = lock(&c.state);
                 match state.result.clone() {
@@ -207,7 +286,19 @@ impl Future for DurabilityHandle {
                     }
                 }
             }
+        };
+        if poll.is_pending() {
+            this.wake_service();
         }
+        poll
+    }
+}
+
+impl Drop for DurabilityHandle {
+    /// A pending request no one waits for still becomes durable: the service
+    /// is woken for it, unless it was already.
+    fn drop(&mut self) {
+        self.wake_service();
     }
 }
 

@@ -122,6 +122,55 @@ fn loom_group_commit_acknowledges_only_flushed_offsets() {
     two_producers_and_the_service_loop(3);
 }
 
+/// Two producers submit and wait the way `SyncFlush` does by default
+/// (`group_commit_in_waiter`): each `wait` runs the round itself when no
+/// round runs and wakes the service otherwise, and the service thread runs
+/// its loop until stopped. Checks: nothing is acknowledged above the
+/// flushed offset, and every waiter is answered (a waiter that neither ran
+/// a round nor woke the service, or a service round lost behind a waiter's,
+/// deadlocks: loom ignores the waits' time bounds).
+#[test]
+fn loom_waiters_running_rounds_beside_the_service_answer_everyone() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.check(|| {
+        let target = MemoryTarget::new();
+        let state = ServiceState::new();
+        let gc = Arc::new(GroupCommit::new(
+            target.clone(),
+            Arc::new(SystemClock::new()),
+            GroupCommitConfig::default(),
+            None,
+        ));
+        let service = {
+            let (gc, state) = (Arc::clone(&gc), Arc::clone(&state));
+            thread::spawn(move || {
+                while !state.is_stopped() {
+                    state.wait_for_running(std::time::Duration::from_secs(3600), || {});
+                    gc.run_round();
+                }
+            })
+        };
+        let producers: Vec<_> = (0..2)
+            .map(|_| {
+                let (gc, target, state) = (Arc::clone(&gc), target.clone(), Arc::clone(&state));
+                thread::spawn(move || {
+                    let end = target.append(10);
+                    let handle = gc.put_request(end).with_rounds(&gc, &state);
+                    handle.wait().unwrap();
+                    assert!(target.flushed_where() >= end, "acknowledged before flushed");
+                })
+            })
+            .collect();
+        for p in producers {
+            p.join().unwrap();
+        }
+        state.stop();
+        service.join().unwrap();
+        assert_eq!(gc.stats().acknowledged, 2);
+    });
+}
+
 /// One writer through write groups: leads at once and writes its own data,
 /// or queues and is written by a leader, or is handed the lead and writes a
 /// group with its own first; a leader writes what queued before it lets the

@@ -65,6 +65,8 @@ fn stop_all(threads: &Mutex<Vec<ServiceThread>>, join_time: Duration) {
 pub struct SyncFlush {
     core: Arc<GroupCommit>,
     state: Arc<ServiceState>,
+    /// `group_commit_in_waiter`: waiters may run rounds themselves.
+    in_waiter: bool,
     threads: Mutex<Vec<ServiceThread>>,
     join_time: Duration,
 }
@@ -111,7 +113,12 @@ impl SyncFlush {
                         // of sleeping and paying a wake-up per round.
                         // Not while lone waiters' spins are losing (the gate); a
                         // spin of its own that loses closes the gate too.
-                        let spin = if core.spin_gate().is_open() { core.spin() } else { Duration::ZERO };
+                        // Nor while the producer runs its rounds itself.
+                        let spin = if core.spin_gate().is_open() && !core.last_round_by_waiter() {
+                            core.spin()
+                        } else {
+                            Duration::ZERO
+                        };
                         let won = s.wait_for_running_spinning(spin, interval, || {});
                         if !spin.is_zero() {
                             core.spin_gate().record(won);
@@ -139,6 +146,7 @@ impl SyncFlush {
         Ok(SyncFlush {
             core,
             state,
+            in_waiter: config.group_commit_in_waiter,
             threads: Mutex::new(vec![flusher, watcher]),
             join_time: FlushConfig::ms(config.service_join_time_ms),
         })
@@ -156,11 +164,19 @@ impl FlushStrategy for SyncFlush {
     }
 
     fn submit(&self, next_offset: u64) -> DurabilityHandle {
-        // The service thread runs every round; the waiter only waits, so a slow
-        // sync never holds it past its deadline. A wake-up while the service is
-        // mid-round makes it start the next round at once, so requests that arrive
-        // during a sync are batched into the following one.
+        // The service thread runs every round a waiter does not run itself
+        // (`DurabilityHandle::wait` runs one when none runs and the policy
+        // would sync at once; it never waits inside another thread's sync).
+        // The handle wakes the service when it is waited on without running
+        // a round, polled, or dropped while pending, so a lone producer's
+        // rounds cost no wake-up at all (with `group_commit_in_waiter`; else
+        // the service is woken here and runs every round). A wake-up while the service is
+        // mid-round makes it start the next round at once, so requests that
+        // arrive during a sync are batched into the following one.
         let handle = self.core.put_request(next_offset);
+        if self.in_waiter {
+            return handle.with_rounds(&self.core, &self.state);
+        }
         if !handle.is_done() {
             self.state.wakeup();
         }

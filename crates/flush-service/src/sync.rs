@@ -36,3 +36,13 @@ pub(crate) fn wait_timeout<'a, T>(
         Err(poisoned) => poisoned.into_inner().0,
     }
 }
+
+/// Locks if no one holds the lock (ignoring poisoning, as [`lock`] does);
+/// `None` if someone does.
+pub(crate) fn try_lock<T>(mutex: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match mutex.try_lock() {
+        Ok(guard) => Some(guard),
+        Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}

@@ -2,6 +2,7 @@
 //! target, no sleeps. The same services over the real segment queue are tested
 //! where the adapter lives, in the `commitlog` crate.
 
+use std::future::Future;
 use std::time::Duration;
 
 use crate::sync::Arc;
@@ -386,11 +387,12 @@ fn async_flush_failure_is_reported() {
     assert!(flush.failure().is_some());
 }
 
-/// A sync that takes far longer than the waiters' bounds.
-fn slow_sync_flush(latency: Duration, sync_flush_timeout_ms: u64) -> (Arc<MemoryTarget>, SyncFlush) {
+/// A sync that takes far longer than the waiters' bounds; `in_waiter`:
+/// `group_commit_in_waiter`.
+fn slow_sync_flush(latency: Duration, sync_flush_timeout_ms: u64, in_waiter: bool) -> (Arc<MemoryTarget>, SyncFlush) {
     let target = MemoryTarget::new();
     target.set_flush_latency(latency);
-    let config = FlushConfig { sync_flush_timeout_ms, ..FlushConfig::default() };
+    let config = FlushConfig { sync_flush_timeout_ms, group_commit_in_waiter: in_waiter, ..FlushConfig::default() };
     let flush = SyncFlush::start(target.clone(), Arc::new(SystemClock::new()), &config, false, None).unwrap();
     (target, flush)
 }
@@ -399,7 +401,7 @@ fn slow_sync_flush(latency: Duration, sync_flush_timeout_ms: u64) -> (Arc<Memory
 fn wait_timeout_returns_by_its_timeout_during_a_slow_sync() {
     // A waiter once led the group-commit round itself and sat in the 3 s sync,
     // returning `Some(Ok)` after 3 s from a 100 ms wait.
-    let (target, flush) = slow_sync_flush(Duration::from_secs(3), 60_000);
+    let (target, flush) = slow_sync_flush(Duration::from_secs(3), 60_000, true);
     let submitted = std::time::Instant::now();
     let handle = flush.submit(target.append(100));
     assert!(handle.wait_timeout(Duration::from_millis(100)).is_none(), "the sync cannot be done yet");
@@ -410,10 +412,10 @@ fn wait_timeout_returns_by_its_timeout_during_a_slow_sync() {
 }
 
 #[test]
-fn wait_returns_timeout_at_the_deadline_during_a_slow_sync() {
-    // RocketMQ answers FLUSH_DISK_TIMEOUT after syncFlushTimeout at most; the
-    // waiter must not be held by a flush in progress.
-    let (target, flush) = slow_sync_flush(Duration::from_secs(3), 200);
+fn without_rounds_in_waiters_wait_returns_timeout_at_the_deadline_during_a_slow_sync() {
+    // RocketMQ answers FLUSH_DISK_TIMEOUT after syncFlushTimeout at most; with
+    // `group_commit_in_waiter = false` the waiter is never held by a flush.
+    let (target, flush) = slow_sync_flush(Duration::from_secs(3), 200, false);
     let submitted = std::time::Instant::now();
     let result = flush.submit(target.append(100)).wait();
     let waited = submitted.elapsed();
@@ -683,5 +685,167 @@ fn a_target_of_three_methods_with_the_ready_made_latch_runs_group_commit_and_sta
     assert_eq!(target.syncs.load(SeqCst), syncs, "a latched target syncs no more");
     assert_eq!(target.latch.record(Arc::new(crate::testing::InjectedFailure)).to_string(), "disk gone");
     assert!(matches!(settle(flush.submit(200)), Err(FlushError::Failed { .. })));
+    flush.shutdown();
+}
+
+#[test]
+fn a_waiter_never_waits_inside_a_sync_another_thread_runs() {
+    // The first waiter runs the (slow) round itself; a second one, whose
+    // bytes the running sync may not cover, must be answered at its own
+    // deadline, not held until that sync returns.
+    let (target, flush) = slow_sync_flush(Duration::from_secs(2), 200, true);
+    let flush = Arc::new(flush);
+    let first = {
+        let (flush, end) = (Arc::clone(&flush), target.append(100));
+        std::thread::spawn(move || flush.submit(end).wait())
+    };
+    let started = std::time::Instant::now();
+    while target.flushes() == 0 {
+        assert!(started.elapsed() < Duration::from_secs(10), "the first waiter's round never began");
+        std::thread::yield_now();
+    }
+    let submitted = std::time::Instant::now();
+    let second = flush.submit(target.append(100)).wait();
+    let waited = submitted.elapsed();
+    assert!(matches!(second, Err(FlushError::Timeout { timeout_ms: 200, .. })), "{second:?}");
+    assert!(waited < Duration::from_millis(1500), "held {waited:?} by another thread's sync");
+    // The one that ran the sync is answered when it returns: past its deadline.
+    let first = first.join().unwrap();
+    assert!(matches!(first, Err(FlushError::Timeout { timeout_ms: 200, .. })), "{first:?}");
+    flush.shutdown();
+}
+
+/// Sync flush whose service never wakes by its timer (an hour): only a
+/// wake-up or a waiter's own round serves a request.
+fn sync_flush_without_timer(target: Arc<dyn FlushTarget>, in_waiter: bool) -> SyncFlush {
+    let config = FlushConfig {
+        group_commit_interval_ms: 3_600_000,
+        group_commit_in_waiter: in_waiter,
+        ..FlushConfig::default()
+    };
+    SyncFlush::start(target, Arc::new(SystemClock::new()), &config, false, None).unwrap()
+}
+
+/// The threads that ran flushes over `inner`.
+struct FlushThreads {
+    inner: Arc<MemoryTarget>,
+    seen: std::sync::Mutex<Vec<std::thread::ThreadId>>,
+}
+
+impl FlushTarget for FlushThreads {
+    fn flush(&self, least_pages: usize) -> Result<u64, TargetError> {
+        self.seen.lock().unwrap().push(std::thread::current().id());
+        self.inner.flush(least_pages)
+    }
+    fn state(&self) -> TargetState {
+        self.inner.state()
+    }
+    fn failure(&self) -> Option<TargetError> {
+        self.inner.failure()
+    }
+}
+
+#[test]
+fn a_lone_waiter_runs_its_rounds_in_its_own_thread_by_default() {
+    let memory = MemoryTarget::new();
+    let target = Arc::new(FlushThreads { inner: memory.clone(), seen: std::sync::Mutex::new(Vec::new()) });
+    let flush = sync_flush_without_timer(target.clone(), FlushConfig::default().group_commit_in_waiter);
+    for _ in 0..20 {
+        assert!(flush.submit(memory.append(64)).wait().is_ok());
+    }
+    let me = std::thread::current().id();
+    let seen = target.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 20, "one round per request, no other: {seen:?}");
+    assert!(seen.iter().all(|t| *t == me), "rounds ran in another thread: {seen:?}");
+    assert_eq!(flush.core().stats().acknowledged, 20);
+    flush.shutdown();
+}
+
+#[test]
+fn without_rounds_in_waiters_the_service_runs_every_round() {
+    let memory = MemoryTarget::new();
+    let target = Arc::new(FlushThreads { inner: memory.clone(), seen: std::sync::Mutex::new(Vec::new()) });
+    let flush = sync_flush_without_timer(target.clone(), false);
+    for _ in 0..5 {
+        assert!(flush.submit(memory.append(64)).wait().is_ok());
+    }
+    let me = std::thread::current().id();
+    assert!(target.seen.lock().unwrap().iter().all(|t| *t != me), "a waiter ran a round");
+    flush.shutdown();
+}
+
+#[test]
+fn a_request_dropped_polled_or_waited_on_with_a_bound_wakes_the_service() {
+    // Only the waiter's `wait` runs rounds; every other use of a pending
+    // handle must wake the service, which here never wakes by its timer.
+    let target = MemoryTarget::new();
+    let flush = sync_flush_without_timer(target.clone(), true);
+    let durable = |end: u64| {
+        let started = std::time::Instant::now();
+        while target.flushed_where() < end {
+            assert!(started.elapsed() < Duration::from_secs(10), "no round made {end} durable");
+            std::thread::yield_now();
+        }
+    };
+    let end = target.append(10);
+    drop(flush.submit(end));
+    durable(end);
+    let end = target.append(10);
+    let mut polled = flush.submit(end);
+    let waker = std::task::Waker::noop();
+    let _ = std::pin::Pin::new(&mut polled).poll(&mut std::task::Context::from_waker(waker));
+    durable(end);
+    assert!(settle(polled).is_ok());
+    let end = target.append(10);
+    assert!(settle(flush.submit(end)).is_ok(), "wait_timeout runs no round: the service must");
+    let end = target.append(10);
+    let asked = flush.submit(end);
+    let _ = asked.try_result();
+    durable(end);
+    flush.shutdown();
+}
+
+#[test]
+fn a_waiter_runs_a_round_only_when_the_policy_would_not_gather() {
+    struct Wants(usize);
+    impl GatherPolicy for Wants {
+        fn before_sync(&mut self, _: &GatherInput) -> GatherDecision {
+            GatherDecision::WaitFor { queued: self.0, within: Duration::from_secs(30) }
+        }
+        fn after_round(&mut self, _: &RoundReport) -> Duration {
+            Duration::ZERO
+        }
+    }
+    let target = MemoryTarget::new();
+    let gc = group_commit(target.clone(), clock(), false).with_gather_policy(Box::new(Wants(2)));
+    assert!(!gc.try_run_round(), "nothing waits: no round");
+    let first = gc.put_request(target.append(10));
+    assert!(!gc.try_run_round(), "the policy gathers two: left to the service");
+    assert_eq!(target.flushes(), 0);
+    let second = gc.put_request(target.append(10));
+    assert!(gc.try_run_round(), "both it would gather are queued: no reason to wait");
+    assert_eq!(target.flushes(), 1);
+    assert!(settle(first).is_ok() && settle(second).is_ok());
+}
+
+#[test]
+fn a_round_that_panics_in_a_waiter_answers_it_stopped_and_stops_the_service() {
+    struct Panics;
+    impl FlushTarget for Panics {
+        fn flush(&self, _: usize) -> Result<u64, TargetError> {
+            panic!("a planted defect in the target");
+        }
+        fn state(&self) -> TargetState {
+            TargetState { unflushed_bytes: 1, ..TargetState::default() }
+        }
+        fn failure(&self) -> Option<TargetError> {
+            None
+        }
+    }
+    let flush = sync_flush_without_timer(Arc::new(Panics), true);
+    let answer = flush.submit(10).wait();
+    assert!(matches!(answer, Err(FlushError::Stopped { .. })), "{answer:?}");
+    let later = flush.submit(20).wait();
+    assert!(matches!(later, Err(FlushError::Stopped { .. })), "{later:?}");
     flush.shutdown();
 }

@@ -67,7 +67,10 @@ pub struct RoundReport {
 
 /// Decides, for group commit, whether a round waits for producers before its
 /// sync, and whether the next requests' blocking waits spin. One instance per
-/// group-commit service, called from its thread only (rounds are serial).
+/// group-commit service, called one call at a time by whoever runs a round:
+/// its thread, or a waiter that runs one in its own
+/// ([`GroupCommit::try_run_round`](crate::GroupCommit::try_run_round)); rounds
+/// are serial.
 ///
 /// Contract: a policy never makes a request wait past its deadline (every wait
 /// is bounded by what it returns, and deadlines are kept by the watcher thread
