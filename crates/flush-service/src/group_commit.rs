@@ -240,21 +240,18 @@ impl GroupCommit {
     }
 
     /// One round: swap, then [`flush_swapped`](Self::flush_swapped), holding the
-    /// round lock. If a waiter held the lock (it ran a round in its own thread,
-    /// [`try_run_round`](Self::try_run_round)) and left nothing to do, no
-    /// round: an empty one would teach the gather policy that rounds serve no
-    /// one.
+    /// round lock. If a waiter held the lock, or ran the last round (in its
+    /// own thread, [`try_run_round`](Self::try_run_round)), and left nothing
+    /// to do, no round: an empty one would teach the gather policy that
+    /// rounds serve no one.
     pub fn run_round(&self) -> usize {
-        let _round = match try_lock(&self.round) {
-            Some(round) => round,
-            None => {
-                let round = lock(&self.round);
-                if self.pending() == 0 && self.nothing_unflushed() {
-                    return 0;
-                }
-                round
-            }
+        let (_round, contended) = match try_lock(&self.round) {
+            Some(round) => (round, false),
+            None => (lock(&self.round), true),
         };
+        if (contended || self.last_round_by_waiter()) && self.pending() == 0 && self.nothing_unflushed() {
+            return 0;
+        }
         self.last_round_by_waiter.store(false, Ordering::Relaxed);
         self.swap();
         self.flush_swapped()
@@ -277,15 +274,26 @@ impl GroupCommit {
     /// request's answer, if no round runs now, something waits, and the gather
     /// policy would sync at once (it asks for no gather, or the requests it
     /// would gather are queued already). Returns whether it ran one; if not,
-    /// the service thread runs the next round, as a request's submitter woke
-    /// it to. The caller is held for the round's sync and no longer: it never
-    /// waits for a round another thread runs.
+    /// the service thread runs the next round (a [`DurabilityHandle`] wakes
+    /// it then). The caller is held for the round's sync and no longer: it
+    /// never waits for a round another thread runs.
     ///
-    /// A round that panics (a defect in the target) answers every waiter
-    /// [`FlushError::Stopped`] and closes the service, as a panic in the
-    /// service thread's round does; the caller gets its answer, not the panic.
+    /// A round or a gather policy that panics (a defect in the target or the
+    /// policy) answers every waiter [`FlushError::Stopped`] and closes the
+    /// service, as a panic in the service thread's round does; the caller gets
+    /// its answer, not the panic.
     pub fn try_run_round(&self) -> bool {
+        self.try_run_round_unless(|| false)
+    }
+
+    /// [`try_run_round`](Self::try_run_round), unless `answered` says, once
+    /// the round lock is held, that the caller's request was answered
+    /// meanwhile: a waiter runs no round it does not need.
+    pub(crate) fn try_run_round_unless(&self, answered: impl Fn() -> bool) -> bool {
         let Some(_round) = try_lock(&self.round) else { return false };
+        if answered() {
+            return false;
+        }
         let in_flight = lock(&self.inflight).len();
         let (queued, closed) = {
             let write = lock(&self.write);
@@ -295,21 +303,25 @@ impl GroupCommit {
             return false;
         }
         let since_answers = lock(&self.last_answers).map_or(Duration::ZERO, |at| at.elapsed());
-        let decision = lock(&self.policy).before_sync(&GatherInput { queued, in_flight, since_answers });
-        if matches!(decision, GatherDecision::WaitFor { queued: wanted, within } if queued < wanted && !within.is_zero())
-        {
-            return false;
-        }
-        self.last_round_by_waiter.store(true, Ordering::Relaxed);
+        // The policy and the round may panic (a defect in either): answered
+        // as the service thread answers it, never passed to the waiter.
         let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let decision = lock(&self.policy).before_sync(&GatherInput { queued, in_flight, since_answers });
+            if matches!(decision, GatherDecision::WaitFor { queued: wanted, within } if queued < wanted && !within.is_zero())
+            {
+                return false;
+            }
+            self.last_round_by_waiter.store(true, Ordering::Relaxed);
             self.swap();
-            self.flush_swapped()
+            self.flush_swapped();
+            true
         }));
-        if round.is_err() {
+        let Ok(ran) = round else {
             tracing::error!("a group-commit round run by a waiter panicked; every waiting request is answered Stopped");
             self.abandon();
-        }
-        true
+            return true;
+        };
+        ran
     }
 
     /// Before a round's sync: asks the gather policy whether to wait for more

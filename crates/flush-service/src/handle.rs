@@ -221,7 +221,7 @@ impl DurabilityHandle {
                 // request (its bytes were cut by a truncation), the service's.
                 if let Some(core) = self.rounds.as_ref().and_then(|rounds| rounds.core.upgrade()) {
                     if !c.done.load(Ordering::Acquire) {
-                        core.try_run_round();
+                        core.try_run_round_unless(|| c.done.load(Ordering::Acquire));
                     }
                 }
                 self.wake_service();

@@ -22,7 +22,9 @@ pub struct ServiceState {
     napping: AtomicBool,
     stopped: AtomicBool,
     finished: Mutex<bool>,
-    mutex: Mutex<()>,
+    /// True while the service sleeps in [`wait_for_running`](Self::wait_for_running):
+    /// a wake-up of a busy service then makes no `futex` call.
+    mutex: Mutex<bool>,
     cond: Condvar,
 }
 
@@ -36,8 +38,12 @@ impl ServiceState {
     pub fn wakeup(&self) {
         // AcqRel: the waiter that clears the flag sees everything done before this.
         if !self.notified.swap(true, Ordering::AcqRel) {
-            let _guard = lock(&self.mutex);
-            self.cond.notify_all();
+            // Under the mutex: a service not asleep yet re-checks `notified`
+            // under it before it sleeps, and one asleep said so under it.
+            let asleep = lock(&self.mutex);
+            if *asleep {
+                self.cond.notify_all();
+            }
         }
     }
 
@@ -104,12 +110,16 @@ impl ServiceState {
     /// `on_wait_end` (where group commit swaps its request lists).
     pub fn wait_for_running(&self, interval: Duration, on_wait_end: impl FnOnce()) {
         if !self.notified.swap(false, Ordering::AcqRel) {
-            let guard = lock(&self.mutex);
-            // Re-check under the mutex: a `wakeup` after our swap cannot notify until
-            // we sleep (it needs the mutex), so it is not lost.
+            let mut asleep = lock(&self.mutex);
+            // Re-check under the mutex: a `wakeup` after our swap cannot look
+            // until we sleep (it needs the mutex), and then finds us asleep, so
+            // it is not lost.
             if !self.notified.load(Ordering::Acquire) && !self.is_stopped() {
-                drop(wait_timeout(&self.cond, guard, interval));
+                *asleep = true;
+                asleep = wait_timeout(&self.cond, asleep, interval);
+                *asleep = false;
             }
+            drop(asleep);
             self.notified.store(false, Ordering::Release);
         }
         on_wait_end();

@@ -849,3 +849,126 @@ fn a_round_that_panics_in_a_waiter_answers_it_stopped_and_stops_the_service() {
     assert!(matches!(later, Err(FlushError::Stopped { .. })), "{later:?}");
     flush.shutdown();
 }
+
+/// A gather policy that holds the service thread's first gather for a while
+/// (so a waiter's round can end meanwhile) and records every round.
+#[derive(Debug, Default)]
+struct SlowFirstGather {
+    reports: std::sync::Mutex<Vec<(Option<String>, RoundReport)>>,
+    held: std::sync::atomic::AtomicBool,
+}
+
+impl GatherPolicyFactory for Arc<SlowFirstGather> {
+    fn gather_policy(&self, _: &GroupCommitConfig) -> Box<dyn GatherPolicy> {
+        Box::new(Arc::clone(self))
+    }
+}
+
+impl GatherPolicy for Arc<SlowFirstGather> {
+    fn before_sync(&mut self, _: &GatherInput) -> GatherDecision {
+        if std::thread::current().name() == Some("GroupCommitService")
+            && !self.held.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            return GatherDecision::WaitFor { queued: 100, within: Duration::from_millis(300) };
+        }
+        GatherDecision::Go
+    }
+    fn after_round(&mut self, report: &RoundReport) -> Duration {
+        self.reports.lock().unwrap().push((std::thread::current().name().map(str::to_string), *report));
+        Duration::ZERO
+    }
+}
+
+/// A target whose flushes wait until it is opened (at most 10 s).
+struct Gated {
+    inner: Arc<MemoryTarget>,
+    open: std::sync::atomic::AtomicBool,
+    entered: std::sync::atomic::AtomicBool,
+}
+
+impl FlushTarget for Gated {
+    fn flush(&self, least_pages: usize) -> Result<u64, TargetError> {
+        self.entered.store(true, std::sync::atomic::Ordering::SeqCst);
+        let started = std::time::Instant::now();
+        while !self.open.load(std::sync::atomic::Ordering::SeqCst) && started.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.inner.flush(least_pages)
+    }
+    fn state(&self) -> TargetState {
+        self.inner.state()
+    }
+    fn failure(&self) -> Option<TargetError> {
+        self.inner.failure()
+    }
+}
+
+#[test]
+fn the_service_runs_no_empty_round_behind_a_waiters_round() {
+    // A runs its round (held in the sync); B finds it running and wakes the
+    // service, which gathers (300 ms); A's sync answers both; the service
+    // then finds nothing to do and must not run an empty round, which would
+    // tell the policy that rounds serve no one.
+    use std::sync::atomic::Ordering::SeqCst;
+    let memory = MemoryTarget::new();
+    let target = Arc::new(Gated { inner: memory.clone(), open: false.into(), entered: false.into() });
+    let policy = Arc::new(SlowFirstGather::default());
+    let config = FlushConfig {
+        group_commit_interval_ms: 3_600_000,
+        gather_policy: GatherChoice::Custom(std::sync::Arc::new(Arc::clone(&policy))),
+        ..FlushConfig::default()
+    };
+    let flush = Arc::new(SyncFlush::start(target.clone(), Arc::new(SystemClock::new()), &config, false, None).unwrap());
+    let waiter = |end: u64| {
+        let flush = Arc::clone(&flush);
+        std::thread::spawn(move || flush.submit(end).wait())
+    };
+    let until = |what: &str, done: &dyn Fn() -> bool| {
+        let started = std::time::Instant::now();
+        while !done() {
+            assert!(started.elapsed() < Duration::from_secs(10), "{what}");
+            std::thread::yield_now();
+        }
+    };
+    let a = waiter(memory.append(10));
+    until("A's round never began", &|| target.entered.load(SeqCst));
+    let b = waiter(memory.append(10));
+    until("the service never began its gather", &|| policy.held.load(SeqCst));
+    target.open.store(true, SeqCst);
+    assert!(a.join().unwrap().is_ok() && b.join().unwrap().is_ok());
+    // The service's gather ends within 300 ms; then its round (or none).
+    std::thread::sleep(Duration::from_millis(800));
+    let reports = policy.reports.lock().unwrap().clone();
+    assert!(reports.iter().all(|(_, r)| r.acknowledged > 0), "a round served no one: {reports:?}");
+    flush.shutdown();
+}
+
+#[test]
+fn a_gather_policy_that_panics_in_a_waiters_round_answers_it_stopped() {
+    #[derive(Debug)]
+    struct Panicky;
+    impl GatherPolicyFactory for Panicky {
+        fn gather_policy(&self, _: &GroupCommitConfig) -> Box<dyn GatherPolicy> {
+            Box::new(Panicky)
+        }
+    }
+    impl GatherPolicy for Panicky {
+        fn before_sync(&mut self, _: &GatherInput) -> GatherDecision {
+            panic!("a planted defect in the gather policy");
+        }
+        fn after_round(&mut self, _: &RoundReport) -> Duration {
+            Duration::ZERO
+        }
+    }
+    let target = MemoryTarget::new();
+    let config = FlushConfig {
+        group_commit_interval_ms: 3_600_000,
+        gather_policy: GatherChoice::Custom(std::sync::Arc::new(Panicky)),
+        ..FlushConfig::default()
+    };
+    let flush = SyncFlush::start(target.clone(), Arc::new(SystemClock::new()), &config, false, None).unwrap();
+    let handle = flush.submit(target.append(10));
+    let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle.wait()));
+    assert!(matches!(answer, Ok(Err(FlushError::Stopped { .. }))), "the waiter got {answer:?}");
+    flush.shutdown();
+}
