@@ -35,7 +35,7 @@ pub fn run(soak: bool, layer: Option<CrashLayer>) -> Result<(), String> {
     )?;
     let passed = loom::run()?;
     println!(
-        "concurrency: {passed} loom models passed (flush-service: no lost wake-up, a napping service misses no work; no ack above the flushed offset, flushed offset monotonic, every waiter answered; mapped-file: readers see only whole appends and commits, no byte changes under a view)"
+        "concurrency: {passed} loom models passed (flush-service: no lost wake-up, a napping service misses no work; no ack above the flushed offset, flushed offset monotonic, every waiter answered, also beside waiters that run rounds themselves; mapped-file: readers see only whole appends and commits, no byte changes under a view)"
     );
     Ok(())
 }
