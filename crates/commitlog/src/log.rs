@@ -43,6 +43,8 @@ pub(crate) struct Inner {
     pub(crate) shut_down: AtomicBool,
     recovery: RecoveryReport,
     listeners: Arc<Listeners>,
+    /// Told of commits of the write-buffer pool ([`CommitLog::on_committed`]).
+    committed_listeners: Arc<Listeners>,
     /// Wakes the tails ([`CommitLog::tail`]).
     pub(crate) tails: Arc<crate::signal::TailSignal>,
 }
@@ -51,14 +53,20 @@ pub(crate) struct Inner {
 /// [`CommitLog::on_flushed`]).
 pub type FlushListener = Arc<dyn Fn(u64) + Send + Sync>;
 
-/// The registered [`FlushListener`]s.
+/// The registered [`FlushListener`]s (of flushes, or of commits).
 #[derive(Default)]
-struct Listeners(RwLock<Vec<FlushListener>>);
+pub(crate) struct Listeners(RwLock<Vec<FlushListener>>);
+
+impl std::fmt::Debug for Listeners {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listeners").field("registered", &self.0.read().len()).finish()
+    }
+}
 
 impl Listeners {
-    fn notify(&self, flushed: u64) {
+    pub(crate) fn notify(&self, offset: u64) {
         for listener in self.0.read().iter() {
-            listener(flushed);
+            listener(offset);
         }
     }
 }
@@ -303,7 +311,14 @@ impl CommitLog {
         }
         let on_flushed = flushed_callback(&state, &listeners);
         let clock = Arc::new(SystemClock::new());
-        let target: Arc<dyn FlushTarget> = Arc::new(QueueTarget::for_log(Arc::clone(&queue)));
+        // With the write-buffer pool, records become readable when committed.
+        let committed_listeners = Arc::new(Listeners::default());
+        {
+            let tails = Arc::clone(&tails);
+            committed_listeners.0.write().push(Arc::new(move |_| tails.bump()));
+        }
+        let target: Arc<dyn FlushTarget> =
+            Arc::new(QueueTarget::for_log(Arc::clone(&queue), Arc::clone(&committed_listeners)));
         let with_pool = pool.is_some();
         let strategy: Box<dyn FlushStrategy> = match config.flush_disk_type {
             FlushDiskType::SyncFlush => {
@@ -341,6 +356,7 @@ impl CommitLog {
                 shut_down: AtomicBool::new(false),
                 recovery: report,
                 listeners,
+                committed_listeners,
                 tails,
             }),
         })
@@ -473,10 +489,25 @@ impl CommitLog {
         self.inner.listeners.0.write().push(listener);
     }
 
+    /// Registers `listener`, called with the committed offset after every
+    /// commit of the write-buffer pool that moved it (the commit service's,
+    /// a group-commit round's before its flush, [`flush_all`](Self::flush_all)'s),
+    /// on the committing thread. With the pool
+    /// (`transient_store_pool_enable`) appended records become readable
+    /// there, not when their append returns: a reader of everything written
+    /// (a dispatcher under async flush) learns of them without polling. Never
+    /// called without the pool. Keep it short.
+    pub fn on_committed(&self, listener: FlushListener) {
+        self.inner.committed_listeners.0.write().push(listener);
+    }
+
     /// Commits and flushes everything now; returns the flushed offset.
     pub fn flush_all(&self) -> Result<u64, Error> {
         self.check_writeable()?;
-        self.inner.queue.commit(0).map_err(|e| self.writeable_or(e.into()))?;
+        let committed = self.inner.queue.commit(0).map_err(|e| self.writeable_or(e.into()))?;
+        if committed.to > committed.from {
+            self.inner.committed_listeners.notify(committed.to);
+        }
         let progress = self.inner.queue.flush(0).map_err(|e| self.writeable_or(e.into()))?;
         // The window a concurrent truncation must not be able to exploit.
         crate::failpoints::hit("flush_all.after_flush", &self.inner.dir);

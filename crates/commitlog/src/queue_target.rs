@@ -16,17 +16,21 @@ pub struct QueueTarget {
     queue: Arc<SegmentQueue>,
     /// Record the commit log's flush and commit metrics (the log's own queue only).
     log_metrics: bool,
+    /// Told the committed offset after each commit that moved it (the log's
+    /// [`on_committed`](crate::CommitLog::on_committed) listeners).
+    committed: Option<Arc<crate::log::Listeners>>,
 }
 
 impl QueueTarget {
     /// `queue` as a flush target, recording no metrics.
     pub fn new(queue: Arc<SegmentQueue>) -> Self {
-        QueueTarget { queue, log_metrics: false }
+        QueueTarget { queue, log_metrics: false, committed: None }
     }
 
-    /// The commit log's queue: flushes and commits are recorded as its metrics.
-    pub(crate) fn for_log(queue: Arc<SegmentQueue>) -> Self {
-        QueueTarget { queue, log_metrics: true }
+    /// The commit log's queue: flushes and commits are recorded as its
+    /// metrics, and commits that move data told to `committed`.
+    pub(crate) fn for_log(queue: Arc<SegmentQueue>, committed: Arc<crate::log::Listeners>) -> Self {
+        QueueTarget { queue, log_metrics: true, committed: Some(committed) }
     }
 }
 
@@ -44,6 +48,9 @@ impl FlushTarget for QueueTarget {
         let progress = self.queue.commit(least_pages).map_err(|e| Arc::new(e) as TargetError)?;
         if self.log_metrics && progress.to > progress.from {
             crate::metrics::committed(started.elapsed());
+        }
+        if let Some(committed) = self.committed.as_ref().filter(|_| progress.to > progress.from) {
+            committed.notify(progress.to);
         }
         Ok(progress.to)
     }
@@ -88,7 +95,7 @@ mod tests {
     }
 
     fn group_commit(queue: &Arc<SegmentQueue>) -> GroupCommit {
-        let target = Arc::new(QueueTarget::for_log(Arc::clone(queue)));
+        let target = Arc::new(QueueTarget::for_log(Arc::clone(queue), Arc::default()));
         GroupCommit::new(target, Arc::new(ManualClock::new()), GroupCommitConfig::default(), None)
     }
 

@@ -320,13 +320,21 @@ impl MessageStore {
     /// service of offset commits waiting asynchronously.
     fn start_services(&self) -> Result<(), StoreError> {
         let io = |source| StoreError::Io { path: self.core.root.clone(), source };
-        if self.core.dispatcher_limit() == DispatchLimit::Durable {
+        let wake_dispatch = || {
             let wake = Arc::downgrade(&self.core.dispatch_wake);
-            self.core.log.on_flushed(Arc::new(move |_| {
+            Arc::new(move |_| {
                 if let Some(wake) = wake.upgrade() {
                     wake.wakeup();
                 }
-            }));
+            })
+        };
+        if self.core.dispatcher_limit() == DispatchLimit::Durable {
+            self.core.log.on_flushed(wake_dispatch());
+        }
+        // With the write-buffer pool, records become readable when the commit
+        // service commits them, after the put's own wake-up found nothing.
+        if self.core.log.config().transient_store_pool_enable {
+            self.core.log.on_committed(wake_dispatch());
         }
         let core = Arc::clone(&self.core);
         let dispatch =

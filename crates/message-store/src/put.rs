@@ -717,6 +717,39 @@ mod tests {
     /// found it napping and was missed by its last look would wait the
     /// hour). The race itself is the loom model
     /// `loom_a_napping_service_misses_no_work` (flush-service).
+    /// With the write-buffer pool a put's record becomes readable when the
+    /// commit service commits it (within 200 ms), after the put's own
+    /// wake-up of dispatch found nothing to read: the commit must wake
+    /// dispatch, or the record waits for dispatch's idle wait (an hour here,
+    /// 100 ms in a store).
+    #[test]
+    fn with_the_write_buffer_pool_a_commit_wakes_dispatch() {
+        let log = commitlog::CommitLogConfig {
+            transient_store_pool_enable: true,
+            transient_store_pool_size: 2,
+            ..small_log(FlushDiskType::AsyncFlush)
+        };
+        let store = MessageStore::open_with_storage(
+            "/s",
+            MessageStoreConfig::new(log),
+            Arc::new(store_io::sim::SimStorage::new()),
+        )
+        .unwrap();
+        store.core.dispatch_idle_wait_ms.store(3_600_000, Ordering::Relaxed);
+        store.create_topic("t", 1).unwrap();
+        for round in 0..10 {
+            let put = store.put_message(&Message::new("t", 0, &b"pooled"[..])).unwrap();
+            // `log_max_offset` is the readable (committed) end: wait for the
+            // put's own record.
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while store.stats().dispatch_point <= put.log_offset {
+                assert!(std::time::Instant::now() < deadline, "round {round}: {:?}", store.stats());
+                std::thread::yield_now();
+            }
+        }
+        store.shutdown().unwrap();
+    }
+
     #[test]
     fn puts_wake_dispatch_after_its_naps() {
         assert!(!sim_store(FlushDiskType::AsyncFlush, &[]).core.dispatch_naps, "off by default");
