@@ -30,7 +30,9 @@ pub trait FlushStrategy: Send + Sync + fmt::Debug {
     /// A put happened; wake whichever service the configuration says.
     fn wake_on_put(&self);
     /// Requests that bytes below `next_offset` become durable. Sync flush: the
-    /// handle resolves when they are (or with a timeout or error). Async flush: the
+    /// handle resolves when they are (or with a timeout or error); its
+    /// [`wait`](DurabilityHandle::wait) may run the group-commit round in the
+    /// waiting thread (`FlushConfig::group_commit_in_waiter`). Async flush: the
     /// handle is already resolved `Ok` (durability comes later, bounded by the
     /// flush interval).
     fn submit(&self, next_offset: u64) -> DurabilityHandle;
