@@ -294,20 +294,15 @@ impl GroupCommit {
         if answered() {
             return false;
         }
-        let in_flight = lock(&self.inflight).len();
-        let (queued, closed) = {
-            let write = lock(&self.write);
-            (write.requests.len(), write.closed)
-        };
-        if closed || queued + in_flight == 0 {
+        let input = self.gather_input();
+        if self.is_closed() || input.queued + input.in_flight == 0 {
             return false;
         }
-        let since_answers = lock(&self.last_answers).map_or(Duration::ZERO, |at| at.elapsed());
         // The policy and the round may panic (a defect in either): answered
         // as the service thread answers it, never passed to the waiter.
         let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let decision = lock(&self.policy).before_sync(&GatherInput { queued, in_flight, since_answers });
-            if matches!(decision, GatherDecision::WaitFor { queued: wanted, within } if queued < wanted && !within.is_zero())
+            let decision = lock(&self.policy).before_sync(&input);
+            if matches!(decision, GatherDecision::WaitFor { queued: wanted, within } if input.queued < wanted && !within.is_zero())
             {
                 return false;
             }
@@ -330,18 +325,17 @@ impl GroupCommit {
     /// producers need the CPU this thread would burn, and the producer that
     /// completes the count wakes it. Returns at once when nothing waits at all.
     pub fn gather(&self) {
-        let since_answers = lock(&self.last_answers).map_or(Duration::ZERO, |at| at.elapsed());
         // Read once: a waiter's round may move requests meanwhile; the wait is
         // bounded either way.
-        let in_flight = lock(&self.inflight).len();
-        let queued = lock(&self.write).requests.len();
-        let decision = lock(&self.policy).before_sync(&GatherInput { queued, in_flight, since_answers });
+        let input = self.gather_input();
+        let decision = lock(&self.policy).before_sync(&input);
         let GatherDecision::WaitFor { queued: want_queued, within } = decision else { return };
         let started = std::time::Instant::now();
         let Some(deadline) = started.checked_add(within) else { return };
         let mut write = lock(&self.write);
         write.gather_want = want_queued;
-        while !write.closed && (in_flight > 0 || !write.requests.is_empty()) && write.requests.len() < want_queued {
+        while !write.closed && (input.in_flight > 0 || !write.requests.is_empty()) && write.requests.len() < want_queued
+        {
             let now = std::time::Instant::now();
             if now >= deadline {
                 break;
@@ -357,6 +351,15 @@ impl GroupCommit {
             since_answers: lock(&self.last_answers).map_or(Duration::ZERO, |at| at.elapsed()),
         };
         lock(&self.policy).gathered(&outcome);
+    }
+
+    /// What the gather policy decides by, as it stands now.
+    fn gather_input(&self) -> GatherInput {
+        GatherInput {
+            queued: lock(&self.write).requests.len(),
+            in_flight: lock(&self.inflight).len(),
+            since_answers: lock(&self.last_answers).map_or(Duration::ZERO, |at| at.elapsed()),
+        }
     }
 
     /// Whether spins are winning: the waits' and the service's own.

@@ -79,18 +79,19 @@ fn loom_a_napping_service_misses_no_work() {
 /// acknowledged. Checks: nothing is acknowledged above the flushed offset, the
 /// flushed offset never moves back, and every waiter is answered (a lost wake-up
 /// deadlocks).
+/// A memory target, a service's state and the group commit over them.
+fn group_commit_service() -> (Arc<MemoryTarget>, Arc<ServiceState>, Arc<GroupCommit>) {
+    let target = MemoryTarget::new();
+    let gc =
+        Arc::new(GroupCommit::new(target.clone(), Arc::new(SystemClock::new()), GroupCommitConfig::default(), None));
+    (target, ServiceState::new(), gc)
+}
+
 fn two_producers_and_the_service_loop(preemption_bound: usize) {
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(preemption_bound);
     builder.check(move || {
-        let target = MemoryTarget::new();
-        let state = ServiceState::new();
-        let gc = Arc::new(GroupCommit::new(
-            target.clone(),
-            Arc::new(SystemClock::new()),
-            GroupCommitConfig::default(),
-            None,
-        ));
+        let (target, state, gc) = group_commit_service();
         let producers: Vec<_> = (0..2)
             .map(|_| {
                 let (gc, target, state) = (Arc::clone(&gc), target.clone(), Arc::clone(&state));
@@ -134,14 +135,7 @@ fn loom_waiters_running_rounds_beside_the_service_answer_everyone() {
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(2);
     builder.check(|| {
-        let target = MemoryTarget::new();
-        let state = ServiceState::new();
-        let gc = Arc::new(GroupCommit::new(
-            target.clone(),
-            Arc::new(SystemClock::new()),
-            GroupCommitConfig::default(),
-            None,
-        ));
+        let (target, state, gc) = group_commit_service();
         let service = {
             let (gc, state) = (Arc::clone(&gc), Arc::clone(&state));
             thread::spawn(move || {

@@ -172,9 +172,10 @@ impl FlushStrategy for SyncFlush {
         // The handle wakes the service when it is waited on without running
         // a round, polled, or dropped while pending, so a lone producer's
         // rounds cost no wake-up at all (with `group_commit_in_waiter`; else
-        // the service is woken here and runs every round). A wake-up while the service is
-        // mid-round makes it start the next round at once, so requests that
-        // arrive during a sync are batched into the following one.
+        // the service is woken here and runs every round). A wake-up while
+        // the service is mid-round makes it start the next round at once, so
+        // requests that arrive during a sync are batched into the following
+        // one.
         let handle = self.core.put_request(next_offset);
         if self.in_waiter {
             return handle.with_rounds(&self.core, &self.state);

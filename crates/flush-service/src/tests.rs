@@ -502,23 +502,23 @@ fn the_acknowledged_count_includes_a_request_once_its_waiter_wakes() {
     }
 }
 
+/// A target whose flush panics: a planted defect.
+struct Panics;
+
+impl FlushTarget for Panics {
+    fn flush(&self, _: usize) -> Result<u64, TargetError> {
+        panic!("a planted defect in the target");
+    }
+    fn state(&self) -> TargetState {
+        TargetState::default()
+    }
+    fn failure(&self) -> Option<TargetError> {
+        None
+    }
+}
+
 #[test]
 fn a_panicking_round_answers_every_waiter_and_rejects_later_requests() {
-    struct Panics;
-    impl FlushTarget for Panics {
-        fn flush(&self, _: usize) -> Result<u64, TargetError> {
-            panic!("a planted defect in the target");
-        }
-        fn commit(&self, _: usize) -> Result<u64, TargetError> {
-            Ok(0)
-        }
-        fn state(&self) -> TargetState {
-            TargetState::default()
-        }
-        fn failure(&self) -> Option<TargetError> {
-            None
-        }
-    }
     let config = FlushConfig { sync_flush_timeout_ms: 60_000, ..FlushConfig::default() };
     let sync = SyncFlush::start(Arc::new(Panics), Arc::new(SystemClock::new()), &config, false, None).unwrap();
     let first = sync.submit(10);
@@ -699,11 +699,7 @@ fn a_waiter_never_waits_inside_a_sync_another_thread_runs() {
         let (flush, end) = (Arc::clone(&flush), target.append(100));
         std::thread::spawn(move || flush.submit(end).wait())
     };
-    let started = std::time::Instant::now();
-    while target.flushes() == 0 {
-        assert!(started.elapsed() < Duration::from_secs(10), "the first waiter's round never began");
-        std::thread::yield_now();
-    }
+    until("the first waiter's round never began", || target.flushes() > 0);
     let submitted = std::time::Instant::now();
     let second = flush.submit(target.append(100)).wait();
     let waited = submitted.elapsed();
@@ -713,6 +709,15 @@ fn a_waiter_never_waits_inside_a_sync_another_thread_runs() {
     let first = first.join().unwrap();
     assert!(matches!(first, Err(FlushError::Timeout { timeout_ms: 200, .. })), "{first:?}");
     flush.shutdown();
+}
+
+/// Yields until `done` says so; fails saying `what` after 10 s.
+fn until(what: &str, done: impl Fn() -> bool) {
+    let started = std::time::Instant::now();
+    while !done() {
+        assert!(started.elapsed() < Duration::from_secs(10), "{what}");
+        std::thread::yield_now();
+    }
 }
 
 /// Sync flush whose service never wakes by its timer (an hour): only a
@@ -726,15 +731,15 @@ fn sync_flush_without_timer(target: Arc<dyn FlushTarget>, in_waiter: bool) -> Sy
     SyncFlush::start(target, Arc::new(SystemClock::new()), &config, false, None).unwrap()
 }
 
-/// The threads that ran flushes over `inner`.
-struct FlushThreads {
+/// `inner`, running `before` at the start of every flush.
+struct BeforeFlush<F> {
     inner: Arc<MemoryTarget>,
-    seen: std::sync::Mutex<Vec<std::thread::ThreadId>>,
+    before: F,
 }
 
-impl FlushTarget for FlushThreads {
+impl<F: Fn() + Send + Sync + 'static> FlushTarget for BeforeFlush<F> {
     fn flush(&self, least_pages: usize) -> Result<u64, TargetError> {
-        self.seen.lock().unwrap().push(std::thread::current().id());
+        (self.before)();
         self.inner.flush(least_pages)
     }
     fn state(&self) -> TargetState {
@@ -745,16 +750,26 @@ impl FlushTarget for FlushThreads {
     }
 }
 
+/// A target over `memory` that records the threads that ran its flushes.
+fn recording_flush_threads(
+    memory: &Arc<MemoryTarget>,
+) -> (Arc<dyn FlushTarget>, Arc<std::sync::Mutex<Vec<std::thread::ThreadId>>>) {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = Arc::clone(&seen);
+    let before = move || record.lock().unwrap().push(std::thread::current().id());
+    (Arc::new(BeforeFlush { inner: Arc::clone(memory), before }), seen)
+}
+
 #[test]
 fn a_lone_waiter_runs_its_rounds_in_its_own_thread_by_default() {
     let memory = MemoryTarget::new();
-    let target = Arc::new(FlushThreads { inner: memory.clone(), seen: std::sync::Mutex::new(Vec::new()) });
-    let flush = sync_flush_without_timer(target.clone(), FlushConfig::default().group_commit_in_waiter);
+    let (target, seen) = recording_flush_threads(&memory);
+    let flush = sync_flush_without_timer(target, FlushConfig::default().group_commit_in_waiter);
     for _ in 0..20 {
         assert!(flush.submit(memory.append(64)).wait().is_ok());
     }
     let me = std::thread::current().id();
-    let seen = target.seen.lock().unwrap().clone();
+    let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 20, "one round per request, no other: {seen:?}");
     assert!(seen.iter().all(|t| *t == me), "rounds ran in another thread: {seen:?}");
     assert_eq!(flush.core().stats().acknowledged, 20);
@@ -764,13 +779,13 @@ fn a_lone_waiter_runs_its_rounds_in_its_own_thread_by_default() {
 #[test]
 fn without_rounds_in_waiters_the_service_runs_every_round() {
     let memory = MemoryTarget::new();
-    let target = Arc::new(FlushThreads { inner: memory.clone(), seen: std::sync::Mutex::new(Vec::new()) });
-    let flush = sync_flush_without_timer(target.clone(), false);
+    let (target, seen) = recording_flush_threads(&memory);
+    let flush = sync_flush_without_timer(target, false);
     for _ in 0..5 {
         assert!(flush.submit(memory.append(64)).wait().is_ok());
     }
     let me = std::thread::current().id();
-    assert!(target.seen.lock().unwrap().iter().all(|t| *t != me), "a waiter ran a round");
+    assert!(seen.lock().unwrap().iter().all(|t| *t != me), "a waiter ran a round");
     flush.shutdown();
 }
 
@@ -780,13 +795,7 @@ fn a_request_dropped_polled_or_waited_on_with_a_bound_wakes_the_service() {
     // handle must wake the service, which here never wakes by its timer.
     let target = MemoryTarget::new();
     let flush = sync_flush_without_timer(target.clone(), true);
-    let durable = |end: u64| {
-        let started = std::time::Instant::now();
-        while target.flushed_where() < end {
-            assert!(started.elapsed() < Duration::from_secs(10), "no round made {end} durable");
-            std::thread::yield_now();
-        }
-    };
+    let durable = |end: u64| until(&format!("no round made {end} durable"), || target.flushed_where() >= end);
     let end = target.append(10);
     drop(flush.submit(end));
     durable(end);
@@ -830,18 +839,6 @@ fn a_waiter_runs_a_round_only_when_the_policy_would_not_gather() {
 
 #[test]
 fn a_round_that_panics_in_a_waiter_answers_it_stopped_and_stops_the_service() {
-    struct Panics;
-    impl FlushTarget for Panics {
-        fn flush(&self, _: usize) -> Result<u64, TargetError> {
-            panic!("a planted defect in the target");
-        }
-        fn state(&self) -> TargetState {
-            TargetState { unflushed_bytes: 1, ..TargetState::default() }
-        }
-        fn failure(&self) -> Option<TargetError> {
-            None
-        }
-    }
     let flush = sync_flush_without_timer(Arc::new(Panics), true);
     let answer = flush.submit(10).wait();
     assert!(matches!(answer, Err(FlushError::Stopped { .. })), "{answer:?}");
@@ -879,39 +876,27 @@ impl GatherPolicy for Arc<SlowFirstGather> {
     }
 }
 
-/// A target whose flushes wait until it is opened (at most 10 s).
-struct Gated {
-    inner: Arc<MemoryTarget>,
-    open: std::sync::atomic::AtomicBool,
-    entered: std::sync::atomic::AtomicBool,
-}
-
-impl FlushTarget for Gated {
-    fn flush(&self, least_pages: usize) -> Result<u64, TargetError> {
-        self.entered.store(true, std::sync::atomic::Ordering::SeqCst);
-        let started = std::time::Instant::now();
-        while !self.open.load(std::sync::atomic::Ordering::SeqCst) && started.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        self.inner.flush(least_pages)
-    }
-    fn state(&self) -> TargetState {
-        self.inner.state()
-    }
-    fn failure(&self) -> Option<TargetError> {
-        self.inner.failure()
-    }
-}
-
 #[test]
 fn the_service_runs_no_empty_round_behind_a_waiters_round() {
     // A runs its round (held in the sync); B finds it running and wakes the
     // service, which gathers (300 ms); A's sync answers both; the service
     // then finds nothing to do and must not run an empty round, which would
     // tell the policy that rounds serve no one.
-    use std::sync::atomic::Ordering::SeqCst;
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
     let memory = MemoryTarget::new();
-    let target = Arc::new(Gated { inner: memory.clone(), open: false.into(), entered: false.into() });
+    // Flushes wait until the gate opens (at most 10 s).
+    let (entered, open) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let before = {
+        let (entered, open) = (Arc::clone(&entered), Arc::clone(&open));
+        move || {
+            entered.store(true, SeqCst);
+            let started = std::time::Instant::now();
+            while !open.load(SeqCst) && started.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    };
+    let target = Arc::new(BeforeFlush { inner: memory.clone(), before });
     let policy = Arc::new(SlowFirstGather::default());
     let config = FlushConfig {
         group_commit_interval_ms: 3_600_000,
@@ -923,18 +908,11 @@ fn the_service_runs_no_empty_round_behind_a_waiters_round() {
         let flush = Arc::clone(&flush);
         std::thread::spawn(move || flush.submit(end).wait())
     };
-    let until = |what: &str, done: &dyn Fn() -> bool| {
-        let started = std::time::Instant::now();
-        while !done() {
-            assert!(started.elapsed() < Duration::from_secs(10), "{what}");
-            std::thread::yield_now();
-        }
-    };
     let a = waiter(memory.append(10));
-    until("A's round never began", &|| target.entered.load(SeqCst));
+    until("A's round never began", || entered.load(SeqCst));
     let b = waiter(memory.append(10));
-    until("the service never began its gather", &|| policy.held.load(SeqCst));
-    target.open.store(true, SeqCst);
+    until("the service never began its gather", || policy.held.load(SeqCst));
+    open.store(true, SeqCst);
     assert!(a.join().unwrap().is_ok() && b.join().unwrap().is_ok());
     // The service's gather ends within 300 ms; then its round (or none).
     std::thread::sleep(Duration::from_millis(800));
