@@ -694,13 +694,19 @@ mod tests {
         store
     }
 
-    /// Waits until dispatch has passed everything put; fails after `within`,
-    /// saying `what` was not dispatched.
+    /// Waits until dispatch has passed everything readable; fails after
+    /// `within`, saying `what` was not dispatched.
     fn await_dispatched(store: &MessageStore, within: Duration, what: &str) {
+        await_dispatch(store, within, what, |stats| stats.dispatch_point >= stats.log_max_offset);
+    }
+
+    /// Waits until `done` says so of the store's stats; fails after `within`,
+    /// saying `what` was not dispatched.
+    fn await_dispatch(store: &MessageStore, within: Duration, what: &str, done: impl Fn(&crate::StoreStats) -> bool) {
         let deadline = std::time::Instant::now() + within;
         loop {
             let stats = store.stats();
-            if stats.dispatch_point >= stats.log_max_offset {
+            if done(&stats) {
                 return;
             }
             assert!(std::time::Instant::now() < deadline, "{what}: not dispatched within {within:?} ({stats:?})");
@@ -708,15 +714,6 @@ mod tests {
         }
     }
 
-    /// With naps on (`dispatch_nap_us`), by the written end dispatch naps
-    /// between busy rounds, and puts then
-    /// do not wake it; after a round that found nothing it sleeps until a
-    /// put wakes it. With that sleep an hour long (it is 100 ms), every put
-    /// is still dispatched at once: a put after dispatch went idle, and
-    /// bursts from two threads that end while dispatch naps (a put that
-    /// found it napping and was missed by its last look would wait the
-    /// hour). The race itself is the loom model
-    /// `loom_a_napping_service_misses_no_work` (flush-service).
     /// With the write-buffer pool a put's record becomes readable when the
     /// commit service commits it (within 200 ms), after the put's own
     /// wake-up of dispatch found nothing to read: the commit must wake
@@ -741,15 +738,21 @@ mod tests {
             let put = store.put_message(&Message::new("t", 0, &b"pooled"[..])).unwrap();
             // `log_max_offset` is the readable (committed) end: wait for the
             // put's own record.
-            let deadline = std::time::Instant::now() + Duration::from_secs(10);
-            while store.stats().dispatch_point <= put.log_offset {
-                assert!(std::time::Instant::now() < deadline, "round {round}: {:?}", store.stats());
-                std::thread::yield_now();
-            }
+            let what = format!("round {round}: a put through the pool");
+            await_dispatch(&store, Duration::from_secs(10), &what, |stats| stats.dispatch_point > put.log_offset);
         }
         store.shutdown().unwrap();
     }
 
+    /// With naps on (`dispatch_nap_us`), by the written end dispatch naps
+    /// between busy rounds, and puts then
+    /// do not wake it; after a round that found nothing it sleeps until a
+    /// put wakes it. With that sleep an hour long (it is 100 ms), every put
+    /// is still dispatched at once: a put after dispatch went idle, and
+    /// bursts from two threads that end while dispatch naps (a put that
+    /// found it napping and was missed by its last look would wait the
+    /// hour). The race itself is the loom model
+    /// `loom_a_napping_service_misses_no_work` (flush-service).
     #[test]
     fn puts_wake_dispatch_after_its_naps() {
         assert!(!sim_store(FlushDiskType::AsyncFlush, &[]).core.dispatch_naps, "off by default");
