@@ -4,7 +4,7 @@
 
 mod kv;
 
-use commitlog_raft::{RaftLogStore, RaftStoreConfig, LOG_DIR};
+use commitlog_raft::{RaftLogStore, RaftStoreConfig, LOG_DIR, SINGLE_GROUP};
 use kv::TypeConfig;
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftLogReader};
@@ -90,21 +90,33 @@ async fn truncation_and_purge_survive_a_restart_and_purged_entries_stay_purged()
 
 #[tokio::test]
 async fn a_purge_recorded_whose_reclaim_did_not_run_yet_reopens_as_the_purged_log() {
+    // A second group's entry at the log's front keeps every segment until it
+    // is dropped, so the maintenance thread's reclaim (which a purge wakes)
+    // cannot run before the crash image is taken.
+    const PIN: u64 = SINGLE_GROUP + 1;
     for purged in [400u64, 600] {
         let dir = tempfile::tempdir().unwrap();
         let mut store = RaftLogStore::<TypeConfig>::open(dir.path(), config()).unwrap();
+        let mut pin = store.engine().open_group(PIN).unwrap();
+        append(&mut pin, vec![entry(1, 1)]).await;
         append(&mut store, (1..=500).map(|i| entry(1, i)).collect()).await;
         // The crash point: the purged id durable in the log, no reclaim yet
         // (the files as a killed process leaves them).
         store.purge(log_id(1, purged)).await.unwrap();
         let crashed = tempfile::tempdir().unwrap();
         copy_dir(dir.path(), crashed.path());
-        drop(store);
+        drop((store, pin));
+        let front = crashed.path().join(LOG_DIR).join("commitlog").join(format!("{:020}", 0));
+        assert!(front.exists(), "purged {purged}: the crash image holds the log's first segment");
 
         let mut store = RaftLogStore::<TypeConfig>::open(crashed.path(), config()).unwrap();
-        // Reclaim deletes the segments of the purged entries the index still names.
+        // Reclaim deletes the segments of the purged entries the index still
+        // names, once the pinning group is gone.
         let engine = store.engine();
-        tokio::task::spawn_blocking(move || engine.reclaim()).await.unwrap().unwrap();
+        engine.drop_group(PIN).await.unwrap();
+        let reclaimed = tokio::task::spawn_blocking(move || engine.reclaim()).await.unwrap().unwrap();
+        assert!(reclaimed.segments_deleted > 0, "purged {purged}: {reclaimed:?}");
+        assert!(!front.exists(), "purged {purged}: the log's first segment reclaimed");
         let state = store.get_log_state().await.unwrap();
         let last = purged.max(500);
         assert_eq!(state.last_purged_log_id, Some(log_id(1, purged)), "purged {purged}");

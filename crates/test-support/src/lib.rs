@@ -5,21 +5,81 @@
 
 #![forbid(unsafe_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 /// SplitMix64: small, deterministic, seedable; the simulation's own generator
 /// (`store_io::sim::SplitMix64`), so a seed means the same everywhere.
 pub use store_io::sim::SplitMix64 as Rng;
 
-/// Copies a directory tree (lock files included: they are only names here).
-/// A file or directory that goes while it is copied (a live store deleting a
-/// segment, or replacing a small file by a rename) is left out, as a crash at
-/// that moment would leave it out: the copy is what a killed process leaves.
+/// Copies a directory tree (lock files included: they are only names here) as
+/// it stood at one moment: what a killed process leaves.
+///
+/// A live store changes its files while they are copied (a cleaner records a
+/// new front, then deletes the segments before it; a small file is replaced by
+/// a rename), and a file-by-file copy could take the old front from one moment
+/// and the missing segments from a later one: a state no crash leaves. So the
+/// tree's names, sizes and modification times are read before and after each
+/// copy, and the copy is taken again (into an emptied `to`) until nothing
+/// changed meanwhile. Bytes written through a mapping need not move a file's
+/// modification time; they are what a crash may or may not keep anyway.
+///
+/// `to` must be empty or absent: it is emptied before each new attempt.
 ///
 /// # Panics
-/// On any other I/O error: it is a test helper.
+/// On an I/O error other than a file that goes while it is read (it is a test
+/// helper), or if the tree kept changing through 1,000 copies.
 pub fn copy_dir(from: &Path, to: &Path) {
-    let gone = |err: &std::io::Error| err.kind() == std::io::ErrorKind::NotFound;
+    const ATTEMPTS: usize = 1000;
+    for attempt in 0..ATTEMPTS {
+        if attempt > 0 {
+            std::fs::remove_dir_all(to).expect("empty the copy's directory");
+        }
+        let before = fingerprint(from);
+        copy_tree(from, to);
+        if fingerprint(from) == before {
+            return;
+        }
+    }
+    panic!("{} kept changing through {ATTEMPTS} copies", from.display());
+}
+
+fn gone(err: &std::io::Error) -> bool {
+    err.kind() == std::io::ErrorKind::NotFound
+}
+
+/// Every entry under `dir`: its path, whether it is a directory, its length
+/// and its modification time, sorted.
+fn fingerprint(dir: &Path) -> Vec<(PathBuf, bool, u64, Option<SystemTime>)> {
+    fn walk(dir: &Path, out: &mut Vec<(PathBuf, bool, u64, Option<SystemTime>)>) {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(err) if gone(&err) => return,
+            Err(err) => panic!("read the directory {}: {err}", dir.display()),
+        };
+        for entry in entries {
+            let entry = entry.expect("a directory entry");
+            let path = entry.path();
+            match std::fs::symlink_metadata(&path) {
+                Ok(meta) => {
+                    out.push((path.clone(), meta.is_dir(), meta.len(), meta.modified().ok()));
+                    if meta.is_dir() {
+                        walk(&path, out);
+                    }
+                }
+                Err(err) if gone(&err) => {}
+                Err(err) => panic!("the metadata of {}: {err}", path.display()),
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, &mut out);
+    out.sort();
+    out
+}
+
+/// One file-by-file copy; a file or directory that goes meanwhile is left out.
+fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).expect("create the copy's directory");
     let entries = match std::fs::read_dir(from) {
         Ok(entries) => entries,
@@ -30,7 +90,7 @@ pub fn copy_dir(from: &Path, to: &Path) {
         let entry = entry.expect("a directory entry");
         let target = to.join(entry.file_name());
         match entry.file_type() {
-            Ok(kind) if kind.is_dir() => copy_dir(&entry.path(), &target),
+            Ok(kind) if kind.is_dir() => copy_tree(&entry.path(), &target),
             Ok(_) => match std::fs::copy(entry.path(), &target) {
                 Ok(_) => {}
                 Err(err) if gone(&err) => {}
@@ -45,4 +105,47 @@ pub fn copy_dir(from: &Path, to: &Path) {
 /// Milliseconds since the Unix epoch, now.
 pub fn now_ms() -> u64 {
     store_io::epoch_ms(std::time::SystemTime::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer that records a new front and then deletes the file before it,
+    /// as a log's cleaner does: every copy must hold every file from its
+    /// recorded front on (a file-by-file copy could take an old front and miss
+    /// the files deleted after it).
+    #[test]
+    fn a_copy_of_a_changing_tree_is_the_tree_at_one_moment() {
+        const FILES: usize = 400;
+        let live = tempfile::tempdir().unwrap();
+        let file = |k: usize| live.path().join(format!("seg{k:04}"));
+        for k in 0..FILES {
+            std::fs::write(file(k), [0u8; 64]).unwrap();
+        }
+        std::fs::write(live.path().join("front"), "0").unwrap();
+        std::thread::scope(|s| {
+            let writer = s.spawn(|| {
+                for k in 1..FILES {
+                    let staged = live.path().join("front.tmp");
+                    std::fs::write(&staged, k.to_string()).unwrap();
+                    std::fs::rename(&staged, live.path().join("front")).unwrap();
+                    std::fs::remove_file(file(k - 1)).unwrap();
+                }
+            });
+            let mut copies = 0;
+            while !writer.is_finished() || copies == 0 {
+                let copy = tempfile::tempdir().unwrap();
+                copy_dir(live.path(), copy.path());
+                let front: usize = std::fs::read_to_string(copy.path().join("front")).unwrap().parse().unwrap();
+                for k in front..FILES {
+                    assert!(
+                        copy.path().join(format!("seg{k:04}")).exists(),
+                        "copy {copies}: front {front}, seg{k:04} missing"
+                    );
+                }
+                copies += 1;
+            }
+        });
+    }
 }
