@@ -26,6 +26,17 @@ pub const MESSAGE_STORE_NAPS: QueueSystem = QueueSystem {
     run: |queues, flush, per_producer| run_with(queues, flush, per_producer, |config| config.dispatch_nap_us = 100),
 };
 
+/// The message store with dispatch's naps after rounds of tailed queues'
+/// puts off (`dispatch_tailed_nap_us = 0`, the former default): every put
+/// wakes dispatch.
+pub const MESSAGE_STORE_TAILED_NAPS_OFF: QueueSystem = QueueSystem {
+    name: "message-store, tailed naps off (the former default)",
+    ours: false,
+    run: |queues, flush, per_producer| {
+        run_with(queues, flush, per_producer, |config| config.dispatch_tailed_nap_us = 0)
+    },
+};
+
 /// The message store with the key index off (`message_index_enable`): what
 /// dispatch's key index costs the producers.
 pub const MESSAGE_STORE_NO_KEY_INDEX: QueueSystem = QueueSystem {

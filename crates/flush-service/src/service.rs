@@ -92,6 +92,13 @@ impl ServiceState {
         napped
     }
 
+    /// Whether the service sleeps in [`wait_for_running`](Self::wait_for_running)
+    /// (or [`nap`](Self::nap)) now: a test's way to know a wake-up it makes
+    /// next is the only thing that can wake it early.
+    pub fn is_asleep(&self) -> bool {
+        *lock(&self.mutex)
+    }
+
     /// Asks the service to stop and wakes it.
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::Release);

@@ -48,10 +48,23 @@ pub(crate) struct Dispatcher {
     error: Mutex<Option<String>>,
     /// Records of the log that are not messages of a known queue (skipped).
     pub(crate) skipped: AtomicU64,
+    /// Rounds that found at least one record.
+    rounds: AtomicU64,
     /// Pauses the next record's dispatch between its queue's lookup and its
     /// append (tests of the race with `delete_topic`); taken when used.
     #[cfg(test)]
     pub(crate) queue_looked_up: crate::pause::Pause,
+}
+
+/// What one dispatch round did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Round {
+    /// Records dispatched.
+    pub(crate) records: u64,
+    /// Of those, records whose queue entry their put had put already (a
+    /// queue a consumer tails, by the written end): their consumers had them
+    /// before this round.
+    pub(crate) indexed_by_puts: u64,
 }
 
 /// The queue-index entry of `record`.
@@ -80,6 +93,7 @@ impl Dispatcher {
             running: Mutex::new(()),
             error: Mutex::new(None),
             skipped: AtomicU64::new(0),
+            rounds: AtomicU64::new(0),
             #[cfg(test)]
             queue_looked_up: crate::pause::Pause::default(),
         }
@@ -110,6 +124,11 @@ impl Dispatcher {
         self.running.lock()
     }
 
+    /// Rounds that found at least one record since open.
+    pub(crate) fn rounds(&self) -> u64 {
+        self.rounds.load(Ordering::Relaxed)
+    }
+
     /// Why dispatch is stopped, if it is.
     pub(crate) fn error(&self) -> Option<String> {
         self.error.lock().clone()
@@ -121,11 +140,22 @@ impl Dispatcher {
         self.dispatch_up_to(self.limit())
     }
 
+    /// Dispatches every message up to the limit: dispatch's round (see
+    /// [`Round`]). On an error the point stays at the message that failed.
+    pub(crate) fn dispatch_round(&self) -> Result<Round, StoreError> {
+        self.dispatch_counting(self.limit())
+    }
+
     /// Dispatches every message that ends at or below `limit`.
     pub(crate) fn dispatch_up_to(&self, limit: u64) -> Result<u64, StoreError> {
+        self.dispatch_counting(limit).map(|round| round.records)
+    }
+
+    fn dispatch_counting(&self, limit: u64) -> Result<Round, StoreError> {
         let _running = self.running.lock();
         let mut point = self.point().max(self.log.min_offset());
         let mut count = 0u64;
+        let mut indexed_by_puts = 0u64;
         // Queues whose end moved and whose waiters are not woken yet: woken
         // every `WAKE_EVERY` records and when the round ends.
         let mut owed: Vec<Arc<Queue>> = Vec::new();
@@ -141,7 +171,9 @@ impl Dispatcher {
                 if record.next_offset() > limit {
                     break;
                 }
-                self.dispatch(&record, &mut owed)?;
+                if self.dispatch(&record, &mut owed)? {
+                    indexed_by_puts = indexed_by_puts.saturating_add(1);
+                }
                 point = record.next_offset();
                 self.point.store(point, Ordering::Release);
                 count = count.saturating_add(1);
@@ -163,19 +195,23 @@ impl Dispatcher {
                 *error = Some(format!("at log offset {point}: {err}"));
             }
         }
-        result.map(|()| count)
+        if count > 0 {
+            self.rounds.fetch_add(1, Ordering::Relaxed);
+        }
+        result.map(|()| Round { records: count, indexed_by_puts })
     }
 
     /// Puts one record's entry into the queue index (unless a sealed run has
     /// it already: dispatch after an open may start below the index's end,
-    /// for the key index) and its keys into the key index.
-    fn dispatch(&self, record: &Record, owed: &mut Vec<Arc<Queue>>) -> Result<(), StoreError> {
+    /// for the key index) and its keys into the key index. True if the queue
+    /// index held the entry already (its put had put it).
+    fn dispatch(&self, record: &Record, owed: &mut Vec<Arc<Queue>>) -> Result<bool, StoreError> {
         let header = match decode_header(&record.body) {
             Ok(header) => header,
             Err(err) => {
                 tracing::warn!(offset = record.offset, %err, "dispatch: a record that is not a message skipped");
                 self.skipped.fetch_add(1, Ordering::Relaxed);
-                return Ok(());
+                return Ok(false);
             }
         };
         if header.queue_offset == u64::MAX {
@@ -184,15 +220,15 @@ impl Dispatcher {
             // not a message.
             tracing::warn!(offset = record.offset, topic = %header.topic, queue = header.queue_id, "dispatch: a message with queue offset u64::MAX skipped");
             self.skipped.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
+            return Ok(false);
         }
         let Some(key) = self.queues.key_of_record(&header.topic, header.queue_id, record.offset) else {
             tracing::debug!(offset = record.offset, topic = %header.topic, queue = header.queue_id, "dispatch: a message of an unknown queue skipped");
             self.skipped.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
+            return Ok(false);
         };
         if record.offset < self.queue_index.sealed_to() {
-            return self.index_keys(&header, record);
+            return self.index_keys(&header, record).map(|()| false);
         }
         #[cfg(test)]
         self.queue_looked_up.reached();
@@ -222,7 +258,7 @@ impl Dispatcher {
                 owed.push(queue);
             }
         }
-        Ok(())
+        Ok(held)
     }
 
     /// Adds the message's keys to the index, if there is one.

@@ -78,6 +78,8 @@ impl MessageStore {
         // Naps between busy rounds, where puts would wake dispatch (by the
         // written end); by the durable end a flush wakes it.
         let dispatch_naps = limit == DispatchLimit::Written && config.dispatch_nap_us > 0;
+        // Naps after rounds whose puts indexed their own messages.
+        let dispatch_tailed_naps = index_on_put && config.dispatch_tailed_nap_us > 0;
         let index_config = if index_on_put {
             queue_index::IndexConfig::concurrent_appends()
         } else {
@@ -220,6 +222,7 @@ impl MessageStore {
             sealed_mark: Arc::new(AtomicU64::new(queue_index.sealed_to())),
             dispatch_wake: ServiceState::new(),
             dispatch_naps,
+            dispatch_tailed_naps,
             dispatch_idle_wait_ms: AtomicU64::new(DISPATCH_IDLE_WAIT_MS),
             shut_down: AtomicBool::new(false),
             index_on_put,
@@ -340,13 +343,15 @@ impl MessageStore {
         let dispatch =
             ServiceThread::spawn("ReputMessageService", Arc::clone(&self.core.dispatch_wake), move |state| {
                 let nap = Duration::from_micros(core.config.dispatch_nap_us);
+                let tailed_nap = Duration::from_micros(core.config.dispatch_tailed_nap_us);
                 loop {
                     // A failure is kept (`dispatch_error`) and retried: on the next
                     // wake-up, or within 100 ms.
-                    let found = core.dispatcher.dispatch_available().unwrap_or(0);
+                    let round = core.dispatcher.dispatch_round().unwrap_or_default();
                     if state.is_stopped() {
                         return;
                     }
+                    let found = round.records;
                     // Busy, and caught up: puts leave it to wake by itself
                     // after a nap. A lone record says puts come sparsely (a nap
                     // would only add an empty round and a timer's wake-up per
@@ -354,6 +359,13 @@ impl MessageStore {
                     // the puts: either way it does not nap.
                     if core.dispatch_naps && (2..=NAP_MOST_RECORDS).contains(&found) {
                         state.nap(nap);
+                        continue;
+                    }
+                    // Every record's consumers had it from its put: puts that
+                    // index their own leave it to wake by itself (any other
+                    // put wakes it, nap or not).
+                    if core.dispatch_tailed_naps && found >= 2 && round.indexed_by_puts == found {
+                        state.nap(tailed_nap);
                         continue;
                     }
                     // Puts during a nap did not wake it: one more look first.

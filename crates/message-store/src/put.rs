@@ -114,6 +114,7 @@ impl MessageStore {
         outside_lock: bool,
         arrivals: &mut Arrivals,
     ) -> Result<PutResult, StoreError> {
+        let announced = arrivals.0.len();
         let (queue_offset, appended) = {
             let mut next = queue.next_offset.lock();
             let offset = self.next_offset_locked((put.topic, put.queue_id), queue, &mut next)?;
@@ -138,7 +139,7 @@ impl MessageStore {
             }
             (offset, appended)
         };
-        self.after_put(1);
+        self.after_put(1, arrivals.0.len() - announced);
         Ok(PutResult {
             queue_offset,
             log_offset: appended.wrote_offset,
@@ -183,6 +184,7 @@ impl MessageStore {
         // succeeds, if it has passed).
         let Ok(appended) = appended else { return };
         held.appended = true;
+        let announced = arrivals.0.len();
         // From here every member is answered with its result, even if what
         // follows panics: its message is in the log, and must not be put again.
         let mut answers = Answers(Vec::with_capacity(taken.len()));
@@ -203,7 +205,7 @@ impl MessageStore {
         }
         drop(held);
         self.core.groups.written(taken.len());
-        self.after_put(taken.len());
+        self.after_put(taken.len(), arrivals.0.len() - announced);
     }
 
     /// The most bytes a group appends: within half a segment.
@@ -240,8 +242,9 @@ impl MessageStore {
             }
             (offset, appended)
         };
+        let indexed = arrivals.0.len();
         arrivals.announce();
-        self.after_put(messages.len());
+        self.after_put(messages.len(), indexed);
         Ok(BatchPutResult {
             first_queue_offset: first_offset,
             log_offsets: appended.offsets,
@@ -277,15 +280,18 @@ impl MessageStore {
 
     /// Counts `messages` put, and wakes dispatch after a put, where it reads
     /// up to the log's written end (unless it naps between busy rounds: it
-    /// then wakes by itself, `dispatch_nap_us`).
-    fn after_put(&self, messages: usize) {
+    /// then wakes by itself, `dispatch_nap_us`; or the put indexed all of
+    /// its `indexed` messages itself and dispatch naps after a round of such
+    /// puts, `dispatch_tailed_nap_us`).
+    fn after_put(&self, messages: usize, indexed: usize) {
         self.core.put_messages.fetch_add(messages as u64, Ordering::Relaxed);
         #[cfg(planted_bugs)]
         if crate::planted::is_active(crate::planted::Bug::DispatchBeforeDurable) {
             // The bug as it would be written: dispatch by the written end, woken by puts.
             self.core.dispatch_wake.wakeup();
         }
-        if self.core.dispatch_naps {
+        // A consumer of a queue its put indexed has the message already.
+        if self.core.dispatch_naps || (self.core.dispatch_tailed_naps && indexed == messages) {
             self.core.dispatch_wake.wakeup_unless_napping();
         } else if self.core.dispatcher_limit() == DispatchLimit::Written {
             self.core.dispatch_wake.wakeup();
@@ -682,12 +688,13 @@ mod tests {
         store.shutdown().unwrap();
     }
 
-    /// A store on simulated storage with dispatch's naps on (100 µs) and its
-    /// wait when idle an hour long (it is 100 ms): a put it was not woken
-    /// for waits the hour.
-    fn napping_store(flush: FlushDiskType, write_groups: bool) -> MessageStore {
+    /// A store on simulated storage with dispatch's naps after busy rounds
+    /// `nap_us` long (0: off; its naps after rounds of tailed queues' puts
+    /// stay on) and its wait when idle an hour long (it is 100 ms): a put it
+    /// was not woken for waits the hour.
+    fn napping_store(flush: FlushDiskType, write_groups: bool, nap_us: u64) -> MessageStore {
         let mut config = MessageStoreConfig::new(small_log(flush));
-        config.dispatch_nap_us = 100;
+        config.dispatch_nap_us = nap_us;
         config.write_groups = write_groups;
         let store = MessageStore::open_with_storage("/s", config, Arc::new(store_io::sim::SimStorage::new())).unwrap();
         store.core.dispatch_idle_wait_ms.store(3_600_000, Ordering::Relaxed);
@@ -756,10 +763,10 @@ mod tests {
     #[test]
     fn puts_wake_dispatch_after_its_naps() {
         assert!(!sim_store(FlushDiskType::AsyncFlush, &[]).core.dispatch_naps, "off by default");
-        let synced = napping_store(FlushDiskType::SyncFlush, true);
+        let synced = napping_store(FlushDiskType::SyncFlush, true, 100);
         assert!(!synced.core.dispatch_naps, "a flush wakes it by the durable end");
         synced.shutdown().unwrap();
-        let store = napping_store(FlushDiskType::AsyncFlush, true);
+        let store = napping_store(FlushDiskType::AsyncFlush, true, 100);
         store.create_topic("t", 2).unwrap();
         assert!(store.core.dispatch_naps, "on by the written end");
         let within = Duration::from_secs(30);
@@ -784,19 +791,85 @@ mod tests {
         store.shutdown().unwrap();
     }
 
+    /// By the written end, puts that index their own messages (a queue a
+    /// consumer tails) leave a napping dispatch asleep
+    /// (`dispatch_tailed_nap_us`): their consumers read them at once all the
+    /// same. A put of a queue no one tails wakes it, nap or not. Here
+    /// dispatch's idle wait is an hour and it is marked napping while it
+    /// sleeps, as after a round of tailed puts: the tailed puts must not move
+    /// it (with every put waking it, it ran within the 50 ms looked at), the
+    /// untailed put must (else it sleeps the hour).
+    #[test]
+    fn puts_of_a_tailed_queue_leave_a_napping_dispatch_asleep() {
+        let store = sim_store(FlushDiskType::AsyncFlush, &[("t", 2)]);
+        assert!(store.core.dispatch_tailed_naps, "on by default, by the written end");
+        store.core.dispatch_idle_wait_ms.store(3_600_000, Ordering::Relaxed);
+        let _tailed = store.arrival("t", 0, u64::MAX - 1).unwrap();
+        store.put_message(&Message::new("t", 1, &b"untailed"[..])).unwrap();
+        await_dispatched(&store, Duration::from_secs(10), "a put of a queue no one tails");
+        let wake = &store.core.dispatch_wake;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !wake.is_asleep() {
+            assert!(std::time::Instant::now() < deadline, "dispatch never went to sleep");
+            std::thread::yield_now();
+        }
+        wake.begin_nap();
+        let point = store.stats().dispatch_point;
+        for k in 0..50 {
+            let put = store.put_message(&Message::new("t", 0, &b"tailed"[..])).unwrap();
+            assert_eq!(put.queue_offset, k);
+            let got = store.get_messages(&crate::GetRequest::new("t", 0, k)).unwrap();
+            assert_eq!(got.messages.len(), 1, "put {k} of a tailed queue readable when its put returned");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(store.stats().dispatch_point, point, "a put of a tailed queue woke a napping dispatch");
+        store.put_message(&Message::new("t", 1, &b"untailed"[..])).unwrap();
+        await_dispatched(&store, Duration::from_secs(10), "a put of a queue no one tails, during a nap");
+        assert!(store.stats().dispatch_rounds >= 2);
+        store.shutdown().unwrap();
+    }
+
+    /// A tailed queue's puts in a burst: dispatch naps (100 ms) between its
+    /// rounds and takes many puts in each (a few rounds for 100 puts; with
+    /// every put waking it, 10-15 here), and once the puts stop
+    /// it reaches the log's end by itself (its idle wait an hour long: a
+    /// nap that ended without its last look would leave the last puts to it).
+    #[test]
+    fn a_tailed_queues_burst_is_dispatched_in_few_rounds() {
+        let log = small_log(FlushDiskType::AsyncFlush);
+        let mut config = MessageStoreConfig::new(log);
+        config.dispatch_tailed_nap_us = 100_000;
+        let store = MessageStore::open_with_storage("/s", config, Arc::new(store_io::sim::SimStorage::new())).unwrap();
+        store.core.dispatch_idle_wait_ms.store(3_600_000, Ordering::Relaxed);
+        store.create_topic("t", 1).unwrap();
+        let _tailed = store.arrival("t", 0, u64::MAX - 1).unwrap();
+        for round in 0..5 {
+            let rounds = store.stats().dispatch_rounds;
+            for _ in 0..100 {
+                store.put_messages(&vec![Message::new("t", 0, &b"burst"[..]); 2]).unwrap();
+            }
+            await_dispatched(&store, Duration::from_secs(10), &format!("round {round}: the burst's last puts"));
+            let made = store.stats().dispatch_rounds - rounds;
+            assert!(made <= 6, "round {round}: {made} dispatch rounds for 100 puts");
+        }
+        store.shutdown().unwrap();
+    }
+
     /// Puts at random moments around dispatch's naps (1 to 3 producers, gaps
-    /// of 0-300 µs, single puts and batches, write groups on and off, a
-    /// tailed queue beside untailed ones), dispatch's idle wait an hour long:
+    /// of 0-300 µs, single puts and batches, write groups on and off, naps
+    /// after busy rounds on and off (those after rounds of the tailed queue's
+    /// puts on), a tailed queue beside untailed ones), dispatch's idle wait
+    /// an hour long:
     /// every round's puts are dispatched within seconds. A dispatch that
     /// skipped its last look after a nap missed puts here (2 failing runs of
     /// 20); the loom model is the exhaustive check.
     #[test]
     fn puts_at_random_moments_around_naps_are_all_dispatched() {
         const SEED: u64 = 0x9E37_79B9_7F4A_7C15;
-        for groups in [true, false] {
-            let store = napping_store(FlushDiskType::AsyncFlush, groups);
+        for (groups, nap_us) in [(true, 100), (false, 100), (true, 0)] {
+            let store = napping_store(FlushDiskType::AsyncFlush, groups, nap_us);
             store.create_topic("t", 4).unwrap();
-            assert!(store.core.dispatch_naps);
+            assert_eq!(store.core.dispatch_naps, nap_us > 0);
             let _tailed = store.arrival("t", 3, u64::MAX - 1).unwrap();
             let mut seed = SEED;
             let mut next = move || {
@@ -829,7 +902,7 @@ mod tests {
                 for producer in producers {
                     producer.join().unwrap();
                 }
-                let what = format!("seed {SEED:#x}, write groups {groups}, round {round}");
+                let what = format!("seed {SEED:#x}, write groups {groups}, naps {nap_us} µs, round {round}");
                 await_dispatched(&store, Duration::from_secs(10), &what);
             }
             store.shutdown().unwrap();

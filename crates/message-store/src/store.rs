@@ -80,6 +80,11 @@ pub struct StoreStats {
     /// (dispatch by the written end: a message is readable once its put
     /// returned; dispatch found them there).
     pub entries_indexed_on_put: u64,
+    /// Dispatch rounds that found at least one record since open: with
+    /// [`dispatch_point`](Self::dispatch_point)'s records, how many records
+    /// a round takes (a put that wakes dispatch makes a round of its own;
+    /// dispatch's naps gather several).
+    pub dispatch_rounds: u64,
     /// Appends of puts that waited while another put appended (write
     /// groups): each wrote every such put's message in one batch.
     pub put_groups: u64,
@@ -139,6 +144,7 @@ impl Core {
             consumer_offsets: self.offsets.len(),
             consumer_offset_syncs: self.offsets.syncs(),
             entries_indexed_on_put: self.indexed_on_put.load(Ordering::Relaxed),
+            dispatch_rounds: dispatcher.rounds(),
             put_groups: self.groups.counts().0,
             puts_in_groups: self.groups.counts().1,
             messages_put: self.put_messages.load(Ordering::Relaxed),
@@ -169,6 +175,10 @@ pub(crate) struct Core {
     /// Dispatch naps between busy rounds (`dispatch_nap_us`, by the written
     /// end only): puts then wake it only if it does not nap.
     pub(crate) dispatch_naps: bool,
+    /// Dispatch naps after a round whose records their puts had all indexed
+    /// (`dispatch_tailed_nap_us`, by the written end only): puts that index
+    /// their own messages then wake it only if it does not nap.
+    pub(crate) dispatch_tailed_naps: bool,
     /// How long dispatch waits for a wake-up when it found nothing to read
     /// (100 ms; a unit test lengthens it to show a put wakes it).
     pub(crate) dispatch_idle_wait_ms: AtomicU64,

@@ -13,6 +13,7 @@ fn a_config_file_reads_with_defaults_and_limits_that_follow_the_log() {
         default_topic_queue_nums = 4
 
         dispatch_nap_us = 0
+        dispatch_tailed_nap_us = 500
 
         [log]
         mapped_file_size_commit_log = 1048576
@@ -32,6 +33,7 @@ fn a_config_file_reads_with_defaults_and_limits_that_follow_the_log() {
     assert_eq!((config.index.hash_slots, config.index.max_items), (64, 800_000), "a key left out keeps its default");
     assert_eq!(config.write_groups, MessageStoreConfig::default().write_groups);
     assert_eq!(config.dispatch_nap_us, 0, "dispatch's naps off");
+    assert_eq!(config.dispatch_tailed_nap_us, 500);
     let back: MessageStoreConfig = toml::from_str(&toml::to_string(&config).unwrap()).unwrap();
     assert_eq!(back, config, "written and read back");
 

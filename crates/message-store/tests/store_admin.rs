@@ -30,8 +30,14 @@ fn the_builder_derives_limits_from_the_log_and_checks_what_it_builds() {
         matches!(&long_nap, Err(StoreError::InvalidConfig { reason }) if reason.contains("dispatch_nap_us")),
         "a nap longer than dispatch's idle wait: {long_nap:?}"
     );
+    let long_tailed_nap = MessageStoreConfig::builder().dispatch_tailed_nap_us(100_001).build();
+    assert!(
+        matches!(&long_tailed_nap, Err(StoreError::InvalidConfig { reason }) if reason.contains("dispatch_tailed_nap_us")),
+        "a nap longer than dispatch's idle wait: {long_tailed_nap:?}"
+    );
     let default = MessageStoreConfig::default();
     assert_eq!(default.dispatch_nap_us, 0, "naps off by default");
+    assert_eq!(default.dispatch_tailed_nap_us, 1000, "naps after tailed queues' rounds on by default");
     assert_eq!(default.log.mapped_file_size_commit_log, CommitLogConfig::DEFAULT_SEGMENT_SIZE);
     default.validate().unwrap();
 }
