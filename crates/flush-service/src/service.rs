@@ -99,6 +99,13 @@ impl ServiceState {
         *lock(&self.mutex)
     }
 
+    /// Whether the service naps ([`begin_nap`](Self::begin_nap) until
+    /// [`end_nap`](Self::end_nap)): callers of
+    /// [`wakeup_unless_napping`](Self::wakeup_unless_napping) leave it asleep.
+    pub fn is_napping(&self) -> bool {
+        self.napping.load(Ordering::SeqCst)
+    }
+
     /// Asks the service to stop and wakes it.
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::Release);

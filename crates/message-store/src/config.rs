@@ -125,7 +125,9 @@ pub struct MessageStoreConfig {
     /// trip of dispatch through the scheduler each time). A put its own
     /// put did not index (a queue no one tails) still wakes dispatch at
     /// once, nap or not. So only the key index and the dispatch point see a
-    /// tailed queue's message up to a nap later.
+    /// tailed queue's message up to a nap later. With
+    /// [`dispatch_nap_us`](Self::dispatch_nap_us) set, its naps take the place
+    /// of these (puts of every queue then leave a napping dispatch asleep).
     pub dispatch_tailed_nap_us: u64,
     /// The index files' shape.
     pub index: IndexConfig,

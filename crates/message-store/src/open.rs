@@ -78,8 +78,11 @@ impl MessageStore {
         // Naps between busy rounds, where puts would wake dispatch (by the
         // written end); by the durable end a flush wakes it.
         let dispatch_naps = limit == DispatchLimit::Written && config.dispatch_nap_us > 0;
-        // Naps after rounds whose puts indexed their own messages.
-        let dispatch_tailed_naps = index_on_put && config.dispatch_tailed_nap_us > 0;
+        // Naps after rounds whose puts indexed their own messages; with naps
+        // after every busy round, those take their place (every put then
+        // leaves a napping dispatch asleep, so a nap of these would hold
+        // puts of queues no one tails too).
+        let dispatch_tailed_naps = index_on_put && config.dispatch_tailed_nap_us > 0 && !dispatch_naps;
         let index_config = if index_on_put {
             queue_index::IndexConfig::concurrent_appends()
         } else {

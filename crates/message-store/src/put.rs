@@ -855,6 +855,57 @@ mod tests {
         store.shutdown().unwrap();
     }
 
+    /// With naps after every busy round on (`dispatch_nap_us`), every put
+    /// leaves a napping dispatch asleep, so the naps after tailed queues'
+    /// rounds give way to them: after a round of more than 256 tailed
+    /// records (too many for a busy round's nap: dispatch runs behind) it
+    /// must not nap, or a put of a queue no one tails waits the nap. Here
+    /// dispatch takes 300 tailed puts in one round, then goes to sleep: not
+    /// napping. With naps off, the same round ends in a tailed nap.
+    #[test]
+    fn naps_after_busy_rounds_take_the_place_of_naps_after_tailed_rounds() {
+        for nap_us in [100u64, 0] {
+            let mut config = MessageStoreConfig::new(small_log(FlushDiskType::AsyncFlush));
+            config.dispatch_nap_us = nap_us;
+            config.dispatch_tailed_nap_us = 100_000;
+            config.write_groups = false;
+            let store =
+                MessageStore::open_with_storage("/s", config, Arc::new(store_io::sim::SimStorage::new())).unwrap();
+            store.core.dispatch_idle_wait_ms.store(3_600_000, Ordering::Relaxed);
+            store.create_topic("t", 2).unwrap();
+            let _tailed = store.arrival("t", 0, u64::MAX - 1).unwrap();
+            store.put_message(&Message::new("t", 1, &b"untailed"[..])).unwrap();
+            await_dispatched(&store, Duration::from_secs(10), "the first put");
+            let wake = &store.core.dispatch_wake;
+            let asleep = || {
+                let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                while !wake.is_asleep() {
+                    assert!(std::time::Instant::now() < deadline, "dispatch never went to sleep");
+                    std::thread::yield_now();
+                }
+            };
+            asleep();
+            // 300 tailed puts dispatch has not seen, then one round of them all.
+            wake.begin_nap();
+            for _ in 0..300 {
+                store.put_message(&Message::new("t", 0, &b"tailed"[..])).unwrap();
+            }
+            wake.wakeup();
+            await_dispatched(&store, Duration::from_secs(10), "the tailed puts");
+            let round_ended = std::time::Instant::now();
+            asleep();
+            let napping = wake.is_napping();
+            if nap_us > 0 {
+                assert!(!napping, "dispatch_nap_us {nap_us}: a tailed nap after 300 tailed records");
+            } else if round_ended.elapsed() < Duration::from_millis(90) {
+                assert!(napping, "naps off: no tailed nap after 300 tailed records");
+            }
+            store.put_message(&Message::new("t", 1, &b"untailed"[..])).unwrap();
+            await_dispatched(&store, Duration::from_secs(10), "an untailed put");
+            store.shutdown().unwrap();
+        }
+    }
+
     /// Puts at random moments around dispatch's naps (1 to 3 producers, gaps
     /// of 0-300 µs, single puts and batches, write groups on and off, naps
     /// after busy rounds on and off (those after rounds of the tailed queue's

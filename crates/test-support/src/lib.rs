@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -22,7 +23,10 @@ pub use store_io::sim::SplitMix64 as Rng;
 /// tree's names, sizes and modification times are read before and after each
 /// copy, and the copy is taken again (into an emptied `to`) until nothing
 /// changed meanwhile. Bytes written through a mapping need not move a file's
-/// modification time; they are what a crash may or may not keep anyway.
+/// modification time; they are what a crash may or may not keep anyway. A
+/// same-size rewrite in place within one timestamp tick also goes unseen
+/// where the file system's times are coarse (before Linux 6.13, about a
+/// scheduler tick); a file replaced by a rename is seen by its new inode.
 ///
 /// `to` must be empty or absent: it is emptied before each new attempt.
 ///
@@ -48,10 +52,13 @@ fn gone(err: &std::io::Error) -> bool {
     err.kind() == std::io::ErrorKind::NotFound
 }
 
-/// Every entry under `dir`: its path, whether it is a directory, its length
-/// and its modification time, sorted.
-fn fingerprint(dir: &Path) -> Vec<(PathBuf, bool, u64, Option<SystemTime>)> {
-    fn walk(dir: &Path, out: &mut Vec<(PathBuf, bool, u64, Option<SystemTime>)>) {
+/// What [`fingerprint`] notes of an entry: its path, whether it is a
+/// directory, its inode, its length and its modification time.
+type Noted = (PathBuf, bool, u64, u64, Option<SystemTime>);
+
+/// Every entry under `dir`, as [`Noted`], sorted.
+fn fingerprint(dir: &Path) -> Vec<Noted> {
+    fn walk(dir: &Path, out: &mut Vec<Noted>) {
         let entries = match std::fs::read_dir(dir) {
             Ok(entries) => entries,
             Err(err) if gone(&err) => return,
@@ -62,7 +69,7 @@ fn fingerprint(dir: &Path) -> Vec<(PathBuf, bool, u64, Option<SystemTime>)> {
             let path = entry.path();
             match std::fs::symlink_metadata(&path) {
                 Ok(meta) => {
-                    out.push((path.clone(), meta.is_dir(), meta.len(), meta.modified().ok()));
+                    out.push((path.clone(), meta.is_dir(), meta.ino(), meta.len(), meta.modified().ok()));
                     if meta.is_dir() {
                         walk(&path, out);
                     }
