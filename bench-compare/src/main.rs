@@ -294,7 +294,7 @@ fn main() {
     let d_systems = [
         queues_ours::MESSAGE_STORE,
         queues_ours::MESSAGE_STORE_ALONE,
-        queues_ours::MESSAGE_STORE_TAILED_NAPS_OFF,
+        queues_ours::MESSAGE_STORE_TAILED_NAPS,
         queues_ours::MESSAGE_STORE_NAPS,
         queues_ours::MESSAGE_STORE_NO_KEY_INDEX,
         queues_rocketmq::LOCAL_FILE_MESSAGE_STORE,

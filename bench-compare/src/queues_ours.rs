@@ -27,13 +27,13 @@ pub const MESSAGE_STORE_NAPS: QueueSystem = QueueSystem {
 };
 
 /// The message store with dispatch's naps after rounds of tailed queues'
-/// puts off (`dispatch_tailed_nap_us = 0`, the former default): every put
-/// wakes dispatch.
-pub const MESSAGE_STORE_TAILED_NAPS_OFF: QueueSystem = QueueSystem {
-    name: "message-store, tailed naps off (the former default)",
+/// puts on (`dispatch_tailed_nap_us = 1000`): puts that index their own
+/// messages leave a napping dispatch asleep.
+pub const MESSAGE_STORE_TAILED_NAPS: QueueSystem = QueueSystem {
+    name: "message-store, tailed naps on (1 ms)",
     ours: false,
     run: |queues, flush, per_producer| {
-        run_with(queues, flush, per_producer, |config| config.dispatch_tailed_nap_us = 0)
+        run_with(queues, flush, per_producer, |config| config.dispatch_tailed_nap_us = 1000)
     },
 };
 

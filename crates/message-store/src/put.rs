@@ -690,11 +690,12 @@ mod tests {
 
     /// A store on simulated storage with dispatch's naps after busy rounds
     /// `nap_us` long (0: off; its naps after rounds of tailed queues' puts
-    /// stay on) and its wait when idle an hour long (it is 100 ms): a put it
+    /// on, 1 ms) and its wait when idle an hour long (it is 100 ms): a put it
     /// was not woken for waits the hour.
     fn napping_store(flush: FlushDiskType, write_groups: bool, nap_us: u64) -> MessageStore {
         let mut config = MessageStoreConfig::new(small_log(flush));
         config.dispatch_nap_us = nap_us;
+        config.dispatch_tailed_nap_us = 1000;
         config.write_groups = write_groups;
         let store = MessageStore::open_with_storage("/s", config, Arc::new(store_io::sim::SimStorage::new())).unwrap();
         store.core.dispatch_idle_wait_ms.store(3_600_000, Ordering::Relaxed);
@@ -801,8 +802,12 @@ mod tests {
     /// untailed put must (else it sleeps the hour).
     #[test]
     fn puts_of_a_tailed_queue_leave_a_napping_dispatch_asleep() {
-        let store = sim_store(FlushDiskType::AsyncFlush, &[("t", 2)]);
-        assert!(store.core.dispatch_tailed_naps, "on by default, by the written end");
+        assert!(!sim_store(FlushDiskType::AsyncFlush, &[]).core.dispatch_tailed_naps, "off by default");
+        let mut config = MessageStoreConfig::new(small_log(FlushDiskType::AsyncFlush));
+        config.dispatch_tailed_nap_us = 1000;
+        let store = MessageStore::open_with_storage("/s", config, Arc::new(store_io::sim::SimStorage::new())).unwrap();
+        store.create_topic("t", 2).unwrap();
+        assert!(store.core.dispatch_tailed_naps, "on by the written end");
         store.core.dispatch_idle_wait_ms.store(3_600_000, Ordering::Relaxed);
         let _tailed = store.arrival("t", 0, u64::MAX - 1).unwrap();
         store.put_message(&Message::new("t", 1, &b"untailed"[..])).unwrap();

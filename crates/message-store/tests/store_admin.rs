@@ -37,7 +37,7 @@ fn the_builder_derives_limits_from_the_log_and_checks_what_it_builds() {
     );
     let default = MessageStoreConfig::default();
     assert_eq!(default.dispatch_nap_us, 0, "naps off by default");
-    assert_eq!(default.dispatch_tailed_nap_us, 1000, "naps after tailed queues' rounds on by default");
+    assert_eq!(default.dispatch_tailed_nap_us, 0, "naps after tailed queues' rounds off by default");
     assert_eq!(default.log.mapped_file_size_commit_log, CommitLogConfig::DEFAULT_SEGMENT_SIZE);
     default.validate().unwrap();
 }
