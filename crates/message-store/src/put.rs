@@ -697,9 +697,25 @@ mod tests {
         config.dispatch_nap_us = nap_us;
         config.dispatch_tailed_nap_us = 1000;
         config.write_groups = write_groups;
+        sleepy_store(config)
+    }
+
+    /// A store of `config` on simulated storage with dispatch's wait when
+    /// idle an hour long (it is 100 ms): a put it was not woken for waits the
+    /// hour.
+    fn sleepy_store(config: MessageStoreConfig) -> MessageStore {
         let store = MessageStore::open_with_storage("/s", config, Arc::new(store_io::sim::SimStorage::new())).unwrap();
         store.core.dispatch_idle_wait_ms.store(3_600_000, Ordering::Relaxed);
         store
+    }
+
+    /// Waits until dispatch sleeps (fails after 10 s).
+    fn await_asleep(wake: &flush_service::ServiceState) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !wake.is_asleep() {
+            assert!(std::time::Instant::now() < deadline, "dispatch never went to sleep");
+            std::thread::yield_now();
+        }
     }
 
     /// Waits until dispatch has passed everything readable; fails after
@@ -734,13 +750,7 @@ mod tests {
             transient_store_pool_size: 2,
             ..small_log(FlushDiskType::AsyncFlush)
         };
-        let store = MessageStore::open_with_storage(
-            "/s",
-            MessageStoreConfig::new(log),
-            Arc::new(store_io::sim::SimStorage::new()),
-        )
-        .unwrap();
-        store.core.dispatch_idle_wait_ms.store(3_600_000, Ordering::Relaxed);
+        let store = sleepy_store(MessageStoreConfig::new(log));
         store.create_topic("t", 1).unwrap();
         for round in 0..10 {
             let put = store.put_message(&Message::new("t", 0, &b"pooled"[..])).unwrap();
@@ -805,19 +815,14 @@ mod tests {
         assert!(!sim_store(FlushDiskType::AsyncFlush, &[]).core.dispatch_tailed_naps, "off by default");
         let mut config = MessageStoreConfig::new(small_log(FlushDiskType::AsyncFlush));
         config.dispatch_tailed_nap_us = 1000;
-        let store = MessageStore::open_with_storage("/s", config, Arc::new(store_io::sim::SimStorage::new())).unwrap();
+        let store = sleepy_store(config);
         store.create_topic("t", 2).unwrap();
         assert!(store.core.dispatch_tailed_naps, "on by the written end");
-        store.core.dispatch_idle_wait_ms.store(3_600_000, Ordering::Relaxed);
         let _tailed = store.arrival("t", 0, u64::MAX - 1).unwrap();
         store.put_message(&Message::new("t", 1, &b"untailed"[..])).unwrap();
         await_dispatched(&store, Duration::from_secs(10), "a put of a queue no one tails");
         let wake = &store.core.dispatch_wake;
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !wake.is_asleep() {
-            assert!(std::time::Instant::now() < deadline, "dispatch never went to sleep");
-            std::thread::yield_now();
-        }
+        await_asleep(wake);
         wake.begin_nap();
         let point = store.stats().dispatch_point;
         for k in 0..50 {
@@ -844,8 +849,7 @@ mod tests {
         let log = small_log(FlushDiskType::AsyncFlush);
         let mut config = MessageStoreConfig::new(log);
         config.dispatch_tailed_nap_us = 100_000;
-        let store = MessageStore::open_with_storage("/s", config, Arc::new(store_io::sim::SimStorage::new())).unwrap();
-        store.core.dispatch_idle_wait_ms.store(3_600_000, Ordering::Relaxed);
+        let store = sleepy_store(config);
         store.create_topic("t", 1).unwrap();
         let _tailed = store.arrival("t", 0, u64::MAX - 1).unwrap();
         for round in 0..5 {
@@ -874,22 +878,13 @@ mod tests {
             config.dispatch_nap_us = nap_us;
             config.dispatch_tailed_nap_us = 100_000;
             config.write_groups = false;
-            let store =
-                MessageStore::open_with_storage("/s", config, Arc::new(store_io::sim::SimStorage::new())).unwrap();
-            store.core.dispatch_idle_wait_ms.store(3_600_000, Ordering::Relaxed);
+            let store = sleepy_store(config);
             store.create_topic("t", 2).unwrap();
             let _tailed = store.arrival("t", 0, u64::MAX - 1).unwrap();
             store.put_message(&Message::new("t", 1, &b"untailed"[..])).unwrap();
             await_dispatched(&store, Duration::from_secs(10), "the first put");
             let wake = &store.core.dispatch_wake;
-            let asleep = || {
-                let deadline = std::time::Instant::now() + Duration::from_secs(10);
-                while !wake.is_asleep() {
-                    assert!(std::time::Instant::now() < deadline, "dispatch never went to sleep");
-                    std::thread::yield_now();
-                }
-            };
-            asleep();
+            await_asleep(wake);
             // 300 tailed puts dispatch has not seen, then one round of them all.
             wake.begin_nap();
             for _ in 0..300 {
@@ -898,7 +893,7 @@ mod tests {
             wake.wakeup();
             await_dispatched(&store, Duration::from_secs(10), "the tailed puts");
             let round_ended = std::time::Instant::now();
-            asleep();
+            await_asleep(wake);
             let napping = wake.is_napping();
             if nap_us > 0 {
                 assert!(!napping, "dispatch_nap_us {nap_us}: a tailed nap after 300 tailed records");

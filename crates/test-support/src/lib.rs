@@ -20,7 +20,7 @@ pub use store_io::sim::SplitMix64 as Rng;
 /// new front, then deletes the segments before it; a small file is replaced by
 /// a rename), and a file-by-file copy could take the old front from one moment
 /// and the missing segments from a later one: a state no crash leaves. So the
-/// tree's names, sizes and modification times are read before and after each
+/// tree's names, inodes, sizes and modification times are read before and after each
 /// copy, and the copy is taken again (into an emptied `to`) until nothing
 /// changed meanwhile. Bytes written through a mapping need not move a file's
 /// modification time; they are what a crash may or may not keep anyway. A
@@ -52,6 +52,15 @@ fn gone(err: &std::io::Error) -> bool {
     err.kind() == std::io::ErrorKind::NotFound
 }
 
+/// The entries of `dir`, or none if it went.
+fn entries_or_gone(dir: &Path) -> Option<std::fs::ReadDir> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => Some(entries),
+        Err(err) if gone(&err) => None,
+        Err(err) => panic!("read the directory {}: {err}", dir.display()),
+    }
+}
+
 /// What [`fingerprint`] notes of an entry: its path, whether it is a
 /// directory, its inode, its length and its modification time.
 type Noted = (PathBuf, bool, u64, u64, Option<SystemTime>);
@@ -59,11 +68,7 @@ type Noted = (PathBuf, bool, u64, u64, Option<SystemTime>);
 /// Every entry under `dir`, as [`Noted`], sorted.
 fn fingerprint(dir: &Path) -> Vec<Noted> {
     fn walk(dir: &Path, out: &mut Vec<Noted>) {
-        let entries = match std::fs::read_dir(dir) {
-            Ok(entries) => entries,
-            Err(err) if gone(&err) => return,
-            Err(err) => panic!("read the directory {}: {err}", dir.display()),
-        };
+        let Some(entries) = entries_or_gone(dir) else { return };
         for entry in entries {
             let entry = entry.expect("a directory entry");
             let path = entry.path();
@@ -88,11 +93,7 @@ fn fingerprint(dir: &Path) -> Vec<Noted> {
 /// One file-by-file copy; a file or directory that goes meanwhile is left out.
 fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).expect("create the copy's directory");
-    let entries = match std::fs::read_dir(from) {
-        Ok(entries) => entries,
-        Err(err) if gone(&err) => return,
-        Err(err) => panic!("read the directory {}: {err}", from.display()),
-    };
+    let Some(entries) = entries_or_gone(from) else { return };
     for entry in entries {
         let entry = entry.expect("a directory entry");
         let target = to.join(entry.file_name());
