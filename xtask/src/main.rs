@@ -1,7 +1,7 @@
 //! `cargo xtask`: the one entry point for CI chores.
 //!
 //! ```text
-//! cargo xtask ci                         fmt --check, clippy -D warnings, tests, the CI-sized crash suite
+//! cargo xtask ci                         Cargo.lock --locked, fmt --check, clippy -D warnings, tests, the CI-sized crash suite
 //!                                        (loom included), the raft kill test, the release check (no test
 //!                                        machinery in what users get), rustdoc -D warnings; stable Rust only
 //! cargo xtask release-check              no simulation, fail point or planted bug in the release tool

@@ -5,9 +5,15 @@ use crate::process::cargo;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// fmt, clippy, the tests, the CI-sized crash suite (loom included), the raft
-/// kill test, the release check, packaging and rustdoc: stable Rust only.
+/// The lock file, fmt, clippy, the tests, the CI-sized crash suite (loom
+/// included), the raft kill test, the release check, packaging and rustdoc:
+/// stable Rust only.
 pub fn run() -> Result<(), String> {
+    // Cargo.lock must hold the workspace's resolution as committed: a
+    // dependency added without its lock-file change builds here (cargo
+    // rewrites the file) and fails a `--locked` build elsewhere.
+    cargo(&["tree", "--workspace", "--locked", "--depth", "0", "--quiet"], &[])
+        .map_err(|e| format!("Cargo.lock is not up to date with the manifests (commit cargo's change to it): {e}"))?;
     cargo(&["fmt", "--all", "--check"], &[])?;
     cargo(&["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"], &[])?;
     test::run()?;
