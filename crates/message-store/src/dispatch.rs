@@ -124,7 +124,9 @@ impl Dispatcher {
         self.running.lock()
     }
 
-    /// Rounds that found at least one record since open.
+    /// The dispatch service's rounds that found at least one record since
+    /// open (open's replay and [`dispatch_now`](crate::MessageStore::dispatch_now)
+    /// are not rounds of the service).
     pub(crate) fn rounds(&self) -> u64 {
         self.rounds.load(Ordering::Relaxed)
     }
@@ -143,7 +145,11 @@ impl Dispatcher {
     /// Dispatches every message up to the limit: dispatch's round (see
     /// [`Round`]). On an error the point stays at the message that failed.
     pub(crate) fn dispatch_round(&self) -> Result<Round, StoreError> {
-        self.dispatch_counting(self.limit())
+        let round = self.dispatch_counting(self.limit());
+        if round.as_ref().is_ok_and(|round| round.records > 0) {
+            self.rounds.fetch_add(1, Ordering::Relaxed);
+        }
+        round
     }
 
     /// Dispatches every message that ends at or below `limit`.
@@ -194,9 +200,6 @@ impl Dispatcher {
                 }
                 *error = Some(format!("at log offset {point}: {err}"));
             }
-        }
-        if count > 0 {
-            self.rounds.fetch_add(1, Ordering::Relaxed);
         }
         result.map(|()| Round { records: count, indexed_by_puts })
     }

@@ -80,7 +80,9 @@ pub struct StoreStats {
     /// (dispatch by the written end: a message is readable once its put
     /// returned; dispatch found them there).
     pub entries_indexed_on_put: u64,
-    /// Dispatch rounds that found at least one record since open: with
+    /// The dispatch service's rounds that found at least one record since
+    /// open (open's replay of the log and [`MessageStore::dispatch_now`] are
+    /// not counted): with
     /// [`dispatch_point`](Self::dispatch_point)'s records, how many records
     /// a round takes (a put that wakes dispatch makes a round of its own;
     /// dispatch's naps gather several).

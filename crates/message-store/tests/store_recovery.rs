@@ -217,6 +217,7 @@ fn a_queue_index_that_lost_its_files_is_rebuilt_from_the_log() {
     let reopened = open(&image, config);
     assert_eq!(reopened.open_report().recovered_from, 0, "the whole log dispatched again");
     assert_eq!(reopened.open_report().redispatched, 30);
+    assert_eq!(reopened.stats().dispatch_rounds, 0, "open's replay is no round of the dispatch service");
     check(&reopened, &expected, 1);
     reopened.shutdown().unwrap();
 }
