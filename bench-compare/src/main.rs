@@ -268,6 +268,12 @@ fn d_queue_count_wanted(queues: u32) -> bool {
         .map_or(true, |wanted| wanted.split(',').any(|n| n.trim().parse::<u32>().is_ok_and(|n| n == queues)))
 }
 
+/// Whether (d) runs under `flush`: `BENCH_D_FLUSH` (`async` or `sync`) picks
+/// one mode, for profiling; both by default.
+fn d_flush_wanted(flush: queues::Flush) -> bool {
+    std::env::var("BENCH_D_FLUSH").map_or(true, |wanted| flush.name().starts_with(wanted.trim()))
+}
+
 /// Where `cargo xtask raft-bench` keeps its section of docs/benchmarks.md.
 const RAFT_START: &str = "<!-- raft-bench:start -->";
 const RAFT_END: &str = "<!-- raft-bench:end -->";
@@ -374,7 +380,7 @@ fn main() {
                 settle();
             }
         }
-        for flush in queues::Flush::ALL {
+        for flush in queues::Flush::ALL.into_iter().filter(|&f| d_flush_wanted(f)) {
             for &n in &queues::QUEUE_COUNTS {
                 if !d_queue_count_wanted(n) {
                     continue;
