@@ -11,6 +11,9 @@
 //! against its model (topics, offsets, deletions, power cuts). Layers 6 (fuzzing)
 //! and 7 (loom models) are run by `cargo xtask crash` around this binary. Each
 //! layer prints one line with its figure; the exit code is non-zero if any fails.
+//! A run that does not end within `--run-limit` seconds (600, times 20 with
+//! `--soak`) is taken for a hang: the watchdog names its layer and seed and
+//! the suite fails at once.
 //! `--planted` runs the planted bugs instead (a `--cfg planted_bugs` build only).
 
 #![forbid(unsafe_code)]
@@ -34,6 +37,11 @@ mod raft_power_loss;
 mod segment_dirs;
 mod store_life;
 mod sync_failure;
+mod watchdog;
+
+/// The longest a run of the CI-sized suite may take, in seconds (times 20
+/// with `--soak`), before the watchdog takes it for a hang.
+const RUN_LIMIT_SECS: u64 = 600;
 
 fn arg(args: &[String], name: &str) -> Option<String> {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
@@ -83,7 +91,22 @@ fn main() -> ExitCode {
     let seed: u64 = arg(&args, "--seed").and_then(|s| s.parse().ok()).unwrap_or(0x5EED);
     let repro = only.is_some() && arg(&args, "--seed").is_some();
     let scale = if soak { 20 } else { 1 };
-    let mut run = Runner { only, repro, seed, failed: false, failures: Vec::new() };
+    // A run (one seed of a layer, or a layer run as one) that takes longer
+    // than this is taken for a hang: named, and the suite fails at once. The
+    // CI-sized suite's longest run takes seconds.
+    // `--run-limit SECS` sets it (a slow disk's soak).
+    let limit_secs = arg(&args, "--run-limit").and_then(|s| s.parse().ok()).unwrap_or(RUN_LIMIT_SECS * scale as u64);
+    let limit = std::time::Duration::from_secs(limit_secs);
+    let watchdog = watchdog::Watchdog::start(limit, |mark, ran| {
+        println!();
+        println!(
+            "crash suite FAILED: layer {}, seed {}: the run did not end within {ran:.0?} (a deadlock or a lost wake-up?)",
+            mark.layer, mark.seed
+        );
+        println!("  reproduce: cargo xtask crash --layer {} --seed {}", mark.layer, mark.seed);
+        std::process::exit(1);
+    });
+    let mut run = Runner { only, repro, seed, failed: false, failures: Vec::new(), watchdog };
 
     if run.wanted("corruption") {
         // 1. Corruption matrix.
@@ -325,6 +348,8 @@ fn main() -> ExitCode {
 /// What a run of the suite has seen: whether anything failed, and the runs
 /// (layer and seed) that saw violations, for the summary that ends the output.
 struct Runner {
+    /// Names a run that hangs.
+    watchdog: watchdog::Watchdog,
     /// The one layer to run, if given.
     only: Option<String>,
     /// Reproducing one run: that layer, that seed, nothing else.
@@ -342,17 +367,22 @@ struct Failure {
 }
 
 impl Runner {
-    fn wanted(&self, layer: &str) -> bool {
-        self.only.as_deref().is_none_or(|o| o == layer)
+    /// Whether `layer` runs; if so, it starts now (under the base seed, for
+    /// the watchdog, until its first seed of its own).
+    fn wanted(&self, layer: &'static str) -> bool {
+        let wanted = self.only.as_deref().is_none_or(|o| o == layer);
+        if wanted {
+            self.watchdog.mark(layer, self.seed);
+        }
+        wanted
     }
 
     /// The seeds of a layer's `runs` runs (the base seed plus `offset` plus
-    /// the run's number), or only the seed given when reproducing.
-    fn seeds(&self, offset: u64, runs: u64) -> Vec<u64> {
-        if self.repro {
-            return vec![self.seed];
-        }
-        (0..runs).map(|s| self.seed + offset + s).collect()
+    /// the run's number), or only the seed given when reproducing; each marks
+    /// its run's start for the watchdog as it is taken.
+    fn seeds(&self, offset: u64, runs: u64) -> watchdog::Seeds {
+        let seeds = if self.repro { vec![self.seed] } else { (0..runs).map(|s| self.seed + offset + s).collect() };
+        watchdog::Seeds { seeds: seeds.into_iter(), watchdog: self.watchdog.clone() }
     }
 
     /// Remembers the run of `layer` under `seed` if it saw `violations`.
@@ -364,6 +394,7 @@ impl Runner {
 
     /// Prints a layer's line; `ok` false fails the suite.
     fn report(&mut self, ok: bool, line: String) {
+        self.watchdog.clear();
         println!("{}{line}", if ok { "" } else { "FAILED: " });
         self.failed |= !ok;
     }
