@@ -281,7 +281,46 @@ const RAFT_END: &str = "<!-- raft-bench:end -->";
 const RAFT_API_START: &str = "<!-- raft-api:start -->";
 const RAFT_API_END: &str = "<!-- raft-api:end -->";
 
+/// The used share of a file system, in percent, at which rocketmq-store's
+/// message store refuses puts (`ServiceNotAvailable`): each of its (d) runs
+/// would then wait out its timeout and the run's figures mean nothing.
+const PEER_DISK_REFUSAL_PERCENT: u32 = 75;
+
+/// The used share, in percent, of the file system the runs write to (where
+/// [`scratch`] makes its directories), as `df` shows it; `None` if `df`
+/// cannot say.
+fn scratch_disk_used_percent() -> Option<u32> {
+    let dir = std::env::var_os("BENCH_DIR").unwrap_or_else(|| ".".into());
+    let out = std::process::Command::new("df").arg("--output=pcent").arg(&dir).output().ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    text.lines().nth(1)?.trim().trim_end_matches('%').parse().ok()
+}
+
+/// Refuses to start on a file system so full that a peer refuses puts; warns
+/// when a run's own writes (a few GiB) could take it there.
+fn check_scratch_disk() {
+    let Some(used) = scratch_disk_used_percent() else {
+        eprintln!("note: could not read the scratch file system's use (df); not checked");
+        return;
+    };
+    if used >= PEER_DISK_REFUSAL_PERCENT {
+        eprintln!(
+            "the scratch file system is {used} % full: rocketmq-store refuses puts from {PEER_DISK_REFUSAL_PERCENT} % on, \
+             which makes its runs wait out their timeouts and their figures meaningless. Free space, or set \
+             BENCH_DIR to a directory on another file system."
+        );
+        std::process::exit(2);
+    }
+    if used + 10 >= PEER_DISK_REFUSAL_PERCENT {
+        eprintln!(
+            "warning: the scratch file system is {used} % full; rocketmq-store refuses puts from \
+             {PEER_DISK_REFUSAL_PERCENT} % on, and a run writes a few GiB"
+        );
+    }
+}
+
 fn main() {
+    check_scratch_disk();
     let quick = std::env::args().any(|a| a == "--quick");
     let rounds: usize = arg("--rounds").and_then(|r| r.parse().ok()).unwrap_or(if quick { 2 } else { 5 });
     let sizes = if quick {
