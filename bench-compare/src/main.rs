@@ -321,6 +321,12 @@ fn check_scratch_disk() {
 
 fn main() {
     check_scratch_disk();
+    if let Ok(flush) = std::env::var("BENCH_D_FLUSH") {
+        if !matches!(flush.trim(), "async" | "sync") {
+            eprintln!("BENCH_D_FLUSH is {flush:?}: it takes async or sync");
+            std::process::exit(2);
+        }
+    }
     let quick = std::env::args().any(|a| a == "--quick");
     let rounds: usize = arg("--rounds").and_then(|r| r.parse().ok()).unwrap_or(if quick { 2 } else { 5 });
     let sizes = if quick {

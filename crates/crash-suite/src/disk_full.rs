@@ -97,7 +97,10 @@ impl Tmpfs {
         let dir = tempfile::tempdir().expect("mount point");
         let mp = dir.path().to_str().expect("utf-8");
         match Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", mp]).status() {
-            Ok(s) if s.success() => Ok(Tmpfs { dir }),
+            Ok(s) if s.success() => {
+                crate::watchdog::mounted(dir.path());
+                Ok(Tmpfs { dir })
+            }
             Ok(s) => Err(format!("mount -t tmpfs failed ({s})")),
             Err(e) => Err(format!("cannot run mount: {e}")),
         }
@@ -111,6 +114,7 @@ impl Tmpfs {
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(self.dir.path()).status();
+        crate::watchdog::unmounted(self.dir.path());
     }
 }
 
@@ -332,7 +336,18 @@ pub fn run() -> Outcome {
     let mp = fs.path().to_str().expect("utf-8").to_string();
     let exe = std::env::current_exe().expect("current exe");
     // 3 MiB: room for the small files and two 1 MiB segments, not a third.
-    let out = Command::new(exe).args(["child-disk-full", "--dir", &format!("{mp}/log")]).output();
+    let out = Command::new(exe)
+        .args(["child-disk-full", "--dir", &format!("{mp}/log")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|child| {
+            let pid = child.id();
+            crate::watchdog::child_started(pid);
+            let out = child.wait_with_output();
+            crate::watchdog::child_ended(pid);
+            out
+        });
     drop(fs);
     match out {
         Err(e) => Outcome::Failed { detail: format!("cannot run child: {e}") },

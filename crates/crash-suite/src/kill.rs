@@ -58,6 +58,7 @@ pub fn run(seed: u64, kills: usize) -> Tally {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn child");
+        crate::watchdog::child_started(child.id());
         let mut reader = BufReader::new(child.stdout.take().expect("stdout"));
         // Kill after a random number of acknowledgements (0: during start-up).
         let wait_for = rng.range(0, 60);
@@ -75,6 +76,7 @@ pub fn run(seed: u64, kills: usize) -> Tally {
         }
         child.kill().expect("SIGKILL");
         let _ = child.wait();
+        crate::watchdog::child_ended(child.id());
         // Acknowledgements already in the pipe count too.
         loop {
             line.clear();

@@ -43,6 +43,21 @@ mod watchdog;
 /// with `--soak`), before the watchdog takes it for a hang.
 const RUN_LIMIT_SECS: u64 = 600;
 
+/// The watchdog's name for the planted bugs' run.
+#[cfg(planted_bugs)]
+const PLANTED: &str = "planted-bugs";
+
+/// The command that runs `layer` under `seed` again (with `--soak`, as the
+/// suite ran; the planted bugs' run in its own build).
+fn reproduce(layer: &str, seed: u64, soak: bool, planted: bool) -> String {
+    if planted {
+        return format!(
+            "RUSTFLAGS=\"--cfg planted_bugs\" CARGO_TARGET_DIR=target/planted cargo run --release -p crash-suite -- --planted --seed {seed}"
+        );
+    }
+    format!("cargo xtask crash{} --layer {layer} --seed {seed}", if soak { " --soak" } else { "" })
+}
+
 fn arg(args: &[String], name: &str) -> Option<String> {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
 }
@@ -68,45 +83,49 @@ fn main() -> ExitCode {
         }
         _ => {}
     }
+    let soak = args.iter().any(|a| a == "--soak");
+    let planted = args.iter().any(|a| a == "--planted");
+    let scale = if soak { 20 } else { 1 };
+    // A run (one seed of a layer, or a layer run as one; the planted bugs'
+    // run as a whole) that takes longer than this is taken for a hang: named
+    // with its reproducing command, and the suite fails at once, having killed
+    // its child processes and detached its mounts. The CI-sized suite's
+    // longest run takes seconds. `--run-limit SECS` sets it (a slow disk's soak).
+    let limit_secs = arg(&args, "--run-limit").and_then(|s| s.parse().ok()).unwrap_or(RUN_LIMIT_SECS * scale as u64);
+    let limit = std::time::Duration::from_secs(limit_secs);
+    let watchdog = watchdog::Watchdog::start(limit, move |mark, ran| {
+        println!();
+        println!(
+            "crash suite FAILED: layer {}, seed {}: the run did not end within {ran:.0?} (a deadlock or a lost wake-up?)",
+            mark.layer, mark.seed
+        );
+        println!("  reproduce: {}", reproduce(mark.layer, mark.seed, soak, planted));
+        watchdog::clean_up();
+        std::process::exit(1);
+    });
     if args.iter().any(|a| a == "--planted") {
         // The planted bugs: a suite that never catches them proves nothing. They
         // exist only in a build with `--cfg planted_bugs` (`cargo xtask crash`
         // makes one in its own target directory), never in what users get.
         #[cfg(planted_bugs)]
-        return planted::run(
-            arg(&args, "--seed").and_then(|s| s.parse().ok()).unwrap_or(0x5EED),
-            arg(&args, "--layer").as_deref(),
-        );
+        {
+            let seed = arg(&args, "--seed").and_then(|s| s.parse().ok()).unwrap_or(0x5EED);
+            watchdog.mark(PLANTED, seed);
+            return planted::run(seed, arg(&args, "--layer").as_deref());
+        }
         #[cfg(not(planted_bugs))]
         {
             eprintln!("--planted needs a build with RUSTFLAGS=\"--cfg planted_bugs\" (cargo xtask crash makes one)");
             return ExitCode::from(2);
         }
     }
-    let soak = args.iter().any(|a| a == "--soak");
     // `--layer LAYER` (or `--only`) runs one layer; with `--seed S` as well it
     // reproduces one run: the one seed a failure named, nothing else, judged
     // by its violations only. Without `--layer`, `--seed` is the base seed.
     let only = arg(&args, "--layer").or_else(|| arg(&args, "--only"));
     let seed: u64 = arg(&args, "--seed").and_then(|s| s.parse().ok()).unwrap_or(0x5EED);
     let repro = only.is_some() && arg(&args, "--seed").is_some();
-    let scale = if soak { 20 } else { 1 };
-    // A run (one seed of a layer, or a layer run as one) that takes longer
-    // than this is taken for a hang: named, and the suite fails at once. The
-    // CI-sized suite's longest run takes seconds.
-    // `--run-limit SECS` sets it (a slow disk's soak).
-    let limit_secs = arg(&args, "--run-limit").and_then(|s| s.parse().ok()).unwrap_or(RUN_LIMIT_SECS * scale as u64);
-    let limit = std::time::Duration::from_secs(limit_secs);
-    let watchdog = watchdog::Watchdog::start(limit, |mark, ran| {
-        println!();
-        println!(
-            "crash suite FAILED: layer {}, seed {}: the run did not end within {ran:.0?} (a deadlock or a lost wake-up?)",
-            mark.layer, mark.seed
-        );
-        println!("  reproduce: cargo xtask crash --layer {} --seed {}", mark.layer, mark.seed);
-        std::process::exit(1);
-    });
-    let mut run = Runner { only, repro, seed, failed: false, failures: Vec::new(), watchdog };
+    let mut run = Runner { only, repro, seed, soak, failed: false, failures: Vec::new(), watchdog };
 
     if run.wanted("corruption") {
         // 1. Corruption matrix.
@@ -348,6 +367,8 @@ fn main() -> ExitCode {
 /// What a run of the suite has seen: whether anything failed, and the runs
 /// (layer and seed) that saw violations, for the summary that ends the output.
 struct Runner {
+    /// `--soak`: the reproducing commands say so too.
+    soak: bool,
     /// Names a run that hangs.
     watchdog: watchdog::Watchdog,
     /// The one layer to run, if given.
@@ -411,7 +432,7 @@ impl Runner {
         }
         for f in &self.failures {
             println!("crash suite FAILED: layer {}, seed {}: {}", f.layer, f.seed, f.line);
-            println!("  reproduce: cargo xtask crash --layer {} --seed {}", f.layer, f.seed);
+            println!("  reproduce: {}", reproduce(f.layer, f.seed, self.soak, false));
         }
         ExitCode::FAILURE
     }

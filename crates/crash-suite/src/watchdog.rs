@@ -3,10 +3,66 @@
 //! leave nothing to act on. Each layer marks the run it starts (layer and
 //! seed); when one mark stays longer than the limit, the watchdog hands the
 //! run to its `on_hang` action, which names it with the command that
-//! reproduces it and ends the process.
+//! reproduces it and ends the process. The process ends from the watchdog's
+//! thread, so no destructor of the hung run's runs: what the suite leaves
+//! outside the process (child processes, tmpfs mounts) is registered here
+//! while it lives, and [`clean_up`] removes it first.
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
+
+/// What the suite holds outside the process: child processes and mounts.
+struct Outside {
+    children: Vec<u32>,
+    mounts: Vec<PathBuf>,
+}
+
+static OUTSIDE: Mutex<Outside> = Mutex::new(Outside { children: Vec::new(), mounts: Vec::new() });
+
+fn outside() -> MutexGuard<'static, Outside> {
+    OUTSIDE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A child process of the suite runs (until [`child_ended`]).
+pub fn child_started(pid: u32) {
+    outside().children.push(pid);
+}
+
+/// The child `pid` was waited for.
+pub fn child_ended(pid: u32) {
+    outside().children.retain(|&p| p != pid);
+}
+
+/// A file system is mounted at `path` (until [`unmounted`]).
+pub fn mounted(path: &Path) {
+    outside().mounts.push(path.to_path_buf());
+}
+
+/// The file system at `path` is unmounted.
+pub fn unmounted(path: &Path) {
+    outside().mounts.retain(|p| p != path);
+}
+
+/// Kills the suite's live child processes and detaches its mounts (lazily:
+/// a hung child may still hold them), for a process about to end without
+/// running destructors. Best effort: what fails is printed.
+pub fn clean_up() {
+    let outside = outside();
+    for pid in &outside.children {
+        match Command::new("kill").args(["-KILL", &pid.to_string()]).status() {
+            Ok(status) if status.success() => println!("  killed child process {pid}"),
+            other => println!("  could not kill child process {pid}: {other:?}"),
+        }
+    }
+    for mount in &outside.mounts {
+        match Command::new("umount").arg("-l").arg(mount).status() {
+            Ok(status) if status.success() => println!("  unmounted {}", mount.display()),
+            other => println!("  could not unmount {}: {other:?}", mount.display()),
+        }
+    }
+}
 
 /// The run under way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,6 +231,21 @@ mod tests {
         }
         watchdog.clear();
         assert!(hung.recv_timeout(Duration::from_millis(1500)).is_err(), "a run in time was reported");
+    }
+
+    #[test]
+    fn clean_up_kills_the_children_still_registered() {
+        let mut child = Command::new("sleep").arg("600").spawn().expect("spawn sleep");
+        child_started(child.id());
+        let mut done = Command::new("true").spawn().expect("spawn true");
+        done.wait().expect("wait");
+        child_started(done.id());
+        child_ended(done.id());
+        clean_up();
+        let status = child.wait().expect("wait");
+        child_ended(child.id());
+        assert!(!status.success(), "the registered child was killed: {status:?}");
+        assert!(outside().children.iter().all(|&p| p != child.id() && p != done.id()));
     }
 
     #[test]
