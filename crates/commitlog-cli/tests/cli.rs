@@ -1399,6 +1399,11 @@ fn offsets_reset_previews_and_refuses_and_groups_topics_and_lookups_work() {
     let found = run(&["query", "--dir", d, "--log-offset", &third_log_offset]);
     assert_eq!(text(&found.stdout), "t\t0\t1\tc\n", "{}", text(&found.stderr));
     assert_clean_failure(&run(&["query", "--dir", d, "--log-offset", "1"]), 1, "");
+    // The key lookup's filters do not apply to one offset: refused, not ignored.
+    for filter in [["--topic", "t"], ["--begin", "0"], ["--end", "0"], ["--max", "5"]] {
+        let out = run(&["query", "--dir", d, "--log-offset", &third_log_offset, filter[0], filter[1]]);
+        assert_clean_failure(&out, 2, "cannot be used with");
+    }
     let read = run(&["receive", "--dir", d, "--topic", "t", "--group", "g", "--max", "3"]);
     assert!(read.status.success(), "{}", text(&read.stderr));
 

@@ -16,8 +16,10 @@ pub struct QueryArgs {
     #[arg(long, required_unless_present = "log_offset", conflicts_with = "log_offset")]
     key: Option<String>,
     /// Instead of a key: the message whose log record starts here (`send`
-    /// prints it; RocketMQ's `queryMsgByOffset`).
-    #[arg(long, value_name = "OFFSET")]
+    /// prints it; RocketMQ's `queryMsgByOffset`). The key lookup's filters
+    /// (`--topic`, `--begin`, `--end`, `--max`) do not apply to it: given
+    /// with it, they are a usage error, not ignored.
+    #[arg(long, value_name = "OFFSET", conflicts_with_all = ["topic", "begin", "end", "max"])]
     log_offset: Option<u64>,
     /// Only this topic (default: every topic).
     #[arg(long)]
