@@ -17,7 +17,9 @@
 //! each system once per workload, the order rotated each round, so drift of this
 //! shared machine spreads over all systems. The physical lines run in every round
 //! too: memcpy into a faulted mapping, 64 KiB `pwrite` + `fdatasync` into blocks
-//! written before, and `fdatasync` of a 4 KiB overwrite. Reported: the median run
+//! written before, `fdatasync` of a 4 KiB overwrite, and the simplest group
+//! commit of (b)'s 16 producers (a `pwrite` each under a lock, a waiter's
+//! `fdatasync` for all). Reported: the median run
 //! (by throughput) with the min and max, and the median run's latencies.
 
 #![forbid(unsafe_code)]
@@ -179,6 +181,7 @@ pub struct Physical {
     pub pwrite_fdatasync: Vec<Line>,
     pub pwrite_fdatasync_fallocated: Vec<Line>,
     pub fdatasync_4k: Vec<Line>,
+    pub group_commit: Vec<Line>,
 }
 
 fn median_line(lines: &[Line]) -> &Line {
@@ -402,6 +405,7 @@ fn main() {
             physical.pwrite_fdatasync.push(physical::pwrite_fdatasync_written(sizes.a_batches));
             physical.pwrite_fdatasync_fallocated.push(physical::pwrite_fdatasync_fallocated(sizes.a_batches));
             physical.fdatasync_4k.push(physical::fdatasync_4k(500));
+            physical.group_commit.push(physical::group_commit(sizes.b_per_producer));
         }
         for (w, workload) in Workload::ALL.iter().enumerate() {
             for i in 0..systems.len() {
@@ -464,6 +468,7 @@ fn main() {
         pwrite_fdatasync: median_line(&physical.pwrite_fdatasync).clone(),
         pwrite_fdatasync_fallocated: median_line(&physical.pwrite_fdatasync_fallocated).clone(),
         fdatasync_4k: median_line(&physical.fdatasync_4k).clone(),
+        group_commit: median_line(&physical.group_commit).clone(),
     };
     let doc = bench_doc::Doc::new(&bench_dir(), [report::rows(&results), d_results.rows()].concat());
     let mut md = report::markdown(&context, &results);

@@ -1,9 +1,10 @@
 //! The machine's own limits, measured in the same run as the systems.
 
 use std::os::unix::fs::FileExt;
+use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
-use crate::{scratch, Line, BATCH, RECORD};
+use crate::{scratch, Line, BATCH, PRODUCERS, RECORD};
 
 /// memcpy of 1 KiB records into an already-faulted anonymous mapping.
 pub fn memcpy_into_faulted_mapping(records: usize) -> Line {
@@ -94,4 +95,60 @@ pub fn fdatasync_4k(samples: usize) -> Line {
         lat.push(t.elapsed().as_nanos() as u64);
     }
     Line::new(samples as u64 * 4, start.elapsed().as_secs_f64(), lat)
+}
+
+/// Workload (b) with nothing of a log: [`PRODUCERS`] threads each write a 1
+/// KiB record with `pwrite` under a lock (into blocks written before) and
+/// wait until it is durable; a waiter that finds no sync running syncs
+/// everything written so far (`fdatasync`) for all of them, the others wait
+/// for it: the simplest group commit, what (b) can reach on this machine.
+/// The latencies are each record's write and wait.
+pub fn group_commit(per_producer: usize) -> Line {
+    struct State {
+        next: u64,
+        durable: u64,
+        syncing: bool,
+    }
+    let len = (PRODUCERS * per_producer * RECORD).min(256 << 20);
+    let (_dir, file) = written_file(len);
+    let state = Mutex::new(State { next: 0, durable: 0, syncing: false });
+    let synced = Condvar::new();
+    let start = Instant::now();
+    let latencies: Vec<u64> = std::thread::scope(|scope| {
+        let producers: Vec<_> = (0..PRODUCERS)
+            .map(|p| {
+                let (file, state, synced) = (&file, &state, &synced);
+                scope.spawn(move || {
+                    let body = vec![p as u8; RECORD];
+                    let mut latencies = Vec::with_capacity(per_producer);
+                    for _ in 0..per_producer {
+                        let t = Instant::now();
+                        let mut st = state.lock().expect("lock");
+                        file.write_all_at(&body, st.next % len as u64).expect("write");
+                        st.next += RECORD as u64;
+                        let end = st.next;
+                        while st.durable < end {
+                            if st.syncing {
+                                st = synced.wait(st).expect("wait");
+                                continue;
+                            }
+                            st.syncing = true;
+                            let target = st.next;
+                            drop(st);
+                            file.sync_data().expect("fdatasync");
+                            st = state.lock().expect("lock");
+                            st.syncing = false;
+                            st.durable = st.durable.max(target);
+                            synced.notify_all();
+                        }
+                        drop(st);
+                        latencies.push(t.elapsed().as_nanos() as u64);
+                    }
+                    latencies
+                })
+            })
+            .collect();
+        producers.into_iter().flat_map(|p| p.join().expect("producer")).collect()
+    });
+    Line::new((PRODUCERS * per_producer) as u64, start.elapsed().as_secs_f64(), latencies)
 }

@@ -20,6 +20,8 @@ pub struct Context {
     pub pwrite_fdatasync: Line,
     pub pwrite_fdatasync_fallocated: Line,
     pub fdatasync_4k: Line,
+    /// The simplest group commit of 16 producers ([`crate::physical::group_commit`]).
+    pub group_commit: Line,
 }
 
 /// What a report of a run with a CPU load beside says in place of the analysis.
@@ -154,7 +156,17 @@ fn goals(ctx: &Context, results: &[Vec<Runs>], pick: &str) -> Vec<Goal> {
     if let (Some(ours), Some(best)) = ours_and_best_peer(b, pick) {
         let (o, p) = (ours.median().unwrap(), best.median().unwrap());
         let ratio = o.rate() / p.rate();
-        push("(b) ≥ 1.5x the best peer".into(), format!("{ratio:.2}x {}", best.system), ratio >= 1.5);
+        push(
+            "(b) ≥ 1.5x the best peer".into(),
+            format!(
+                "{ratio:.2}x {} (this row {:.2}x, the peer {:.2}x the simplest group commit's {:.0} records/s)",
+                best.system,
+                o.rate() / ctx.group_commit.rate(),
+                p.rate() / ctx.group_commit.rate(),
+                ctx.group_commit.rate()
+            ),
+            ratio >= 1.5,
+        );
         let per_sync = o.records_per_sync.unwrap_or(0.0);
         push("(b) records per sync reported".into(), format!("{per_sync:.1} records per sync"), per_sync > 0.0);
         let ack = o.pct_us(0.99) / ctx.fdatasync_4k.pct_us(0.99);
@@ -229,7 +241,14 @@ pub fn markdown(ctx: &Context, results: &[Vec<Runs>]) -> String {
         let _ = writeln!(md, "| {name} | {:.0} | {} |", line.mb_s(), latencies(line));
     }
     let _ =
-        writeln!(md, "| fdatasync after a 4 KiB overwrite of written blocks | | {} |\n", latencies(&ctx.fdatasync_4k));
+        writeln!(md, "| fdatasync after a 4 KiB overwrite of written blocks | | {} |", latencies(&ctx.fdatasync_4k));
+    let _ = writeln!(
+        md,
+        "| {PRODUCERS} producers, each a 1 KiB `pwrite` under a lock and a wait for a waiter's `fdatasync` (the simplest group commit: {:.0} records/s) | {:.0} | {} |\n",
+        ctx.group_commit.rate(),
+        ctx.group_commit.mb_s(),
+        latencies(&ctx.group_commit)
+    );
     md.push_str("## Results (1 KiB records)\n\n");
     for (w, runs) in Workload::ALL.iter().zip(results) {
         table(&mut md, *w, runs);
