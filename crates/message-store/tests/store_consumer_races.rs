@@ -156,6 +156,29 @@ fn a_reset_while_a_member_runs_is_not_undone_by_its_next_commit() {
     store.shutdown().unwrap();
 }
 
+/// `clean_offsets_by_topic` while a member runs: the member starts again as
+/// a new group would (from the earliest, by default), and its next commit
+/// does not put back the offset the clean removed.
+#[test]
+fn a_topic_clean_while_a_member_runs_is_not_undone_by_its_next_commit() {
+    let (_sim, store) = store_with(1);
+    put(&store, "t", 1, 0, 10);
+    let mut a = member(&store, "g", ConsumerConfig::default().max_batch(5));
+    assert_eq!(bodies(&a.poll(SHORT).unwrap()), bodies_of(0..5));
+    a.commit().unwrap();
+    assert_eq!(store.clean_offsets_by_topic("t").unwrap(), 1);
+    let after = drain(&mut a);
+    a.commit().unwrap();
+    let committed = store.committed_offset("g", "t", 0).unwrap();
+    assert!(
+        after.iter().any(|m| m.queue_offset == 0),
+        "the group's offset in t was removed, but the member handed out {:?} and committed {committed:?}",
+        after.iter().map(|m| m.queue_offset).collect::<Vec<_>>()
+    );
+    drop(a);
+    store.shutdown().unwrap();
+}
+
 /// Stress: members in threads poll and commit while others join and leave
 /// and messages are put. A message handed out below the committed offset
 /// read *before* the poll is a committed message handed out again (offsets

@@ -69,6 +69,30 @@ impl ConsumerGroups {
         }
     }
 
+    /// Runs `change` (a write of every group's committed offsets in a topic:
+    /// a clean) under the lock of every group with members here, as
+    /// [`while_changing`](Self::while_changing) does for one: none commits
+    /// over the change, each member starts again from it, and no group joins
+    /// or leaves meanwhile (the map's lock is held throughout; groups' locks
+    /// are taken in their names' order).
+    pub(crate) fn while_changing_all<R>(&self, change: impl FnOnce() -> R) -> R {
+        let groups = self.groups.lock();
+        let mut named: Vec<(&String, &Arc<Group>)> = groups.iter().collect();
+        named.sort_by(|a, b| a.0.cmp(b.0));
+        let mut locked: Vec<MutexGuard<'_, Members>> = named.iter().map(|(_, group)| group.members.lock()).collect();
+        let result = change();
+        let mut wakers = Vec::new();
+        for members in &mut locked {
+            members.resets += 1;
+            members.generation += 1;
+            wakers.extend(std::mem::take(&mut members.wakers).into_values());
+        }
+        drop(locked);
+        drop(groups);
+        wakers.into_iter().for_each(Waker::wake);
+        result
+    }
+
     /// Takes member `id` out of `name`'s group (the group goes with its last
     /// member).
     pub(crate) fn leave(&self, name: &str, group: &Group, id: u64) {

@@ -324,11 +324,14 @@ impl MessageStore {
 
     /// Removes every group's committed offsets in `topic` (RocketMQ's
     /// `cleanOffsetByTopic`). Durable when this returns; returns how many were
-    /// removed.
+    /// removed. Members of groups in this process start again as a new group
+    /// would (their [`StartFrom`](crate::StartFrom)), and none commits over
+    /// the removal, as after [`remove_consumer_offsets`](Self::remove_consumer_offsets).
     pub fn clean_offsets_by_topic(&self, topic: &str) -> Result<usize, StoreError> {
         self.check_open()?;
         validate_topic(topic)?;
-        self.core.offsets.remove_topic(&*self.core.storage, topic)
+        let storage = &*self.core.storage;
+        self.core.consumer_groups.while_changing_all(|| self.core.offsets.remove_topic(storage, topic))
     }
 
     /// `group`'s committed offset in `topic`'s queue: `None` if it committed
