@@ -179,6 +179,40 @@ fn a_topic_clean_while_a_member_runs_is_not_undone_by_its_next_commit() {
     store.shutdown().unwrap();
 }
 
+/// A commit from outside the group's members while one runs (a broker
+/// taking a remote consumer's offset, an operator's commit): a lower offset
+/// is a reset, as `commit_offset`'s doc says, so the member consumes again
+/// from it, and its next commit does not overwrite it with the position it
+/// had. The same through `commit_offsets_async`.
+#[test]
+fn an_outside_commit_while_a_member_runs_is_where_the_member_consumes_again() {
+    for outside_async in [false, true] {
+        let (_sim, store) = store_with(1);
+        put(&store, "t", 1, 0, 10);
+        let mut a = member(&store, "g", ConsumerConfig::default().max_batch(5));
+        assert_eq!(bodies(&a.poll(SHORT).unwrap()), bodies_of(0..5));
+        a.commit().unwrap();
+        if outside_async {
+            consumer::block_on(store.commit_offsets_async("g", &[("t", 0, 2)])).unwrap();
+        } else {
+            store.commit_offset("g", "t", 0, 2).unwrap();
+        }
+        let after = drain(&mut a);
+        a.commit().unwrap();
+        let offsets: Vec<u64> = after.iter().map(|m| m.queue_offset).collect();
+        assert_eq!(
+            offsets,
+            (2..10).collect::<Vec<u64>>(),
+            "offset 2 committed from outside (async: {outside_async}), the member then handed out {offsets:?} \
+             and committed {:?}",
+            store.committed_offset("g", "t", 0).unwrap()
+        );
+        assert_eq!(store.committed_offset("g", "t", 0).unwrap(), Some(10));
+        drop(a);
+        store.shutdown().unwrap();
+    }
+}
+
 /// Stress: members in threads poll and commit while others join and leave
 /// and messages are put. A message handed out below the committed offset
 /// read *before* the poll is a committed message handed out again (offsets

@@ -79,6 +79,13 @@ impl MessageStore {
     /// consumes again from there). A commit costs one small journal record, and
     /// commits from many threads share syncs.
     ///
+    /// This is a commit from outside the group's [`Consumer`](crate::Consumer)s:
+    /// those in this process take it as they take
+    /// [`reset_consumer_offsets`](Self::reset_consumer_offsets) (each starts
+    /// its queues again from their committed offsets, and none commits over
+    /// it); a member commits its own position with
+    /// [`Consumer::commit`](crate::Consumer::commit).
+    ///
     /// An offset the queue's puts have reached but dispatch has not yet (a
     /// commit right after a put) waits for dispatch, up to
     /// [`commit_dispatch_wait_ms`](crate::MessageStoreConfig::commit_dispatch_wait_ms):
@@ -178,6 +185,29 @@ impl MessageStore {
                 other => other?,
             }
         }
+        let check_and_stage = || self.check_and_stage(group, commits, topic_ids, live);
+        match topic_ids {
+            // A member's commit, under its group's lock.
+            Some(_) => check_and_stage(),
+            // A commit from outside the group's members is a reset to those
+            // in this process (`commit_offset`'s doc): under the group's lock,
+            // none commits over it and each starts again from it. The
+            // group's lock first, then the topics' (as a member's commit).
+            None => self.core.consumer_groups.while_changing(group, check_and_stage),
+        }
+    }
+
+    /// The rest of [`stage_offsets_of`](Self::stage_offsets_of) once
+    /// dispatch was waited for: under the topics' lock, checks each commit
+    /// (`live` says whether its topic is the one it was read from), sets the
+    /// offsets in the table and appends their records.
+    fn check_and_stage(
+        &self,
+        group: &str,
+        commits: &[(&str, u32, u64)],
+        topic_ids: Option<&[u32]>,
+        live: impl Fn(usize, &str) -> bool,
+    ) -> Result<(Vec<bool>, Staged), StoreError> {
         let _life = self.core.topic_life.read();
         let mut taken = Vec::with_capacity(commits.len());
         for (i, &(topic, queue_id, offset)) in commits.iter().enumerate() {
