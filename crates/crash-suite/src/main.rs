@@ -526,7 +526,7 @@ fn message_line(m: &message_layer::Tally, runs: u64, t0: Instant) -> String {
 
 fn store_life_line(l: &store_life::Tally, runs: u64, t0: Instant) -> String {
     format!(
-        "store-life (the whole message store against its model: topics made, deleted and made again, puts, reads, commits, removals, resets and journal compactions, seals, the log's front moving, reopens and power cuts; sync and async flush, the write-buffer pool on one run in three): {} steps over {runs} runs, {} runs failed a check ({:.1?}){}",
+        "store-life (the whole message store against its model: topics made, deleted and made again, puts, reads, commits, removals, resets, a topic's offsets cleaned and journal compactions, seals, the log's front moving, reopens and power cuts; sync and async flush, the write-buffer pool on one run in three): {} steps over {runs} runs, {} runs failed a check ({:.1?}){}",
         l.steps,
         l.failed,
         t0.elapsed(),

@@ -62,7 +62,7 @@ fn ops(rng: &mut Rng, n: usize) -> Vec<Op> {
     let mut pick = |len: usize| rng.range(0, len as u64) as usize;
     let mut out = Vec::with_capacity(n);
     // (weight, kind), as in `tests/store_life.rs`.
-    const WEIGHTS: [u64; 18] = [3, 2, 1, 8, 3, 5, 2, 1, 4, 2, 2, 2, 2, 1, 3, 1, 2, 3];
+    const WEIGHTS: [u64; 19] = [3, 2, 1, 8, 3, 5, 2, 1, 4, 2, 2, 2, 2, 1, 3, 1, 2, 3, 1];
     let total: u64 = WEIGHTS.iter().sum();
     for _ in 0..n {
         let mut roll = pick(total as usize) as u64;
@@ -111,7 +111,8 @@ fn ops(rng: &mut Rng, n: usize) -> Vec<Op> {
             14 => Op::MoveFront,
             15 => Op::Flush,
             16 => Op::Reopen,
-            _ => Op::PowerLoss,
+            17 => Op::PowerLoss,
+            _ => Op::CleanOffsets(topic),
         });
     }
     out

@@ -3,6 +3,7 @@
 //! same name), puts (single, batched, and batches that fill log segments),
 //! reads, long-poll registrations, commits (single, batched, and bursts that
 //! make the consumer-offsets journal compact), removals and resets of offsets,
+//! every group's offsets in a topic cleaned,
 //! `clean_unused_topics`, seals of the queue index, the log's front moving,
 //! flushes, clean reopens and power cuts that keep only what was synced —
 //! under sync and async flush, with the log's write-buffer pool on and off.
@@ -70,6 +71,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Flush),
         2 => Just(Op::Reopen),
         3 => Just(Op::PowerLoss),
+        1 => topic().prop_map(Op::CleanOffsets),
     ]
 }
 

@@ -93,6 +93,8 @@ pub(crate) enum Op {
     Reopen,
     /// A power cut keeping only what was synced, then open.
     PowerLoss,
+    /// `clean_offsets_by_topic`: every group's offsets in the topic.
+    CleanOffsets(usize),
 }
 
 /// Where [`Op::Reset`] moves offsets (a time is not modelled: store times
@@ -453,6 +455,12 @@ fn apply(sim: &mut SimStorage, store: &mut MessageStore, config: &MessageStoreCo
             let before = model.offsets.len();
             model.offsets.retain(|&(g, t, _), _| g != group || topic.is_some_and(|topic| topic != t));
             assert_eq!(removed, before - model.offsets.len(), "remove_consumer_offsets");
+        }
+        Op::CleanOffsets(topic) => {
+            let removed = store.clean_offsets_by_topic(TOPICS[topic]).unwrap();
+            let before = model.offsets.len();
+            model.offsets.retain(|&(_, t, _), _| t != topic);
+            assert_eq!(removed, before - model.offsets.len(), "clean_offsets_by_topic({})", TOPICS[topic]);
         }
         Op::Reset { group, topic, queue, to } => {
             let reset = match to {
