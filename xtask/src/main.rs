@@ -5,7 +5,8 @@
 //!                                        (loom included), the raft kill test, the release check (no test
 //!                                        machinery in what users get), rustdoc -D warnings; stable Rust only
 //! cargo xtask release-check              no simulation, fail point or planted bug in the release tool
-//! cargo xtask test                       the test suite (what CI runs)
+//! cargo xtask test                       the test suite (what CI runs); a test running over 10 minutes
+//!                                        (XTASK_TEST_HANG_SECS) is a hang: the run is killed, the test named
 //! cargo xtask proptest --cases N [--seed S]
 //!                                        the property tests (`prop_*`) with N cases, optimised build
 //! cargo xtask loom                       the loom models: flush-service wake-ups and group commit,
@@ -46,6 +47,7 @@
 
 mod cmd;
 mod process;
+mod watch;
 
 use std::env;
 use std::process::exit;

@@ -51,6 +51,25 @@ pub fn run_timed(
     }
 }
 
+/// Runs `cargo <args>`, a test run, under the hang watch
+/// ([`watch::run_tests`](crate::watch::run_tests), its limit
+/// [`watch::hang_limit`](crate::watch::hang_limit)), timed and echoed as
+/// [`cargo`] is; returns what it printed on standard output.
+pub fn cargo_tests(args: &[&str], envs: &[(&str, &str)]) -> Result<String, String> {
+    let limit = crate::watch::hang_limit()?;
+    let mut command = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    command.args(args).envs(envs.iter().copied());
+    let started = Instant::now();
+    eprintln!("xtask: cargo {} (a test running over {limit:.0?} is a hang)", args.join(" "));
+    let (status, stdout) = crate::watch::run_tests(command, limit)?;
+    eprintln!("xtask: cargo {} took {:.1?}", args[0], started.elapsed());
+    if status.success() {
+        Ok(stdout)
+    } else {
+        Err(format!("`cargo {}` failed ({status})", args.join(" ")))
+    }
+}
+
 /// Runs `rustup run <toolchain> cargo <args>`, failing on a non-zero exit; with
 /// `capture`, standard output is echoed and returned.
 pub fn rustup_cargo(toolchain: &str, args: &[&str], envs: &[(&str, &str)], capture: bool) -> Result<String, String> {

@@ -2,12 +2,13 @@
 
 use std::path::Path;
 
-use crate::process::cargo;
+use crate::process::cargo_tests;
 
 /// The tests on what users get (default features, no planted bugs), then the one
-/// optional feature's own tests.
+/// optional feature's own tests; a test that runs past the hang limit
+/// ([`watch`](crate::watch)) ends the run with its name.
 pub fn run() -> Result<(), String> {
-    cargo(&["test", "--workspace"], &[])?;
+    cargo_tests(&["test", "--workspace"], &[])?;
     // The log's integration tests once more on the other write path: the default
     // writes with pwrite (`write_without_mmap`), this pass through the mapping.
     // Named one by one within the workspace, so the features are the workspace's
@@ -17,9 +18,9 @@ pub fn run() -> Result<(), String> {
     for target in &targets {
         args.extend(["--test", target.as_str()]);
     }
-    cargo(&args, &[("COMMITLOG_TEST_WRITE_WITHOUT_MMAP", "0")])?;
+    cargo_tests(&args, &[("COMMITLOG_TEST_WRITE_WITHOUT_MMAP", "0")])?;
     // The same way for the one optional feature: the workspace build plus serde.
-    cargo(&["test", "--workspace", "--features", "commitlog/serde", "--test", "config_toml"], &[])
+    cargo_tests(&["test", "--workspace", "--features", "commitlog/serde", "--test", "config_toml"], &[]).map(drop)
 }
 
 /// The commit log's integration tests that need no optional feature: every
