@@ -5,6 +5,7 @@ mod common;
 #[path = "common/consumer.rs"]
 mod consumer;
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -326,4 +327,78 @@ fn poll_beside_topic_deleted_and_made_again_does_not_fail() {
     let errors = poller.join().unwrap();
     assert!(errors.is_empty(), "{} polls failed, e.g. {:?}", errors.len(), &errors[..errors.len().min(3)]);
     store.shutdown().unwrap();
+}
+
+/// An outside commit that is refused (beyond the queue's end: nothing is
+/// written) changes nothing for the group's members: the member keeps the
+/// position it handed out, its `commit()` commits it, and it hands out what
+/// follows (it once dropped its position and handed the messages out again).
+#[test]
+fn a_refused_outside_commit_leaves_a_members_progress() {
+    let (_sim, store) = store_with(1);
+    put(&store, "t", 1, 0, 10);
+    let mut a = member(&store, "g", ConsumerConfig::default().max_batch(5));
+    assert_eq!(bodies(&a.poll(SHORT).unwrap()), bodies_of(0..5));
+    let refused = store.commit_offset("g", "t", 0, 100);
+    assert!(matches!(refused, Err(message_store::StoreError::OffsetBeyondQueue { .. })), "{refused:?}");
+    a.commit().unwrap();
+    let committed = store.committed_offset("g", "t", 0).unwrap();
+    let after: Vec<u64> = drain(&mut a).iter().map(|m| m.queue_offset).collect();
+    assert_eq!(
+        (committed, after.clone()),
+        (Some(5), (5..10).collect::<Vec<u64>>()),
+        "a refused commit changed nothing, yet the member's commit() committed {committed:?} and it then handed out {after:?}"
+    );
+    drop(a);
+    store.shutdown().unwrap();
+}
+
+/// A broker's commit for the same group in another topic (a remote
+/// consumer's offset) leaves the in-process member's position in its own
+/// topic: its `commit()` right after commits what it handed out.
+#[test]
+fn an_outside_commit_in_another_topic_leaves_a_members_progress() {
+    let (_sim, store) = store_with(1);
+    store.create_topic("u", 1).unwrap();
+    put(&store, "t", 1, 0, 10);
+    let mut a = member(&store, "g", ConsumerConfig::default().max_batch(5));
+    assert_eq!(bodies(&a.poll(SHORT).unwrap()), bodies_of(0..5));
+    store.commit_offset("g", "u", 0, 0).unwrap();
+    a.commit().unwrap();
+    let committed = store.committed_offset("g", "t", 0).unwrap();
+    let after: Vec<u64> = drain(&mut a).iter().map(|m| m.queue_offset).collect();
+    assert_eq!(
+        (committed, after.clone()),
+        (Some(5), (5..10).collect::<Vec<u64>>()),
+        "a commit in topic u; in t the member's commit() committed {committed:?} and it then handed out {after:?}"
+    );
+    drop(a);
+    store.shutdown().unwrap();
+}
+
+/// `commit_offsets_async` does not block the thread that polls it on a
+/// reset's journal sync: the group's lock, which an outside commit takes, is
+/// held for a reset's staging only, its sync waited for after it.
+#[test]
+fn commit_offsets_async_does_not_block_its_poller_on_a_resets_sync() {
+    let (sim, store) = store_with(1);
+    put(&store, "t", 1, 0, 10);
+    let _a = member(&store, "g", ConsumerConfig::default());
+    sim.set_sync_delay(Duration::from_secs(2));
+    let resetting = {
+        let store = store.clone();
+        std::thread::spawn(move || store.reset_consumer_offsets("g", "t", None, ResetTo::Earliest).unwrap())
+    };
+    std::thread::sleep(Duration::from_millis(300)); // the reset is in its sync
+    let mut future = std::pin::pin!(store.commit_offsets_async("g", &[("t", 0, 3)]));
+    let waker = Waker::noop();
+    let started = std::time::Instant::now();
+    let first = future.as_mut().poll(&mut Context::from_waker(waker));
+    let blocked = started.elapsed();
+    sim.set_sync_delay(Duration::ZERO);
+    resetting.join().unwrap();
+    assert!(
+        blocked < Duration::from_millis(500),
+        "the first poll of commit_offsets_async blocked its thread {blocked:?} (returned {first:?})"
+    );
 }

@@ -59,14 +59,49 @@ impl ConsumerGroups {
     /// change, and each starts from it (a queue kept whose committed offset
     /// moved starts again from it).
     pub(crate) fn while_changing<R>(&self, name: &str, change: impl FnOnce() -> R) -> R {
-        let group = self.groups.lock().get(name).cloned();
-        match group {
-            Some(group) => group.change(|members| {
+        self.under_lock_of(name, |members| {
+            if let Some(members) = members {
                 members.resets += 1;
-                change()
-            }),
-            None => change(),
+            }
+            (change(), true)
+        })
+    }
+
+    /// Runs `commit` (a commit of `name`'s offsets from outside its members:
+    /// a broker's for a remote consumer, an operator's) under the group's
+    /// lock if it has members here, so none commits over it. When it is
+    /// taken, the members take their shares again: a queue whose committed
+    /// offset is no longer the one its member knew starts again from it, the
+    /// others keep their positions (no reset). One refused changes nothing.
+    pub(crate) fn while_committing<R, E>(&self, name: &str, commit: impl FnOnce() -> Result<R, E>) -> Result<R, E> {
+        self.under_lock_of(name, |_| {
+            let result = commit();
+            let taken = result.is_ok();
+            (result, taken)
+        })
+    }
+
+    /// Runs `f` under the lock of `name`'s group (given its members; `None`
+    /// if it has none here), the group looked up and locked under the map's
+    /// lock so no member joins or leaves between the two; when `f` says the
+    /// group changed, bumps its generation and wakes its waiting members
+    /// after the lock.
+    fn under_lock_of<R>(&self, name: &str, f: impl FnOnce(Option<&mut Members>) -> (R, bool)) -> R {
+        let groups = self.groups.lock();
+        let Some(group) = groups.get(name).cloned() else {
+            drop(groups);
+            return f(None).0;
+        };
+        let mut members = group.members.lock();
+        drop(groups);
+        let (result, changed) = f(Some(&mut members));
+        if changed {
+            members.generation += 1;
+            let wakers = std::mem::take(&mut members.wakers);
+            drop(members);
+            wakers.into_values().for_each(Waker::wake);
         }
+        result
     }
 
     /// Runs `change` (a write of every group's committed offsets in a topic:

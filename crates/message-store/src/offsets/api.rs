@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::Staged;
+use super::{Removal, Staged};
 use crate::error::StoreError;
 use crate::get::TimeBound;
 use crate::poll::Arrival;
@@ -79,12 +79,12 @@ impl MessageStore {
     /// consumes again from there). A commit costs one small journal record, and
     /// commits from many threads share syncs.
     ///
-    /// This is a commit from outside the group's [`Consumer`](crate::Consumer)s:
-    /// those in this process take it as they take
-    /// [`reset_consumer_offsets`](Self::reset_consumer_offsets) (each starts
-    /// its queues again from their committed offsets, and none commits over
-    /// it); a member commits its own position with
-    /// [`Consumer::commit`](crate::Consumer::commit).
+    /// This is a commit from outside the group's [`Consumer`](crate::Consumer)s
+    /// (a member commits its own position with
+    /// [`Consumer::commit`](crate::Consumer::commit)): once it is taken, a
+    /// member in this process that owns the queue starts again from the
+    /// committed offset if it moved, and none commits over it; the member's
+    /// other queues keep their positions. One refused changes nothing.
     ///
     /// An offset the queue's puts have reached but dispatch has not yet (a
     /// commit right after a put) waits for dispatch, up to
@@ -189,11 +189,12 @@ impl MessageStore {
         match topic_ids {
             // A member's commit, under its group's lock.
             Some(_) => check_and_stage(),
-            // A commit from outside the group's members is a reset to those
-            // in this process (`commit_offset`'s doc): under the group's lock,
-            // none commits over it and each starts again from it. The
-            // group's lock first, then the topics' (as a member's commit).
-            None => self.core.consumer_groups.while_changing(group, check_and_stage),
+            // A commit from outside the group's members (`commit_offset`'s
+            // doc): under the group's lock, so none commits over it, and
+            // each queue whose committed offset it moved starts again from
+            // it. The group's lock first, then the topics' (as a member's
+            // commit).
+            None => self.core.consumer_groups.while_committing(group, check_and_stage),
         }
     }
 
@@ -323,13 +324,17 @@ impl MessageStore {
     ) -> Result<Vec<(u32, u64)>, StoreError> {
         // The group's members here start from the reset, none commits over
         // it. The group's lock first, then the topics' (as a member's commit).
-        let plan = self.core.consumer_groups.while_changing(group, || {
+        // The sync is waited for after the lock: a commit of the group
+        // meanwhile (a member's, or an async one's first poll) waits for the
+        // reset's staging only.
+        let (plan, staged) = self.core.consumer_groups.while_changing(group, || {
             let _life = self.core.topic_life.read();
             let plan = self.plan_offsets_reset(group, topic, queue_id, to)?;
             let commits: Vec<(&str, u32, u64)> = plan.iter().map(|r| (topic, r.queue_id, r.offset)).collect();
-            self.core.offsets.commit_many(&*self.core.storage, group, &commits)?;
-            Ok::<_, StoreError>(plan)
+            let staged = self.core.offsets.stage_commits(&*self.core.storage, group, &commits)?;
+            Ok::<_, StoreError>((plan, staged))
         })?;
+        self.core.offsets.wait_staged(staged)?;
         tracing::info!(group, topic, ?queue_id, ?to, "consumer offsets reset");
         Ok(plan.iter().map(|r| (r.queue_id, r.offset)).collect())
     }
@@ -346,10 +351,15 @@ impl MessageStore {
         self.check_open()?;
         validate_group(group)?;
         let storage = &*self.core.storage;
-        self.core.consumer_groups.while_changing(group, || match topic {
-            Some(topic) => self.core.offsets.remove_group_topic(storage, group, topic),
-            None => self.core.offsets.remove_group(storage, group),
-        })
+        let removal = match topic {
+            Some(topic) => Removal::GroupTopic(group, topic),
+            None => Removal::Group(group),
+        };
+        // The sync after the lock, as a reset's.
+        let (removed, staged) =
+            self.core.consumer_groups.while_changing(group, || self.core.offsets.stage_removal(storage, removal))?;
+        self.core.offsets.wait_staged(staged)?;
+        Ok(removed)
     }
 
     /// Removes every group's committed offsets in `topic` (RocketMQ's
@@ -361,7 +371,12 @@ impl MessageStore {
         self.check_open()?;
         validate_topic(topic)?;
         let storage = &*self.core.storage;
-        self.core.consumer_groups.while_changing_all(|| self.core.offsets.remove_topic(storage, topic))
+        let (removed, staged) = self
+            .core
+            .consumer_groups
+            .while_changing_all(|| self.core.offsets.stage_removal(storage, Removal::Topic(topic)))?;
+        self.core.offsets.wait_staged(staged)?;
+        Ok(removed)
     }
 
     /// `group`'s committed offset in `topic`'s queue: `None` if it committed

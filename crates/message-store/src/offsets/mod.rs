@@ -42,6 +42,17 @@ const LEGACY_HEADER: &str = "# message-store consumer offsets v1: <group> <topic
 /// (group, topic, queue id).
 pub(crate) type OffsetKey = (String, String, u32);
 
+/// Which committed offsets a removal takes away.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Removal<'a> {
+    /// Every offset of a group (RocketMQ's `removeOffset`).
+    Group(&'a str),
+    /// A group's offsets in a topic.
+    GroupTopic(&'a str, &'a str),
+    /// Every group's offsets in a topic (RocketMQ's `cleanOffsetByTopic`).
+    Topic(&'a str),
+}
+
 /// Where the offsets of the store in `root` live.
 pub(crate) fn offsets_dir(root: &Path) -> PathBuf {
     root.join("config").join("offsets")
@@ -395,52 +406,60 @@ impl ConsumerOffsets {
 
     /// Removes every offset of `group` (RocketMQ's `removeOffset`); returns how
     /// many went.
+    #[cfg(test)]
     pub(crate) fn remove_group(&self, storage: &dyn Storage, group: &str) -> Result<usize, StoreError> {
-        self.remove(storage, |table| table.groups.id(group).map(Change::RemoveGroup))
+        self.remove(storage, Removal::Group(group))
     }
 
     /// Removes `group`'s offsets in `topic`; returns how many went.
+    #[cfg(test)]
     pub(crate) fn remove_group_topic(
         &self,
         storage: &dyn Storage,
         group: &str,
         topic: &str,
     ) -> Result<usize, StoreError> {
-        self.remove(storage, |table| Some(Change::Remove(table.groups.id(group)?, table.topics.id(topic)?)))
+        self.remove(storage, Removal::GroupTopic(group, topic))
     }
 
     /// Removes every group's offsets in `topic` (RocketMQ's `cleanOffsetByTopic`);
     /// returns how many went.
     pub(crate) fn remove_topic(&self, storage: &dyn Storage, topic: &str) -> Result<usize, StoreError> {
-        self.remove(storage, |table| table.topics.id(topic).map(Change::RemoveTopic))
+        self.remove(storage, Removal::Topic(topic))
     }
 
-    fn remove(
+    /// Makes `removal` and waits until it is durable; returns how many went.
+    fn remove(&self, storage: &dyn Storage, removal: Removal<'_>) -> Result<usize, StoreError> {
+        let (removed, staged) = self.stage_removal(storage, removal)?;
+        self.wait_staged(staged)?;
+        Ok(removed)
+    }
+
+    /// Makes `removal` in the table (seen at once) and appends its record,
+    /// without waiting for a sync (as [`stage_commits`](Self::stage_commits));
+    /// returns how many went.
+    pub(crate) fn stage_removal(
         &self,
         storage: &dyn Storage,
-        change: impl FnOnce(&Table) -> Option<Change>,
-    ) -> Result<usize, StoreError> {
+        removal: Removal<'_>,
+    ) -> Result<(usize, Staged), StoreError> {
         let mut removed = 0;
-        self.change(storage, |table, e, undo| {
-            let Some(change) = change(table) else { return };
+        let staged = self.stage(storage, |table, e, undo| {
+            let change = match removal {
+                Removal::Group(group) => table.groups.id(group).map(Change::RemoveGroup),
+                Removal::GroupTopic(group, topic) => {
+                    table.groups.id(group).zip(table.topics.id(topic)).map(|(g, t)| Change::Remove(g, t))
+                }
+                Removal::Topic(topic) => table.topics.id(topic).map(Change::RemoveTopic),
+            };
+            let Some(change) = change else { return };
             let before = table.offsets.len();
             if table.apply_noting(change, undo) {
                 removed = before - table.offsets.len();
                 e.change(change);
             }
         })?;
-        Ok(removed)
-    }
-
-    /// Applies `edit` to the table under the lock, appends the records it
-    /// encoded, and waits until they are durable.
-    fn change(
-        &self,
-        storage: &dyn Storage,
-        edit: impl FnOnce(&mut Table, &mut Encoder, &mut Undo),
-    ) -> Result<(), StoreError> {
-        let staged = self.stage(storage, edit)?;
-        self.wait_staged(staged)
+        Ok((removed, staged))
     }
 
     /// Applies `edit` to the table under the lock and appends the records it
