@@ -6,9 +6,13 @@
 //! What it reads is the test harness's own report: libtest prints `test NAME
 //! has been running for over 60 seconds` for a test still running after a
 //! minute, and `test NAME ... ok` (or `FAILED`, `ignored`) when one ends.
+//! With one test thread it says nothing of a test running long but prints
+//! `test NAME ... ` as the test starts: a test binary silent past the limit
+//! is then the hang, named by that line. The limit is at least the minute
+//! libtest waits before it says anything.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -57,72 +61,149 @@ fn said(line: &str) -> Option<Said<'_>> {
     rest.split_once(" ... ").map(|(name, _)| Said::Ended(name))
 }
 
-/// Tests running for over a minute, by name, with when each started (about).
-#[derive(Default)]
-struct Long(HashMap<String, Instant>);
+/// What the watch knows of the run, from its standard output.
+struct Heard {
+    /// Tests running for over a minute, by name, with when each started (about).
+    long: HashMap<String, Instant>,
+    /// Between a test binary's `running N tests` and its `test result:`.
+    in_binary: bool,
+    /// The line being printed, not ended yet: with one test thread libtest
+    /// prints `test NAME ... ` when a test starts and its result on the same
+    /// line when it ends, and says nothing of a test running long.
+    partial: Vec<u8>,
+    /// When the run last printed anything.
+    last_output: Instant,
+    /// Everything printed, for the caller.
+    out: String,
+    /// The output ended (every process holding it closed it).
+    closed: bool,
+}
 
-impl Long {
+impl Heard {
+    fn new() -> Self {
+        Heard {
+            long: HashMap::new(),
+            in_binary: false,
+            partial: Vec::new(),
+            last_output: Instant::now(),
+            out: String::new(),
+            closed: false,
+        }
+    }
+
+    /// Takes `bytes` of output: each line ended is read and echoed (bytes
+    /// that are not UTF-8 as U+FFFD; through `print!`, so a test of this
+    /// module has its echo captured).
+    fn take(&mut self, bytes: &[u8]) {
+        self.last_output = Instant::now();
+        for &byte in bytes {
+            self.partial.push(byte);
+            if byte == b'\n' {
+                let line = String::from_utf8_lossy(&self.partial).into_owned();
+                self.partial.clear();
+                print!("{line}");
+                let _ = std::io::stdout().flush();
+                self.hear(&line);
+                self.out.push_str(&line);
+            }
+        }
+    }
+
     fn hear(&mut self, line: &str) {
         match said(line) {
             Some(Said::Running(name)) => {
                 let started = Instant::now().checked_sub(LIBTEST_WARNS_AFTER).unwrap_or_else(Instant::now);
-                self.0.entry(name.to_string()).or_insert(started);
+                self.long.entry(name.to_string()).or_insert(started);
             }
             Some(Said::Ended(name)) => {
-                self.0.remove(name);
+                self.long.remove(name);
             }
-            Some(Said::BinaryEnded) => self.0.clear(),
+            Some(Said::BinaryEnded) => {
+                self.long.clear();
+                self.in_binary = false;
+            }
+            None if line.starts_with("running ") => self.in_binary = true,
             None => {}
         }
     }
 
-    /// The test running longest, if it has run past `limit`.
+    /// The test running longest, if it has run past `limit`; or, when a test
+    /// binary has printed nothing for `limit`, the test its unfinished line
+    /// names (one test thread), else what is known.
     fn hung(&self, limit: Duration) -> Option<(String, Duration)> {
-        self.0
+        let long = self
+            .long
             .iter()
             .map(|(name, started)| (name.clone(), started.elapsed()))
             .filter(|(_, ran)| *ran > limit)
-            .max_by_key(|(_, ran)| *ran)
+            .max_by_key(|(_, ran)| *ran);
+        if long.is_some() {
+            return long;
+        }
+        let silent = self.last_output.elapsed();
+        if !self.in_binary || silent <= limit {
+            return None;
+        }
+        let partial = String::from_utf8_lossy(&self.partial);
+        let name = partial.trim_end().strip_prefix("test ").and_then(|rest| rest.strip_suffix(" ..."));
+        Some((name.map_or_else(|| "(unnamed: a test binary printed nothing)".to_string(), str::to_string), silent))
     }
 }
+
+/// The watch's state, locked (a panic while it was held leaves it usable).
+fn lock(heard: &Mutex<Heard>) -> std::sync::MutexGuard<'_, Heard> {
+    heard.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// `text` quoted for a POSIX shell.
+fn shell_quoted(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "'\\''"))
+}
+
+/// How long, after cargo ends, the watch waits for the rest of its output (a
+/// process a test left behind may hold the pipe open for good).
+const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 
 /// Runs `command` (a `cargo test`), echoing its standard output and returning
 /// it; fails on a non-zero exit, or, when a test runs past `limit`, kills the
 /// run and fails naming the test.
 pub fn run_tests(mut command: Command, limit: Duration) -> Result<(std::process::ExitStatus, String), String> {
     let mut child = command.stdout(Stdio::piped()).spawn().map_err(|e| format!("cannot run the tests: {e}"))?;
-    let stdout = child.stdout.take().ok_or("the tests' standard output was not captured")?;
-    let long = Arc::new(Mutex::new(Long::default()));
-    let reader = {
-        let long = Arc::clone(&long);
+    let mut stdout = child.stdout.take().ok_or("the tests' standard output was not captured")?;
+    let heard = Arc::new(Mutex::new(Heard::new()));
+    {
+        // Left to end on its own: a process that escaped a kill, or one a
+        // test left running, may keep the pipe open.
+        let heard = Arc::clone(&heard);
         std::thread::spawn(move || {
-            let mut out = String::new();
-            let mut lines = BufReader::new(stdout);
-            let mut line = String::new();
-            while lines.read_line(&mut line).is_ok_and(|n| n > 0) {
-                print!("{line}");
-                let _ = std::io::stdout().flush();
-                long.lock().unwrap_or_else(PoisonError::into_inner).hear(&line);
-                out.push_str(&line);
-                line.clear();
+            let mut buf = [0u8; 8192];
+            loop {
+                match stdout.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => lock(&heard).take(&buf[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
             }
-            out
-        })
-    };
+            lock(&heard).closed = true;
+        });
+    }
     loop {
         if let Some(status) = child.try_wait().map_err(|e| format!("cannot wait for the tests: {e}"))? {
-            let out = reader.join().map_err(|_| "the tests' output reader panicked")?;
+            let ended = Instant::now();
+            while !lock(&heard).closed && ended.elapsed() < OUTPUT_GRACE {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let out = std::mem::take(&mut lock(&heard).out);
             return Ok((status, out));
         }
-        let hung = long.lock().unwrap_or_else(PoisonError::into_inner).hung(limit);
+        let hung = lock(&heard).hung(limit);
         if let Some((name, ran)) = hung {
-            // The reader is left to end on its own: a process that escaped the
-            // kill would keep the pipe open, and a join wait for it.
             let killed = kill_tree(&mut child);
             return Err(format!(
-                "test {name} ran for {:.0?}, past the limit of {limit:.0?}: a hang; the run was killed ({killed}). \
-                 Run it alone: cargo test --workspace -- --exact {name}",
-                ran
+                "test {name} ran for {ran:.0?}, past the limit of {limit:.0?}: a hang; the run was killed ({killed}). \
+                 Run it alone: cargo test --workspace -- --exact {}",
+                shell_quoted(&name)
             ));
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -192,7 +273,7 @@ mod tests {
 
     #[test]
     fn a_test_that_ended_is_not_hung() {
-        let mut long = Long::default();
+        let mut long = Heard::new();
         long.hear("test slow has been running for over 60 seconds");
         long.hear("test stuck has been running for over 60 seconds");
         assert!(long.hung(Duration::from_secs(120)).is_none());
@@ -238,5 +319,65 @@ mod tests {
         let (status, out) = run_tests(command, Duration::from_secs(1)).unwrap();
         assert!(status.success());
         assert!(out.contains("test result: ok. 1 passed"));
+    }
+
+    /// A byte of output that is not UTF-8 (a process under a test writing to
+    /// the inherited stdout) neither ends the watch's reading (the run's next
+    /// write met a closed pipe) nor loses the output.
+    #[test]
+    fn output_that_is_not_utf8_does_not_break_the_run() {
+        let mut command = Command::new("sh");
+        command.args(["-c", "printf 'caf\\351\\n'; sleep 1; echo 'test a ... ok'; echo 'test result: ok. 1 passed'"]);
+        let (status, out) = run_tests(command, Duration::from_secs(60)).unwrap();
+        assert!(status.success() && out.contains("test result: ok"), "status {status}, output read {out:?}");
+    }
+
+    /// A run whose cargo ended returns though a process a test left behind
+    /// still holds its output open (it waited for that process, with no
+    /// limit).
+    #[test]
+    fn a_run_that_ended_returns_though_a_process_it_left_holds_stdout() {
+        let mut command = Command::new("sh");
+        command.args(["-c", "sleep 15 & echo 'test a ... ok'; echo 'test result: ok. 1 passed'"]);
+        let started = Instant::now();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(run_tests(command, Duration::from_secs(60)).map(|(s, _)| s.success())));
+        let got = rx.recv_timeout(Duration::from_secs(5));
+        assert!(got.is_ok(), "run_tests had not returned {:?} after the run ended", started.elapsed());
+    }
+
+    /// The command printed to run a hung test alone is one a shell takes,
+    /// also for a doc test (its name holds spaces and parentheses).
+    #[test]
+    fn the_command_named_for_a_hung_doc_test_runs_in_a_shell() {
+        let mut command = Command::new("sh");
+        command.arg("-c").arg("echo 'test src/lib.rs - Thing (line 5) has been running for over 60 seconds'; sleep 30");
+        let err = run_tests(command, Duration::from_secs(1)).expect_err("a hang");
+        let run = err.split("Run it alone: ").nth(1).unwrap();
+        let check = Command::new("sh").arg("-n").arg("-c").arg(run).output().unwrap();
+        assert!(check.status.success(), "{run:?}: {}", String::from_utf8_lossy(&check.stderr));
+    }
+
+    /// With one test thread libtest says nothing of a test running long; a
+    /// binary silent past the limit is a hang, named by its unfinished line.
+    #[test]
+    fn a_hang_with_one_test_thread_is_named() {
+        let mut command = Command::new("sh");
+        command
+            .args(["-c", "echo 'running 2 tests'; echo 'test a ... ok'; printf 'test tests::stuck ... '; sleep 300"]);
+        let started = Instant::now();
+        let err = run_tests(command, Duration::from_secs(2)).expect_err("a hang");
+        assert!(err.contains("test tests::stuck ran for"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(60), "killed in {:?}", started.elapsed());
+    }
+
+    /// Output silent past the limit before any test binary runs (cargo
+    /// compiling, which prints to standard error) is not a hang.
+    #[test]
+    fn silence_outside_a_test_binary_is_not_a_hang() {
+        let mut command = Command::new("sh");
+        command.args(["-c", "sleep 2; echo 'running 1 test'; echo 'test a ... ok'; echo 'test result: ok. 1 passed'"]);
+        let (status, out) = run_tests(command, Duration::from_secs(1)).unwrap();
+        assert!(status.success() && out.contains("test result: ok"), "{out}");
     }
 }
