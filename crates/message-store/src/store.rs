@@ -656,4 +656,52 @@ pub(crate) mod tests {
         assert_eq!((reopened.queue_range("t", 0).unwrap(), reopened.queue_range("t", 1).unwrap()), (0..1, 0..2));
         reopened.shutdown().unwrap();
     }
+
+    /// An outside commit of a group with no member here holds the groups'
+    /// map's lock throughout: a member joining meanwhile waits for it, then
+    /// starts from it (it once joined between the lookup and the write,
+    /// started from `StartFrom`, and its next `commit()` wrote its position
+    /// over the commit).
+    #[test]
+    fn a_member_joining_during_an_outside_commit_of_a_memberless_group_takes_it() {
+        let store = sim_store(FlushDiskType::SyncFlush, &[("t", 1)]);
+        for i in 0..10u8 {
+            store.put_message(&Message::new("t", 0, vec![i])).unwrap().durability.wait().unwrap();
+        }
+        store.dispatch_now().unwrap();
+        let barrier = store.core.commit_checked.arm();
+        let committer = {
+            let store = store.clone();
+            std::thread::spawn(move || store.commit_offset("g", "t", 0, 3))
+        };
+        barrier.wait(); // the outside commit found no group "g" and checked its offset
+        let (sent, handed) = std::sync::mpsc::channel();
+        let joiner = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let mut a = store.consumer("g", crate::ConsumerConfig::default().max_batch(5)).unwrap();
+                a.subscribe("t", crate::TagFilter::All).unwrap();
+                let first: Vec<u64> =
+                    a.poll(Duration::from_millis(50)).unwrap().iter().map(|m| m.queue_offset).collect();
+                a.commit().unwrap();
+                sent.send(first).unwrap();
+            })
+        };
+        let early = handed.recv_timeout(Duration::from_millis(200));
+        barrier.wait(); // the outside commit writes 3
+        committer.join().unwrap().unwrap();
+        let first = match early {
+            Ok(first) => first,
+            Err(_) => handed.recv().unwrap(),
+        };
+        joiner.join().unwrap();
+        assert_eq!(
+            first,
+            vec![3, 4, 5, 6, 7],
+            "offset 3 committed from outside while a member joined: the member handed out {first:?} and committed {:?}",
+            store.committed_offset("g", "t", 0).unwrap()
+        );
+        assert_eq!(store.committed_offset("g", "t", 0).unwrap(), Some(8));
+        store.shutdown().unwrap();
+    }
 }

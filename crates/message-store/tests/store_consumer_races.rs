@@ -402,3 +402,60 @@ fn commit_offsets_async_does_not_block_its_poller_on_a_resets_sync() {
         "the first poll of commit_offsets_async blocked its thread {blocked:?} (returned {first:?})"
     );
 }
+
+/// An outside commit is where the member owning the queue consumes again,
+/// whether it differs from the member's last commit (6 below) or equals it
+/// (5: the member once kept handing out past it and its next `commit()`
+/// wrote its position over it).
+#[test]
+fn an_outside_commit_equal_to_the_members_last_commit_is_where_it_consumes_again() {
+    for outside in [6u64, 5] {
+        let (_sim, store) = store_with(1);
+        put(&store, "t", 1, 0, 10);
+        let mut a = member(&store, "g", ConsumerConfig::default().max_batch(5));
+        assert_eq!(bodies(&a.poll(SHORT).unwrap()), bodies_of(0..5));
+        a.commit().unwrap(); // committed 5
+        assert_eq!(bodies(&a.poll(SHORT).unwrap()), bodies_of(5..10)); // handed out to 10
+        store.commit_offset("g", "t", 0, outside).unwrap();
+        let after: Vec<u64> = drain(&mut a).iter().map(|m| m.queue_offset).collect();
+        a.commit().unwrap();
+        assert_eq!(
+            after,
+            (outside..10).collect::<Vec<u64>>(),
+            "offset {outside} committed from outside; the member then handed out {after:?} and committed {:?}",
+            store.committed_offset("g", "t", 0).unwrap()
+        );
+        drop(a);
+        store.shutdown().unwrap();
+    }
+}
+
+/// A reset of the group's offsets in another topic, or a reset refused (no
+/// such queue), leaves the member's position in its topic (it once dropped
+/// it: its `commit()` committed nothing and it handed the messages out
+/// again).
+#[test]
+fn a_reset_in_another_topic_or_refused_leaves_a_members_progress() {
+    for case in ["other topic", "refused"] {
+        let (_sim, store) = store_with(1);
+        store.create_topic("u", 1).unwrap();
+        put(&store, "t", 1, 0, 10);
+        let mut a = member(&store, "g", ConsumerConfig::default().max_batch(5));
+        assert_eq!(bodies(&a.poll(SHORT).unwrap()), bodies_of(0..5));
+        if case == "other topic" {
+            store.reset_consumer_offsets("g", "u", None, ResetTo::Earliest).unwrap();
+        } else {
+            assert!(store.reset_consumer_offsets("g", "t", Some(7), ResetTo::Earliest).is_err());
+        }
+        a.commit().unwrap();
+        let committed = store.committed_offset("g", "t", 0).unwrap();
+        let after: Vec<u64> = drain(&mut a).iter().map(|m| m.queue_offset).collect();
+        assert_eq!(
+            (committed, after.clone()),
+            (Some(5), (5..10).collect::<Vec<u64>>()),
+            "reset ({case}); in t the member's commit() committed {committed:?} and it then handed out {after:?}"
+        );
+        drop(a);
+        store.shutdown().unwrap();
+    }
+}

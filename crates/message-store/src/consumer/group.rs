@@ -15,6 +15,21 @@ use std::task::Waker;
 
 use parking_lot::{Mutex, MutexGuard};
 
+/// The queues a write of a group's offsets from outside its members
+/// concerns ([`ConsumerGroups::while_changing`]): their owners start them
+/// again from their committed offsets.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Scope<'a> {
+    /// Every queue (a removal of all the group's offsets).
+    Group,
+    /// A topic's queues.
+    Topic(&'a str),
+    /// Some of a topic's queues.
+    Queues(&'a str, &'a [u32]),
+    /// The queues commits `(topic, queue, offset)` name.
+    Commits(&'a [(&'a str, u32, u64)]),
+}
+
 /// Every consumer group with a member in this process.
 #[derive(Debug, Default)]
 pub(crate) struct ConsumerGroups {
@@ -54,48 +69,29 @@ impl ConsumerGroups {
     }
 
     /// Runs `change` (a write of `name`'s committed offsets from outside its
-    /// members: a reset, a removal) under the group's lock if it has members
-    /// here, then makes them take their shares again: none commits over the
-    /// change, and each starts from it (a queue kept whose committed offset
-    /// moved starts again from it).
-    pub(crate) fn while_changing<R>(&self, name: &str, change: impl FnOnce() -> R) -> R {
-        self.under_lock_of(name, |members| {
-            if let Some(members) = members {
-                members.resets += 1;
-            }
-            (change(), true)
-        })
-    }
-
-    /// Runs `commit` (a commit of `name`'s offsets from outside its members:
-    /// a broker's for a remote consumer, an operator's) under the group's
-    /// lock if it has members here, so none commits over it. When it is
-    /// taken, the members take their shares again: a queue whose committed
-    /// offset is no longer the one its member knew starts again from it, the
-    /// others keep their positions (no reset). One refused changes nothing.
-    pub(crate) fn while_committing<R, E>(&self, name: &str, commit: impl FnOnce() -> Result<R, E>) -> Result<R, E> {
-        self.under_lock_of(name, |_| {
-            let result = commit();
-            let taken = result.is_ok();
-            (result, taken)
-        })
-    }
-
-    /// Runs `f` under the lock of `name`'s group (given its members; `None`
-    /// if it has none here), the group looked up and locked under the map's
-    /// lock so no member joins or leaves between the two; when `f` says the
-    /// group changed, bumps its generation and wakes its waiting members
-    /// after the lock.
-    fn under_lock_of<R>(&self, name: &str, f: impl FnOnce(Option<&mut Members>) -> (R, bool)) -> R {
+    /// members: a commit, a reset, a removal) under the group's lock, so none
+    /// commits over it; the group is looked up and locked under the map's
+    /// lock (held throughout for a group with no member here), so no member
+    /// joins or leaves meanwhile. When the change is taken, the members take
+    /// their shares again and each queue in `scope` starts again from its
+    /// committed offset, even one equal to what its member last knew; the
+    /// other queues keep their positions. One refused changes nothing.
+    pub(crate) fn while_changing<R, E>(
+        &self,
+        name: &str,
+        scope: Scope<'_>,
+        change: impl FnOnce() -> Result<R, E>,
+    ) -> Result<R, E> {
         let groups = self.groups.lock();
         let Some(group) = groups.get(name).cloned() else {
-            drop(groups);
-            return f(None).0;
+            // A member joining now starts from the table the change leaves.
+            return change();
         };
         let mut members = group.members.lock();
         drop(groups);
-        let (result, changed) = f(Some(&mut members));
-        if changed {
+        let result = change();
+        if result.is_ok() {
+            members.mark_reset(scope);
             members.generation += 1;
             let wakers = std::mem::take(&mut members.wakers);
             drop(members);
@@ -104,21 +100,20 @@ impl ConsumerGroups {
         result
     }
 
-    /// Runs `change` (a write of every group's committed offsets in a topic:
+    /// Runs `change` (a write of every group's committed offsets in `topic`:
     /// a clean) under the lock of every group with members here, as
-    /// [`while_changing`](Self::while_changing) does for one: none commits
-    /// over the change, each member starts again from it, and no group joins
-    /// or leaves meanwhile (the map's lock is held throughout; groups' locks
+    /// [`while_changing`](Self::while_changing) does for one, with the
+    /// topic as its scope (the map's lock is held throughout; groups' locks
     /// are taken in their names' order).
-    pub(crate) fn while_changing_all<R>(&self, change: impl FnOnce() -> R) -> R {
+    pub(crate) fn while_changing_all<R, E>(&self, topic: &str, change: impl FnOnce() -> Result<R, E>) -> Result<R, E> {
         let groups = self.groups.lock();
         let mut named: Vec<(&String, &Arc<Group>)> = groups.iter().collect();
         named.sort_by(|a, b| a.0.cmp(b.0));
         let mut locked: Vec<MutexGuard<'_, Members>> = named.iter().map(|(_, group)| group.members.lock()).collect();
         let result = change();
         let mut wakers = Vec::new();
-        for members in &mut locked {
-            members.resets += 1;
+        for members in locked.iter_mut().filter(|_| result.is_ok()) {
+            members.mark_reset(Scope::Topic(topic));
             members.generation += 1;
             wakers.extend(std::mem::take(&mut members.wakers).into_values());
         }
@@ -160,9 +155,15 @@ pub(crate) struct Members {
     /// Bumped by every change of membership or of a member's topics.
     generation: u64,
     /// Bumped by every write of the group's offsets from outside its members
-    /// (a reset, a removal): each member starts every queue again from its
+    /// (a commit, a reset, a removal); each queue it concerned is marked
+    /// with the new value (`reset_marks`, or `all_reset` for every queue),
+    /// and a member that last looked before starts that queue again from its
     /// committed offset, even one equal to what it last knew.
     resets: u64,
+    /// The last such write of every queue of the group.
+    all_reset: u64,
+    /// The last such write of a topic's queues (`None`) or of one queue.
+    reset_marks: HashMap<(String, Option<u32>), u64>,
     /// Each member's topics, by id (ids in joining order).
     topics: BTreeMap<u64, BTreeSet<String>>,
     /// Members waiting for a change (a consumer waiting for messages is woken
@@ -179,6 +180,35 @@ impl Members {
     /// How many times the group's offsets were written from outside.
     pub(crate) fn resets(&self) -> u64 {
         self.resets
+    }
+
+    /// Whether `topic`'s queue `queue` was written from outside since a
+    /// member saw [`resets`](Self::resets) at `seen`.
+    pub(crate) fn reset_since(&self, topic: &str, queue: u32, seen: u64) -> bool {
+        let mark = |queue| self.reset_marks.get(&(topic.to_string(), queue)).copied().unwrap_or(0);
+        self.all_reset.max(mark(None)).max(mark(Some(queue))) > seen
+    }
+
+    /// Counts a write from outside the members and marks the queues of `scope`.
+    fn mark_reset(&mut self, scope: Scope<'_>) {
+        self.resets += 1;
+        let at = self.resets;
+        match scope {
+            Scope::Group => self.all_reset = at,
+            Scope::Topic(topic) => {
+                self.reset_marks.insert((topic.to_string(), None), at);
+            }
+            Scope::Queues(topic, queues) => {
+                for &queue in queues {
+                    self.reset_marks.insert((topic.to_string(), Some(queue)), at);
+                }
+            }
+            Scope::Commits(commits) => {
+                for &(topic, queue, _) in commits {
+                    self.reset_marks.insert((topic.to_string(), Some(queue)), at);
+                }
+            }
+        }
     }
 
     /// Member `id`'s share of `topic`'s `queues`: a contiguous range among

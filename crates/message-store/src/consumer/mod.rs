@@ -24,7 +24,7 @@ use crate::topic::{validate_group, validate_topic};
 use crate::{MessageStore, StoreError};
 
 pub use config::{ConsumerConfig, OutOfRange, StartFrom};
-pub(crate) use group::ConsumerGroups;
+pub(crate) use group::{ConsumerGroups, Scope};
 use group::{Group, Members};
 
 /// A queue the consumer owns.
@@ -405,7 +405,6 @@ impl Consumer {
         // a fetch may have read the new topic at the old one's position) and
         // ones starting again from the committed offset.
         let mut restarted: HashSet<(Arc<str>, u32)> = HashSet::new();
-        let reset = self.resets != members.resets();
         for (topic, _) in &self.topics {
             let Some(entry) = self.store.core.queues.topic(topic) else { continue };
             for queue_id in members.share(self.id, topic, entry.queues) {
@@ -421,7 +420,7 @@ impl Consumer {
                 let owned = match kept {
                     Some(mut owned) => {
                         if owned.next.is_some()
-                            && (reset
+                            && (members.reset_since(topic, queue_id, self.resets)
                                 || self.store.core.offsets.get(&self.name, topic, queue_id) != Some(owned.committed))
                         {
                             owned.next = None;

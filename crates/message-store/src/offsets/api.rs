@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Removal, Staged};
+use crate::consumer::Scope;
 use crate::error::StoreError;
 use crate::get::TimeBound;
 use crate::poll::Arrival;
@@ -81,10 +82,11 @@ impl MessageStore {
     ///
     /// This is a commit from outside the group's [`Consumer`](crate::Consumer)s
     /// (a member commits its own position with
-    /// [`Consumer::commit`](crate::Consumer::commit)): once it is taken, a
-    /// member in this process that owns the queue starts again from the
-    /// committed offset if it moved, and none commits over it; the member's
-    /// other queues keep their positions. One refused changes nothing.
+    /// [`Consumer::commit`](crate::Consumer::commit)): once it is taken, the
+    /// member in this process that owns the queue starts it again from the
+    /// committed offset (even one equal to what the member last committed),
+    /// and none commits over it; the member's other queues keep their
+    /// positions. One refused changes nothing.
     ///
     /// An offset the queue's puts have reached but dispatch has not yet (a
     /// commit right after a put) waits for dispatch, up to
@@ -194,7 +196,7 @@ impl MessageStore {
             // each queue whose committed offset it moved starts again from
             // it. The group's lock first, then the topics' (as a member's
             // commit).
-            None => self.core.consumer_groups.while_committing(group, check_and_stage),
+            None => self.core.consumer_groups.while_changing(group, Scope::Commits(commits), check_and_stage),
         }
     }
 
@@ -327,7 +329,9 @@ impl MessageStore {
         // The sync is waited for after the lock: a commit of the group
         // meanwhile (a member's, or an async one's first poll) waits for the
         // reset's staging only.
-        let (plan, staged) = self.core.consumer_groups.while_changing(group, || {
+        let one: [u32; 1] = [queue_id.unwrap_or(0)];
+        let scope = if queue_id.is_some() { Scope::Queues(topic, &one) } else { Scope::Topic(topic) };
+        let (plan, staged) = self.core.consumer_groups.while_changing(group, scope, || {
             let _life = self.core.topic_life.read();
             let plan = self.plan_offsets_reset(group, topic, queue_id, to)?;
             let commits: Vec<(&str, u32, u64)> = plan.iter().map(|r| (topic, r.queue_id, r.offset)).collect();
@@ -351,13 +355,15 @@ impl MessageStore {
         self.check_open()?;
         validate_group(group)?;
         let storage = &*self.core.storage;
-        let removal = match topic {
-            Some(topic) => Removal::GroupTopic(group, topic),
-            None => Removal::Group(group),
+        let (removal, scope) = match topic {
+            Some(topic) => (Removal::GroupTopic(group, topic), Scope::Topic(topic)),
+            None => (Removal::Group(group), Scope::Group),
         };
         // The sync after the lock, as a reset's.
-        let (removed, staged) =
-            self.core.consumer_groups.while_changing(group, || self.core.offsets.stage_removal(storage, removal))?;
+        let (removed, staged) = self
+            .core
+            .consumer_groups
+            .while_changing(group, scope, || self.core.offsets.stage_removal(storage, removal))?;
         self.core.offsets.wait_staged(staged)?;
         Ok(removed)
     }
@@ -374,7 +380,7 @@ impl MessageStore {
         let (removed, staged) = self
             .core
             .consumer_groups
-            .while_changing_all(|| self.core.offsets.stage_removal(storage, Removal::Topic(topic)))?;
+            .while_changing_all(topic, || self.core.offsets.stage_removal(storage, Removal::Topic(topic)))?;
         self.core.offsets.wait_staged(staged)?;
         Ok(removed)
     }
