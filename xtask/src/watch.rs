@@ -28,9 +28,15 @@ pub fn hang_limit() -> Result<Duration, String> {
         Ok(secs) => secs
             .parse::<u64>()
             .ok()
-            .filter(|&s| s > 0)
+            .filter(|&s| s >= LIBTEST_WARNS_AFTER.as_secs())
             .map(Duration::from_secs)
-            .ok_or_else(|| format!("XTASK_TEST_HANG_SECS takes a number of seconds above 0, not {secs:?}")),
+            .ok_or_else(|| {
+                format!(
+                    "XTASK_TEST_HANG_SECS takes a number of seconds of at least {} (libtest says nothing of a \
+                     test running long before), not {secs:?}",
+                    LIBTEST_WARNS_AFTER.as_secs()
+                )
+            }),
         Err(_) => Ok(HANG_LIMIT),
     }
 }
@@ -106,6 +112,14 @@ impl Heard {
                 self.hear(&line);
                 self.out.push_str(&line);
             }
+        }
+    }
+
+    /// The output closed: a last line not ended (a test binary that
+    /// aborted mid-line, with one test thread) is echoed and kept too.
+    fn end(&mut self) {
+        if !self.partial.is_empty() {
+            self.take(b"\n");
         }
     }
 
@@ -185,7 +199,9 @@ pub fn run_tests(mut command: Command, limit: Duration) -> Result<(std::process:
                     Err(_) => break,
                 }
             }
-            lock(&heard).closed = true;
+            let mut heard = lock(&heard);
+            heard.end();
+            heard.closed = true;
         });
     }
     loop {
@@ -379,5 +395,17 @@ mod tests {
         command.args(["-c", "sleep 2; echo 'running 1 test'; echo 'test a ... ok'; echo 'test result: ok. 1 passed'"]);
         let (status, out) = run_tests(command, Duration::from_secs(1)).unwrap();
         assert!(status.success() && out.contains("test result: ok"), "{out}");
+    }
+
+    /// The run's last line, unended (one test thread: a test that aborted
+    /// its binary leaves `test NAME ... ` with no newline), is returned and
+    /// echoed: the name of the test that crashed stays in the log.
+    #[test]
+    fn an_unended_last_line_is_not_lost() {
+        let mut command = Command::new("sh");
+        command.args(["-c", "echo 'running 1 test'; printf 'test tests::aborts ... '; exit 101"]);
+        let (status, out) = run_tests(command, Duration::from_secs(60)).unwrap();
+        assert!(!status.success());
+        assert!(out.contains("test tests::aborts"), "output read {out:?}");
     }
 }
