@@ -123,6 +123,12 @@ impl ConsumerGroups {
         result
     }
 
+    /// Reset marks `name`'s group keeps (tests).
+    #[cfg(test)]
+    pub(crate) fn reset_marks(&self, name: &str) -> usize {
+        self.groups.lock().get(name).map_or(0, |group| group.members.lock().reset_marks())
+    }
+
     /// Takes member `id` out of `name`'s group (the group goes with its last
     /// member).
     pub(crate) fn leave(&self, name: &str, group: &Group, id: u64) {
@@ -130,6 +136,7 @@ impl ConsumerGroups {
             let mut groups = self.groups.lock();
             let (empty, wakers) = group.change_quietly(|members| {
                 members.topics.remove(&id);
+                members.seen_resets.remove(&id);
                 members.wakers.remove(&id);
                 members.topics.is_empty()
             });
@@ -162,8 +169,11 @@ pub(crate) struct Members {
     resets: u64,
     /// The last such write of every queue of the group.
     all_reset: u64,
-    /// The last such write of a topic's queues (`None`) or of one queue.
+    /// The last such write of a topic's queues (`None`) or of one queue;
+    /// kept while a member has not looked since (see `saw_resets`).
     reset_marks: HashMap<(String, Option<u32>), u64>,
+    /// The value of `resets` each member last took its share at.
+    seen_resets: HashMap<u64, u64>,
     /// Each member's topics, by id (ids in joining order).
     topics: BTreeMap<u64, BTreeSet<String>>,
     /// Members waiting for a change (a consumer waiting for messages is woken
@@ -177,9 +187,22 @@ impl Members {
         self.generation
     }
 
-    /// How many times the group's offsets were written from outside.
-    pub(crate) fn resets(&self) -> u64 {
+    /// Member `id` took its share with every write from outside so far in
+    /// view: returns how many there were, and forgets the marks every member
+    /// has seen (they can restart no queue any more), so the marks stay as
+    /// few as the writes some member has yet to see.
+    pub(crate) fn saw_resets(&mut self, id: u64) -> u64 {
+        self.seen_resets.insert(id, self.resets);
+        let oldest = self.topics.keys().map(|member| self.seen_resets.get(member).copied().unwrap_or(0)).min();
+        let oldest = oldest.unwrap_or(self.resets);
+        self.reset_marks.retain(|_, at| *at > oldest);
         self.resets
+    }
+
+    /// Marks kept (tests).
+    #[cfg(test)]
+    pub(crate) fn reset_marks(&self) -> usize {
+        self.reset_marks.len()
     }
 
     /// Whether `topic`'s queue `queue` was written from outside since a

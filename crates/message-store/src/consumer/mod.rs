@@ -249,8 +249,8 @@ impl Consumer {
     fn stage_commit(&mut self) -> Result<(), StoreError> {
         self.forget_deleted_topics();
         let group = Arc::clone(&self.group);
-        let members = group.lock();
-        self.take_share(&members)?;
+        let mut members = group.lock();
+        self.take_share(&mut members)?;
         self.last_commit = Instant::now();
         let due: Vec<usize> = (0..self.owned.len())
             .filter(|&i| {
@@ -353,8 +353,8 @@ impl Consumer {
                 self.stage_commit()?;
             }
             let group = Arc::clone(&self.group);
-            let members = group.lock();
-            self.take_share(&members)?;
+            let mut members = group.lock();
+            self.take_share(&mut members)?;
             self.resolve_starts()
         })();
         if let Err(err) = staged {
@@ -395,7 +395,7 @@ impl Consumer {
     /// offset is not the one this member last knew was another member's
     /// meanwhile (a change this member never saw, between two of its
     /// rounds): it starts again from the committed offset, as a new one.
-    fn take_share(&mut self, members: &Members) -> Result<(), StoreError> {
+    fn take_share(&mut self, members: &mut Members) -> Result<(), StoreError> {
         if self.generation == Some(members.generation()) {
             return Ok(());
         }
@@ -450,7 +450,7 @@ impl Consumer {
         self.fetched.retain(|f| by_queue.contains_key(&f.queue) && !restarted.contains(&f.queue));
         self.cursor = 0;
         self.generation = Some(members.generation());
-        self.resets = members.resets();
+        self.resets = members.saw_resets(self.id);
         Ok(())
     }
 
@@ -603,8 +603,8 @@ impl Consumer {
     /// positions, under the group's lock and only from queues still owned.
     fn hand_out(&mut self, max: usize) -> Result<Vec<StoredMessage>, StoreError> {
         let group = Arc::clone(&self.group);
-        let members = group.lock();
-        self.take_share(&members)?;
+        let mut members = group.lock();
+        self.take_share(&mut members)?;
         let mut out = Vec::with_capacity(max.min(self.fetched.len()));
         while out.len() < max {
             let Some(fetched) = self.fetched.pop_front() else { break };
