@@ -21,7 +21,7 @@ use crate::config::{DispatchLimit, MessageStoreConfig};
 use crate::dispatch::Dispatcher;
 use crate::error::StoreError;
 use crate::index::Index;
-use crate::offsets::ConsumerOffsets;
+use crate::offsets::{ConsumerOffsets, Removal};
 use crate::queues::Queues;
 use crate::store::{queue_index_dir, Core, Life, MessageStore, OpenReport};
 use crate::topic::{queue_key, Found, Registry};
@@ -422,7 +422,7 @@ impl MessageStore {
             core.offsets.topics().into_iter().filter(|t| registry.get(t).is_none()).collect()
         };
         for topic in &stale {
-            core.offsets.remove_topic(&*core.storage, topic)?;
+            core.offsets.remove(&*core.storage, Removal::Topic(topic))?;
         }
         if !stale.is_empty() {
             tracing::warn!(topics = ?stale, "consumer offsets of topics the registry no longer has removed");

@@ -491,6 +491,22 @@ pub(crate) mod tests {
         store.shutdown().unwrap();
     }
 
+    /// `commit_offset("g", "t", 0, offset)` on a thread of its own, paused
+    /// between its checks and its write: a second `wait` on the barrier lets
+    /// it go on.
+    fn commit_paused_after_its_checks(
+        store: &MessageStore,
+        offset: u64,
+    ) -> (Arc<std::sync::Barrier>, std::thread::JoinHandle<Result<(), StoreError>>) {
+        let barrier = store.core.commit_checked.arm();
+        let committer = {
+            let store = store.clone();
+            std::thread::spawn(move || store.commit_offset("g", "t", 0, offset))
+        };
+        barrier.wait();
+        (barrier, committer)
+    }
+
     #[test]
     fn a_commit_that_checked_its_topic_never_lands_after_the_topics_deletion() {
         // The commit is paused between its checks and its write; the
@@ -503,12 +519,7 @@ pub(crate) mod tests {
             store.put_message(&Message::new("t", 0, vec![i])).unwrap().durability.wait().unwrap();
         }
         store.dispatch_now().unwrap();
-        let barrier = store.core.commit_checked.arm();
-        let committer = {
-            let store = store.clone();
-            std::thread::spawn(move || store.commit_offset("g", "t", 0, 3))
-        };
-        barrier.wait(); // the commit has checked the topic
+        let (barrier, committer) = commit_paused_after_its_checks(&store, 3);
         let (deleter, deleted) = delete_in_background(&store, "t");
         // A deletion that does not wait for the commit returns meanwhile.
         let returned_first = deleted.recv_timeout(Duration::from_millis(200)).is_ok();
@@ -697,12 +708,8 @@ pub(crate) mod tests {
             store.put_message(&Message::new("t", 0, vec![i])).unwrap().durability.wait().unwrap();
         }
         store.dispatch_now().unwrap();
-        let barrier = store.core.commit_checked.arm();
-        let committer = {
-            let store = store.clone();
-            std::thread::spawn(move || store.commit_offset("g", "t", 0, 3))
-        };
-        barrier.wait(); // the outside commit found no group "g" and checked its offset
+        // The outside commit found no group "g" and checked its offset.
+        let (barrier, committer) = commit_paused_after_its_checks(&store, 3);
         let (sent, handed) = std::sync::mpsc::channel();
         let joiner = {
             let store = store.clone();

@@ -16,6 +16,15 @@ use consumer::{bodies, bodies_of, drain, member, put, store_with, SHORT};
 use futures_core::Stream;
 use message_store::{ConsumerConfig, Message, ResetTo, TagFilter};
 
+/// Ten messages put in `t`'s queue 0 and a member of `g` that handed out
+/// the first five (batches of 5), none committed.
+fn five_of_ten_handed_out(store: &message_store::MessageStore) -> message_store::Consumer {
+    put(store, "t", 1, 0, 10);
+    let mut a = member(store, "g", ConsumerConfig::default().max_batch(5));
+    assert_eq!(bodies(&a.poll(SHORT).unwrap()), bodies_of(0..5));
+    a
+}
+
 /// A topic deleted and made again with more queues: the member that owned no
 /// queue of the old topic takes its share of the new one (the creation moves
 /// every group's generation), so every message is handed out.
@@ -140,9 +149,7 @@ fn the_stream_of_a_member_without_queues_is_woken_by_shutdown_and_deletion() {
 #[test]
 fn a_reset_while_a_member_runs_is_not_undone_by_its_next_commit() {
     let (_sim, store) = store_with(1);
-    put(&store, "t", 1, 0, 10);
-    let mut a = member(&store, "g", ConsumerConfig::default().max_batch(5));
-    assert_eq!(bodies(&a.poll(SHORT).unwrap()), bodies_of(0..5));
+    let mut a = five_of_ten_handed_out(&store);
     a.commit().unwrap();
     store.reset_consumer_offsets("g", "t", None, ResetTo::Earliest).unwrap();
     let after = drain(&mut a);
@@ -163,9 +170,7 @@ fn a_reset_while_a_member_runs_is_not_undone_by_its_next_commit() {
 #[test]
 fn a_topic_clean_while_a_member_runs_is_not_undone_by_its_next_commit() {
     let (_sim, store) = store_with(1);
-    put(&store, "t", 1, 0, 10);
-    let mut a = member(&store, "g", ConsumerConfig::default().max_batch(5));
-    assert_eq!(bodies(&a.poll(SHORT).unwrap()), bodies_of(0..5));
+    let mut a = five_of_ten_handed_out(&store);
     a.commit().unwrap();
     assert_eq!(store.clean_offsets_by_topic("t").unwrap(), 1);
     let after = drain(&mut a);
@@ -189,9 +194,7 @@ fn a_topic_clean_while_a_member_runs_is_not_undone_by_its_next_commit() {
 fn an_outside_commit_while_a_member_runs_is_where_the_member_consumes_again() {
     for outside_async in [false, true] {
         let (_sim, store) = store_with(1);
-        put(&store, "t", 1, 0, 10);
-        let mut a = member(&store, "g", ConsumerConfig::default().max_batch(5));
-        assert_eq!(bodies(&a.poll(SHORT).unwrap()), bodies_of(0..5));
+        let mut a = five_of_ten_handed_out(&store);
         a.commit().unwrap();
         if outside_async {
             consumer::block_on(store.commit_offsets_async("g", &[("t", 0, 2)])).unwrap();
@@ -336,9 +339,7 @@ fn poll_beside_topic_deleted_and_made_again_does_not_fail() {
 #[test]
 fn a_refused_outside_commit_leaves_a_members_progress() {
     let (_sim, store) = store_with(1);
-    put(&store, "t", 1, 0, 10);
-    let mut a = member(&store, "g", ConsumerConfig::default().max_batch(5));
-    assert_eq!(bodies(&a.poll(SHORT).unwrap()), bodies_of(0..5));
+    let mut a = five_of_ten_handed_out(&store);
     let refused = store.commit_offset("g", "t", 0, 100);
     assert!(matches!(refused, Err(message_store::StoreError::OffsetBeyondQueue { .. })), "{refused:?}");
     a.commit().unwrap();
@@ -360,9 +361,7 @@ fn a_refused_outside_commit_leaves_a_members_progress() {
 fn an_outside_commit_in_another_topic_leaves_a_members_progress() {
     let (_sim, store) = store_with(1);
     store.create_topic("u", 1).unwrap();
-    put(&store, "t", 1, 0, 10);
-    let mut a = member(&store, "g", ConsumerConfig::default().max_batch(5));
-    assert_eq!(bodies(&a.poll(SHORT).unwrap()), bodies_of(0..5));
+    let mut a = five_of_ten_handed_out(&store);
     store.commit_offset("g", "u", 0, 0).unwrap();
     a.commit().unwrap();
     let committed = store.committed_offset("g", "t", 0).unwrap();
@@ -411,9 +410,7 @@ fn commit_offsets_async_does_not_block_its_poller_on_a_resets_sync() {
 fn an_outside_commit_equal_to_the_members_last_commit_is_where_it_consumes_again() {
     for outside in [6u64, 5] {
         let (_sim, store) = store_with(1);
-        put(&store, "t", 1, 0, 10);
-        let mut a = member(&store, "g", ConsumerConfig::default().max_batch(5));
-        assert_eq!(bodies(&a.poll(SHORT).unwrap()), bodies_of(0..5));
+        let mut a = five_of_ten_handed_out(&store);
         a.commit().unwrap(); // committed 5
         assert_eq!(bodies(&a.poll(SHORT).unwrap()), bodies_of(5..10)); // handed out to 10
         store.commit_offset("g", "t", 0, outside).unwrap();
@@ -439,9 +436,7 @@ fn a_reset_in_another_topic_or_refused_leaves_a_members_progress() {
     for case in ["other topic", "refused"] {
         let (_sim, store) = store_with(1);
         store.create_topic("u", 1).unwrap();
-        put(&store, "t", 1, 0, 10);
-        let mut a = member(&store, "g", ConsumerConfig::default().max_batch(5));
-        assert_eq!(bodies(&a.poll(SHORT).unwrap()), bodies_of(0..5));
+        let mut a = five_of_ten_handed_out(&store);
         if case == "other topic" {
             store.reset_consumer_offsets("g", "u", None, ResetTo::Earliest).unwrap();
         } else {

@@ -24,8 +24,8 @@ pub(crate) enum Scope<'a> {
     Group,
     /// A topic's queues.
     Topic(&'a str),
-    /// Some of a topic's queues.
-    Queues(&'a str, &'a [u32]),
+    /// One of a topic's queues.
+    Queue(&'a str, u32),
     /// The queues commits `(topic, queue, offset)` name.
     Commits(&'a [(&'a str, u32, u64)]),
 }
@@ -92,8 +92,7 @@ impl ConsumerGroups {
         let result = change();
         if result.is_ok() {
             members.mark_reset(scope);
-            members.generation += 1;
-            let wakers = std::mem::take(&mut members.wakers);
+            let wakers = members.changed();
             drop(members);
             wakers.into_values().for_each(Waker::wake);
         }
@@ -114,8 +113,7 @@ impl ConsumerGroups {
         let mut wakers = Vec::new();
         for members in locked.iter_mut().filter(|_| result.is_ok()) {
             members.mark_reset(Scope::Topic(topic));
-            members.generation += 1;
-            wakers.extend(std::mem::take(&mut members.wakers).into_values());
+            wakers.extend(members.changed().into_values());
         }
         drop(locked);
         drop(groups);
@@ -155,6 +153,16 @@ pub(crate) struct Group {
     members: Mutex<Members>,
 }
 
+/// The last writes from outside the members of one topic's queues (values
+/// of [`Members`]' `resets`; 0: none).
+#[derive(Debug, Default)]
+struct TopicMarks {
+    /// Of all its queues.
+    topic: u64,
+    /// Of single queues.
+    queues: HashMap<u32, u64>,
+}
+
 /// Who is in a group and what each follows.
 #[derive(Debug, Default)]
 pub(crate) struct Members {
@@ -169,9 +177,9 @@ pub(crate) struct Members {
     resets: u64,
     /// The last such write of every queue of the group.
     all_reset: u64,
-    /// The last such write of a topic's queues (`None`) or of one queue;
-    /// kept while a member has not looked since (see `saw_resets`).
-    reset_marks: HashMap<(String, Option<u32>), u64>,
+    /// The last such writes of each topic's queues; kept while a member has
+    /// not looked since (see `saw_resets`).
+    reset_marks: HashMap<String, TopicMarks>,
     /// The value of `resets` each member last took its share at.
     seen_resets: HashMap<u64, u64>,
     /// Each member's topics, by id (ids in joining order).
@@ -195,43 +203,56 @@ impl Members {
         self.seen_resets.insert(id, self.resets);
         let oldest = self.topics.keys().map(|member| self.seen_resets.get(member).copied().unwrap_or(0)).min();
         let oldest = oldest.unwrap_or(self.resets);
-        self.reset_marks.retain(|_, at| *at > oldest);
+        self.reset_marks.retain(|_, marks| {
+            marks.queues.retain(|_, at| *at > oldest);
+            marks.topic > oldest || !marks.queues.is_empty()
+        });
         self.resets
     }
 
     /// Marks kept (tests).
     #[cfg(test)]
     pub(crate) fn reset_marks(&self) -> usize {
-        self.reset_marks.len()
+        self.reset_marks.values().map(|marks| usize::from(marks.topic > 0) + marks.queues.len()).sum()
     }
 
     /// Whether `topic`'s queue `queue` was written from outside since a
-    /// member saw [`resets`](Self::resets) at `seen`.
+    /// member saw the writes counted at `seen` ([`saw_resets`](Self::saw_resets)).
     pub(crate) fn reset_since(&self, topic: &str, queue: u32, seen: u64) -> bool {
-        let mark = |queue| self.reset_marks.get(&(topic.to_string(), queue)).copied().unwrap_or(0);
-        self.all_reset.max(mark(None)).max(mark(Some(queue))) > seen
+        let marks = self.reset_marks.get(topic);
+        let topic_at = marks.map_or(0, |m| m.topic);
+        let queue_at = marks.and_then(|m| m.queues.get(&queue)).copied().unwrap_or(0);
+        self.all_reset.max(topic_at).max(queue_at) > seen
     }
 
     /// Counts a write from outside the members and marks the queues of `scope`.
     fn mark_reset(&mut self, scope: Scope<'_>) {
         self.resets += 1;
         let at = self.resets;
+        fn marks<'m>(all: &'m mut HashMap<String, TopicMarks>, topic: &str) -> &'m mut TopicMarks {
+            all.entry(topic.to_string()).or_default()
+        }
+        let all = &mut self.reset_marks;
         match scope {
             Scope::Group => self.all_reset = at,
-            Scope::Topic(topic) => {
-                self.reset_marks.insert((topic.to_string(), None), at);
-            }
-            Scope::Queues(topic, queues) => {
-                for &queue in queues {
-                    self.reset_marks.insert((topic.to_string(), Some(queue)), at);
-                }
+            Scope::Topic(topic) => marks(all, topic).topic = at,
+            Scope::Queue(topic, queue) => {
+                marks(all, topic).queues.insert(queue, at);
             }
             Scope::Commits(commits) => {
                 for &(topic, queue, _) in commits {
-                    self.reset_marks.insert((topic.to_string(), Some(queue)), at);
+                    marks(all, topic).queues.insert(queue, at);
                 }
             }
         }
+    }
+
+    /// A change of the group: bumps the generation (each member takes its
+    /// share again before it hands out or commits anything) and returns the
+    /// wakers of the members waiting for one, to wake after the lock.
+    fn changed(&mut self) -> HashMap<u64, Waker> {
+        self.generation += 1;
+        std::mem::take(&mut self.wakers)
     }
 
     /// Member `id`'s share of `topic`'s `queues`: a contiguous range among
@@ -303,8 +324,7 @@ impl Group {
     fn change_quietly<R>(&self, change: impl FnOnce(&mut Members) -> R) -> (R, HashMap<u64, Waker>) {
         let mut members = self.members.lock();
         let result = change(&mut members);
-        members.generation += 1;
-        (result, std::mem::take(&mut members.wakers))
+        (result, members.changed())
     }
 }
 

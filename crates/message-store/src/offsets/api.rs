@@ -329,8 +329,7 @@ impl MessageStore {
         // The sync is waited for after the lock: a commit of the group
         // meanwhile (a member's, or an async one's first poll) waits for the
         // reset's staging only.
-        let one: [u32; 1] = [queue_id.unwrap_or(0)];
-        let scope = if queue_id.is_some() { Scope::Queues(topic, &one) } else { Scope::Topic(topic) };
+        let scope = queue_id.map_or(Scope::Topic(topic), |queue| Scope::Queue(topic, queue));
         let (plan, staged) = self.core.consumer_groups.while_changing(group, scope, || {
             let _life = self.core.topic_life.read();
             let plan = self.plan_offsets_reset(group, topic, queue_id, to)?;

@@ -404,32 +404,8 @@ impl ConsumerOffsets {
         })
     }
 
-    /// Removes every offset of `group` (RocketMQ's `removeOffset`); returns how
-    /// many went.
-    #[cfg(test)]
-    pub(crate) fn remove_group(&self, storage: &dyn Storage, group: &str) -> Result<usize, StoreError> {
-        self.remove(storage, Removal::Group(group))
-    }
-
-    /// Removes `group`'s offsets in `topic`; returns how many went.
-    #[cfg(test)]
-    pub(crate) fn remove_group_topic(
-        &self,
-        storage: &dyn Storage,
-        group: &str,
-        topic: &str,
-    ) -> Result<usize, StoreError> {
-        self.remove(storage, Removal::GroupTopic(group, topic))
-    }
-
-    /// Removes every group's offsets in `topic` (RocketMQ's `cleanOffsetByTopic`);
-    /// returns how many went.
-    pub(crate) fn remove_topic(&self, storage: &dyn Storage, topic: &str) -> Result<usize, StoreError> {
-        self.remove(storage, Removal::Topic(topic))
-    }
-
     /// Makes `removal` and waits until it is durable; returns how many went.
-    fn remove(&self, storage: &dyn Storage, removal: Removal<'_>) -> Result<usize, StoreError> {
+    pub(crate) fn remove(&self, storage: &dyn Storage, removal: Removal<'_>) -> Result<usize, StoreError> {
         let (removed, staged) = self.stage_removal(storage, removal)?;
         self.wait_staged(staged)?;
         Ok(removed)

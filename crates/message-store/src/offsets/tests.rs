@@ -188,14 +188,14 @@ fn removals_are_durable() {
     for group in ["a", "b"] {
         offsets.commit_many(&sim, group, &[("t", 0, 1), ("t", 1, 2), ("u", 0, 3)]).unwrap();
     }
-    assert_eq!(offsets.remove_group_topic(&sim, "a", "t").unwrap(), 2);
-    assert_eq!(offsets.remove_topic(&sim, "u").unwrap(), 2);
-    assert_eq!(offsets.remove_group(&sim, "nobody").unwrap(), 0);
+    assert_eq!(offsets.remove(&sim, Removal::GroupTopic("a", "t")).unwrap(), 2);
+    assert_eq!(offsets.remove(&sim, Removal::Topic("u")).unwrap(), 2);
+    assert_eq!(offsets.remove(&sim, Removal::Group("nobody")).unwrap(), 0);
     sim.crash_losing_unsynced();
     let reloaded = load(&sim);
     let all: Vec<_> = reloaded.all().into_iter().map(|((g, t, q), o)| (g, t, q, o)).collect();
     assert_eq!(all, vec![("b".into(), "t".into(), 0, 1), ("b".into(), "t".into(), 1, 2)]);
-    assert_eq!(reloaded.remove_group(&sim, "b").unwrap(), 2);
+    assert_eq!(reloaded.remove(&sim, Removal::Group("b")).unwrap(), 2);
     sim.crash_losing_unsynced();
     assert!(load(&sim).all().is_empty());
 }
@@ -264,8 +264,8 @@ fn names_whose_offsets_went_are_named_again_when_used_after_a_compaction() {
     let offsets = load(&sim);
     commit(&offsets, &sim, "g", 0, 1);
     offsets.commit_many(&sim, "h", &[("u", 0, 4)]).unwrap();
-    assert_eq!(offsets.remove_group(&sim, "g").unwrap(), 1);
-    assert_eq!(offsets.remove_topic(&sim, "u").unwrap(), 1);
+    assert_eq!(offsets.remove(&sim, Removal::Group("g")).unwrap(), 1);
+    assert_eq!(offsets.remove(&sim, Removal::Topic("u")).unwrap(), 1);
     until_compacted(&offsets, &sim, "filler");
     commit(&offsets, &sim, "g", 0, 2);
     offsets.commit_many(&sim, "h", &[("u", 1, 5)]).unwrap();
@@ -276,7 +276,7 @@ fn names_whose_offsets_went_are_named_again_when_used_after_a_compaction() {
     assert_eq!(reloaded.get("h", "u", 0), None);
     // The names no offset holds are dropped from memory at the compaction.
     until_compacted(&reloaded, &sim, "filler");
-    reloaded.remove_group(&sim, "g").unwrap();
+    reloaded.remove(&sim, Removal::Group("g")).unwrap();
     until_compacted(&reloaded, &sim, "filler");
     assert_eq!(reloaded.inner.lock().table.groups.id("g"), None, "a name no offset holds is forgotten");
 }
@@ -324,7 +324,7 @@ fn a_failed_compaction_forgets_no_name_the_old_journal_still_holds() {
     let sim = SimStorage::new();
     let offsets = load(&sim);
     commit(&offsets, &sim, "old", 0, 1); // group "old": id 0
-    assert_eq!(offsets.remove_group(&sim, "old").unwrap(), 1); // no offset holds it; its name stays
+    assert_eq!(offsets.remove(&sim, Removal::Group("old")).unwrap(), 1); // no offset holds it; its name stays
     let position = |o: &ConsumerOffsets| o.inner.lock().journal.as_ref().unwrap().file.wrote_position();
     let size = offsets.inner.lock().journal.as_ref().unwrap().file.file_size();
     // Room left for a name record (16 bytes for "old") and a commit record,

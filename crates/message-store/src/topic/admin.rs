@@ -2,6 +2,7 @@
 //! group's offsets in them), cleaned (those a broker no longer names), listed.
 
 use crate::error::StoreError;
+use crate::offsets::Removal;
 use crate::store::MessageStore;
 use crate::topic::validate_topic;
 
@@ -55,7 +56,7 @@ impl MessageStore {
         self.core.dispatcher.queue_index.forget(&*self.core.storage, |key| key >> 32 == id)?;
         drop(dispatch);
         drop(registry);
-        self.core.offsets.remove_topic(&*self.core.storage, topic)?;
+        self.core.offsets.remove(&*self.core.storage, Removal::Topic(topic))?;
         drop(life);
         // Consumers following it stop (a member owning none of its queues
         // waits on nothing the deletion closes). After the topics' lock: a
