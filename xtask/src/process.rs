@@ -18,8 +18,28 @@ pub fn cargo_output(args: &[&str], envs: &[(&str, &str)]) -> Result<String, Stri
 /// Runs cargo, timing it; with `capture`, standard output is collected (and
 /// echoed) and returned, else it streams and the result is empty.
 fn run_cargo(args: &[&str], envs: &[(&str, &str)], capture: bool) -> Result<String, String> {
-    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    run_timed(Command::new(cargo), "cargo", args, envs, capture)
+    run_timed(cargo_command(), "cargo", args, envs, capture)
+}
+
+/// The cargo that runs xtask (`$CARGO`), else the one on the `PATH`.
+fn cargo_command() -> Command {
+    Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+/// The end of a timed run: its time said, and a non-zero exit an error.
+fn finished(
+    label: &str,
+    args: &[&str],
+    started: Instant,
+    status: std::process::ExitStatus,
+    stdout: String,
+) -> Result<String, String> {
+    eprintln!("xtask: {label} {} took {:.1?}", args[0], started.elapsed());
+    if status.success() {
+        Ok(stdout)
+    } else {
+        Err(format!("`{label} {}` failed ({status})", args.join(" ")))
+    }
 }
 
 /// Runs `command` with `args` appended (shown as `label args...`), timing it;
@@ -43,12 +63,7 @@ pub fn run_timed(
     } else {
         (command.status().map_err(|e| format!("cannot run {label}: {e}"))?, String::new())
     };
-    eprintln!("xtask: {label} {} took {:.1?}", args[0], started.elapsed());
-    if status.success() {
-        Ok(stdout)
-    } else {
-        Err(format!("`{label} {}` failed ({status})", args.join(" ")))
-    }
+    finished(label, args, started, status, stdout)
 }
 
 /// Runs `cargo <args>`, a test run, under the hang watch
@@ -57,17 +72,12 @@ pub fn run_timed(
 /// [`cargo`] is; returns what it printed on standard output.
 pub fn cargo_tests(args: &[&str], envs: &[(&str, &str)]) -> Result<String, String> {
     let limit = crate::watch::hang_limit()?;
-    let mut command = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    let mut command = cargo_command();
     command.args(args).envs(envs.iter().copied());
     let started = Instant::now();
     eprintln!("xtask: cargo {} (a test running over {limit:.0?} is a hang)", args.join(" "));
     let (status, stdout) = crate::watch::run_tests(command, limit)?;
-    eprintln!("xtask: cargo {} took {:.1?}", args[0], started.elapsed());
-    if status.success() {
-        Ok(stdout)
-    } else {
-        Err(format!("`cargo {}` failed ({status})", args.join(" ")))
-    }
+    finished("cargo", args, started, status, stdout)
 }
 
 /// Runs `rustup run <toolchain> cargo <args>`, failing on a non-zero exit; with

@@ -277,6 +277,13 @@ fn descendants(root: u32) -> Vec<u32> {
 mod tests {
     use super::*;
 
+    /// A command running `script` in `sh`: a stand-in for a test run.
+    fn sh(script: &str) -> Command {
+        let mut command = Command::new("sh");
+        command.args(["-c", script]);
+        command
+    }
+
     #[test]
     fn libtest_lines_are_read() {
         assert_eq!(said("test a::b has been running for over 60 seconds\n"), Some(Said::Running("a::b")));
@@ -305,8 +312,7 @@ mod tests {
     #[test]
     fn a_hung_run_is_killed_and_named() {
         let pid_file = std::env::temp_dir().join(format!("xtask-watch-{}", std::process::id()));
-        let mut command = Command::new("sh");
-        command.arg("-c").arg(format!(
+        let command = sh(&format!(
             "sleep 300 & echo $! > {}; echo 'test tests::stuck has been running for over 60 seconds'; sleep 300",
             pid_file.display()
         ));
@@ -330,8 +336,7 @@ mod tests {
 
     #[test]
     fn a_run_that_ends_returns_its_output() {
-        let mut command = Command::new("sh");
-        command.args(["-c", "echo 'test a ... ok'; echo 'test result: ok. 1 passed'"]);
+        let command = sh("echo 'test a ... ok'; echo 'test result: ok. 1 passed'");
         let (status, out) = run_tests(command, Duration::from_secs(1)).unwrap();
         assert!(status.success());
         assert!(out.contains("test result: ok. 1 passed"));
@@ -342,8 +347,7 @@ mod tests {
     /// write met a closed pipe) nor loses the output.
     #[test]
     fn output_that_is_not_utf8_does_not_break_the_run() {
-        let mut command = Command::new("sh");
-        command.args(["-c", "printf 'caf\\351\\n'; sleep 1; echo 'test a ... ok'; echo 'test result: ok. 1 passed'"]);
+        let command = sh("printf 'caf\\351\\n'; sleep 1; echo 'test a ... ok'; echo 'test result: ok. 1 passed'");
         let (status, out) = run_tests(command, Duration::from_secs(60)).unwrap();
         assert!(status.success() && out.contains("test result: ok"), "status {status}, output read {out:?}");
     }
@@ -353,8 +357,7 @@ mod tests {
     /// limit).
     #[test]
     fn a_run_that_ended_returns_though_a_process_it_left_holds_stdout() {
-        let mut command = Command::new("sh");
-        command.args(["-c", "sleep 15 & echo 'test a ... ok'; echo 'test result: ok. 1 passed'"]);
+        let command = sh("sleep 15 & echo 'test a ... ok'; echo 'test result: ok. 1 passed'");
         let started = Instant::now();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || tx.send(run_tests(command, Duration::from_secs(60)).map(|(s, _)| s.success())));
@@ -366,8 +369,7 @@ mod tests {
     /// also for a doc test (its name holds spaces and parentheses).
     #[test]
     fn the_command_named_for_a_hung_doc_test_runs_in_a_shell() {
-        let mut command = Command::new("sh");
-        command.arg("-c").arg("echo 'test src/lib.rs - Thing (line 5) has been running for over 60 seconds'; sleep 30");
+        let command = sh("echo 'test src/lib.rs - Thing (line 5) has been running for over 60 seconds'; sleep 30");
         let err = run_tests(command, Duration::from_secs(1)).expect_err("a hang");
         let run = err.split("Run it alone: ").nth(1).unwrap();
         let check = Command::new("sh").arg("-n").arg("-c").arg(run).output().unwrap();
@@ -378,9 +380,7 @@ mod tests {
     /// binary silent past the limit is a hang, named by its unfinished line.
     #[test]
     fn a_hang_with_one_test_thread_is_named() {
-        let mut command = Command::new("sh");
-        command
-            .args(["-c", "echo 'running 2 tests'; echo 'test a ... ok'; printf 'test tests::stuck ... '; sleep 300"]);
+        let command = sh("echo 'running 2 tests'; echo 'test a ... ok'; printf 'test tests::stuck ... '; sleep 300");
         let started = Instant::now();
         let err = run_tests(command, Duration::from_secs(2)).expect_err("a hang");
         assert!(err.contains("test tests::stuck ran for"), "{err}");
@@ -391,8 +391,7 @@ mod tests {
     /// compiling, which prints to standard error) is not a hang.
     #[test]
     fn silence_outside_a_test_binary_is_not_a_hang() {
-        let mut command = Command::new("sh");
-        command.args(["-c", "sleep 2; echo 'running 1 test'; echo 'test a ... ok'; echo 'test result: ok. 1 passed'"]);
+        let command = sh("sleep 2; echo 'running 1 test'; echo 'test a ... ok'; echo 'test result: ok. 1 passed'");
         let (status, out) = run_tests(command, Duration::from_secs(1)).unwrap();
         assert!(status.success() && out.contains("test result: ok"), "{out}");
     }
@@ -402,8 +401,7 @@ mod tests {
     /// echoed: the name of the test that crashed stays in the log.
     #[test]
     fn an_unended_last_line_is_not_lost() {
-        let mut command = Command::new("sh");
-        command.args(["-c", "echo 'running 1 test'; printf 'test tests::aborts ... '; exit 101"]);
+        let command = sh("echo 'running 1 test'; printf 'test tests::aborts ... '; exit 101");
         let (status, out) = run_tests(command, Duration::from_secs(60)).unwrap();
         assert!(!status.success());
         assert!(out.contains("test tests::aborts"), "output read {out:?}");
